@@ -1,0 +1,67 @@
+//! The block layer: the bottom of the stitchfs stack (DESIGN.md, "Layers").
+//!
+//! A [`BlockDevice`] knows blocks, not patches. It reads one block, writes a
+//! batch of blocks, and flushes. A write is *in flight* from the moment
+//! `write_batch` accepts it until a later `flush` returns `Ok`; then it is
+//! *committed* (durable). Featherstitch §3.1 calls the layers below the cache
+//! "the disk controller": they may reorder in-flight writes at will, so a crash
+//! may leave any subset of the in-flight writes on disk.
+//!
+//! Invariants every implementation keeps:
+//! - After the first failed write or flush, every later call fails with
+//!   [`DevError::Latched`]: a failure is never hidden and never retried.
+//! - Block numbers are checked against [`BlockDevice::num_blocks`]; a buffer
+//!   whose length is not the block size is a caller bug and an error.
+
+use std::fmt;
+
+/// A block number on a device, in units of the device's block size.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct BlockNo(pub u64);
+
+impl fmt::Display for BlockNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "block {}", self.0)
+    }
+}
+
+/// One block write in a batch.
+#[derive(Copy, Clone, Debug)]
+pub struct BlockWrite<'a> {
+    pub block: BlockNo,
+    pub data: &'a [u8],
+}
+
+/// Errors of the block layer. They describe the world (I/O, misuse), never a
+/// bug inside stitchfs.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error("I/O error on {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("device failed earlier ({first}); refusing further I/O")]
+    Latched { first: String },
+    #[error("{block} is beyond the end of the device ({num_blocks} blocks)")]
+    OutOfRange { block: BlockNo, num_blocks: u64 },
+    #[error("buffer of {len} bytes does not match the block size {block_size}")]
+    BadLength { len: usize, block_size: usize },
+}
+
+/// The interface every block device offers. Methods take `&self` so a device
+/// can be shared between the cache and tools (crash recording, statistics).
+pub trait BlockDevice: Send + Sync {
+    /// Bytes per block (4096 for stitchfs images).
+    fn block_size(&self) -> usize;
+    /// Number of blocks on the device.
+    fn num_blocks(&self) -> u64;
+    /// Reads one block into `buf` (`buf.len() == block_size()`).
+    fn read(&self, block: BlockNo, buf: &mut [u8]) -> Result<(), DevError>;
+    /// Puts a batch of block writes in flight. Order within the batch and
+    /// against other in-flight writes is not promised to survive a crash.
+    fn write_batch(&self, writes: &[BlockWrite<'_>]) -> Result<(), DevError>;
+    /// Returns once every write accepted before the call is durable.
+    fn flush(&self) -> Result<(), DevError>;
+}

@@ -1,0 +1,32 @@
+//! The `stitchfs` command: one binary, one subcommand per tool (DESIGN.md, "Tools").
+//!
+//! This crate only parses arguments and prints; every subcommand calls into a
+//! library crate, so tests exercise the same code without a process boundary.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "stitchfs", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a benchmark suite and print its figures.
+    Bench(cmd::bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    if let Err(err) = result {
+        eprintln!("stitchfs: {err:#}");
+        std::process::exit(1);
+    }
+}
