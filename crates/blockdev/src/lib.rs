@@ -11,9 +11,32 @@
 //! - After the first failed write or flush, every later call fails with
 //!   [`DevError::Latched`]: a failure is never hidden and never retried.
 //! - Block numbers are checked against [`BlockDevice::num_blocks`]; a buffer
-//!   whose length is not the block size is a caller bug and an error.
+//!   whose length is not the block size is a caller bug and an error. A batch
+//!   is checked whole before any of it is issued, so a misuse error writes
+//!   nothing and does not latch the device.
+//!
+//! Modules, one concept each:
+//! - [`geometry`]: block size and count, and the range/length checks.
+//! - [`latch`]: the first-failure latch shared by the devices that can fail.
+//! - [`mem`]: [`MemDevice`], a device in memory for tests.
+//! - [`file`]: [`FileDevice`], an image file or a Linux block device.
+//! - [`fault`]: [`FaultDevice`], a wrapper that injects failures.
+//!
+//! Architecture invariant: this crate knows nothing about patches, file
+//! systems or the on-disk format. It moves whole blocks.
 
 use std::fmt;
+
+pub mod fault;
+pub mod file;
+pub mod geometry;
+pub mod latch;
+pub mod mem;
+
+pub use fault::{FaultDevice, FaultKind};
+pub use file::{FileDevice, OpenOptions};
+pub use geometry::Geometry;
+pub use mem::MemDevice;
 
 /// A block number on a device, in units of the device's block size.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -48,6 +71,17 @@ pub enum DevError {
     OutOfRange { block: BlockNo, num_blocks: u64 },
     #[error("buffer of {len} bytes does not match the block size {block_size}")]
     BadLength { len: usize, block_size: usize },
+    /// Another open of the same image holds a conflicting `flock`: a second
+    /// read-write mount, or a read-write open while a reader holds the image.
+    #[error("{path} is in use by another stitchfs process (advisory lock held)")]
+    Locked { path: String },
+    /// The geometry asked for cannot describe a device (zero block size, a
+    /// size that is not a whole number of blocks, an overflow, ...).
+    #[error("bad device geometry: {reason}")]
+    BadGeometry { reason: String },
+    /// A write to a device opened read-only.
+    #[error("{path} is open read-only")]
+    ReadOnly { path: String },
 }
 
 /// The interface every block device offers. Methods take `&self` so a device
