@@ -21,6 +21,8 @@
 //! - [`mem`]: [`MemDevice`], a device in memory for tests.
 //! - [`file`]: [`FileDevice`], an image file or a Linux block device.
 //! - [`fault`]: [`FaultDevice`], a wrapper that injects failures.
+//! - [`record`]: [`RecordingDevice`] and the crash-image library built on its
+//!   log (`crashtest` in DESIGN.md, "Tools").
 //!
 //! Architecture invariant: this crate knows nothing about patches, file
 //! systems or the on-disk format. It moves whole blocks.
@@ -32,11 +34,16 @@ pub mod file;
 pub mod geometry;
 pub mod latch;
 pub mod mem;
+pub mod record;
 
 pub use fault::{FaultDevice, FaultKind};
 pub use file::{FileDevice, OpenOptions};
 pub use geometry::Geometry;
 pub use mem::MemDevice;
+pub use record::{
+    build_image, crash_states, CrashError, CrashPoint, CrashState, Enumerate, ImageBuilder, Log,
+    LogEntry, LogPos, Origin, Persisted, RecordingDevice, SectorMask, TornModel,
+};
 
 /// A block number on a device, in units of the device's block size.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
