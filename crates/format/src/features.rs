@@ -17,7 +17,7 @@ pub struct Flag {
     pub name: &'static str,
 }
 
-const fn f(bit: u32, name: &'static str) -> Flag {
+pub(crate) const fn f(bit: u32, name: &'static str) -> Flag {
     Flag { bit, name }
 }
 

@@ -21,6 +21,7 @@ pub mod geometry;
 pub mod group_desc;
 pub mod indirect;
 pub mod inode;
+pub mod jbd2;
 pub mod superblock;
 pub mod symlink;
 pub mod units;
