@@ -1,0 +1,386 @@
+//! Builds the metadata of a fresh file system as a list of block writes, with
+//! no I/O: superblock and its backups, descriptor tables, bitmaps, the inode
+//! table blocks that hold used inodes, the root and lost+found directories,
+//! and for ext3 the journal inode's indirect blocks and journal superblock.
+//!
+//! Every block not listed must read as zeros (inode tables, journal body, free
+//! space); [`Image::zero_ranges`] names the ones whose zeroes matter, for
+//! devices that are not known to be zero already.
+//!
+//! Invariant: each block appears in [`Image::writes`] at most once, and every
+//! block referenced by metadata is marked in its group's block bitmap.
+
+use crate::params::{Params, BLOCKS_PER_GROUP, BLOCK_SIZE, INODE_SIZE, LPF_BLOCKS};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use stitch_format::bitmap::BitmapMut;
+use stitch_format::features::{compat, incompat, ro_compat};
+use stitch_format::group_desc::encode_table;
+use stitch_format::indirect::{map_path, set_pointer};
+use stitch_format::inode::{FIRST_INO, JOURNAL_INO, ROOT_INO};
+use stitch_format::jbd2::JournalSuperblock;
+use stitch_format::superblock::{self as sbc, Superblock};
+use stitch_format::{dir, BlockNo, FileType, Geometry, GroupDesc, GroupNo, Inode, InodeNo};
+
+/// Values that differ between runs; fixed in tests.
+#[derive(Copy, Clone, Debug)]
+pub struct Identity {
+    pub uuid: [u8; 16],
+    pub hash_seed: [u32; 4],
+    pub now: u32,
+}
+
+/// The planned file system.
+pub struct Image {
+    pub sb: Superblock,
+    pub geo: Geometry,
+    pub gds: Vec<GroupDesc>,
+    /// Metadata blocks to write, by block number.
+    pub writes: BTreeMap<u32, Vec<u8>>,
+    /// Ranges that must be zero but are not written above.
+    pub zero_ranges: Vec<Range<u32>>,
+}
+
+/// Hands out free blocks in increasing order, skipping each group's metadata.
+struct Allocator<'a> {
+    geo: &'a Geometry,
+    next: u32,
+}
+
+impl Allocator<'_> {
+    fn alloc(&mut self) -> Option<u32> {
+        while self.next < self.geo.blocks_count {
+            let g = self.geo.group_of_block(BlockNo(self.next))?;
+            let data_start = self.geo.group_first_block(g).0 + self.geo.overhead_blocks(g);
+            if self.next >= data_start {
+                self.next += 1;
+                return Some(self.next - 1);
+            }
+            self.next = data_start;
+        }
+        None
+    }
+}
+
+fn features(journal: bool) -> (u32, u32, u32) {
+    let jc = if journal { compat::HAS_JOURNAL.bit } else { 0 };
+    (
+        compat::EXT_ATTR.bit | jc,
+        incompat::FILETYPE.bit,
+        ro_compat::SPARSE_SUPER.bit | ro_compat::LARGE_FILE.bit,
+    )
+}
+
+fn base_superblock(p: &Params, id: &Identity) -> Superblock {
+    let (fc, fi, fr) = features(p.journal_blocks > 0);
+    Superblock {
+        inodes_count: p.inodes_count(),
+        blocks_count_lo: p.blocks_count,
+        r_blocks_count_lo: (u64::from(p.blocks_count) * 5 / 100) as u32,
+        log_block_size: 2,
+        log_cluster_size: 2,
+        blocks_per_group: BLOCKS_PER_GROUP,
+        clusters_per_group: BLOCKS_PER_GROUP,
+        inodes_per_group: p.inodes_per_group,
+        wtime: id.now,
+        max_mnt_count: 0xFFFF,
+        magic: sbc::EXT2_MAGIC,
+        state: sbc::STATE_VALID,
+        errors: sbc::ERRORS_CONTINUE,
+        lastcheck: id.now,
+        rev_level: sbc::DYNAMIC_REV,
+        first_ino: FIRST_INO.0,
+        inode_size: INODE_SIZE,
+        feature_compat: fc,
+        feature_incompat: fi,
+        feature_ro_compat: fr,
+        uuid: id.uuid,
+        hash_seed: id.hash_seed,
+        def_hash_version: sbc::HASH_HALF_MD4,
+        default_mount_opts: sbc::DEFMOPT_XATTR_USER | sbc::DEFMOPT_ACL,
+        mkfs_time: id.now,
+        min_extra_isize: stitch_format::inode::WANT_EXTRA_ISIZE,
+        want_extra_isize: stitch_format::inode::WANT_EXTRA_ISIZE,
+        flags: sbc::FLAGS_SIGNED_HASH,
+        ..Default::default()
+    }
+}
+
+/// One file's blocks: data blocks in logical order and the indirect blocks
+/// that map them, already filled in.
+struct Mapped {
+    i_block: [u32; 15],
+    data: Vec<u32>,
+    indirect: BTreeMap<u32, Vec<u8>>,
+}
+
+impl Mapped {
+    fn sectors(&self) -> u32 {
+        (self.data.len() + self.indirect.len()) as u32 * (BLOCK_SIZE / 512)
+    }
+}
+
+/// Allocates `n` data blocks and the indirect blocks mapping them, each
+/// indirect block placed just before the first data block it maps (as ext2
+/// and mke2fs do).
+fn map_file(alloc: &mut Allocator, n: u32) -> Option<Mapped> {
+    let bs = BLOCK_SIZE as usize;
+    let mut m = Mapped {
+        i_block: [0; 15],
+        data: Vec::with_capacity(n as usize),
+        indirect: BTreeMap::new(),
+    };
+    for logical in 0..u64::from(n) {
+        let path = map_path(logical, bs).ok()?;
+        let mut here = m.i_block[path.slot];
+        if path.depth > 0 && here == 0 {
+            here = alloc.alloc()?;
+            m.i_block[path.slot] = here;
+            m.indirect.insert(here, vec![0; bs]);
+        }
+        for (level, &idx) in path.levels().iter().enumerate() {
+            let last = level + 1 == path.depth;
+            let child = stitch_format::indirect::pointer(&m.indirect[&here], idx)?;
+            let child = if child != 0 {
+                child
+            } else {
+                let b = alloc.alloc()?;
+                set_pointer(m.indirect.get_mut(&here)?, idx, BlockNo(b));
+                if !last {
+                    m.indirect.insert(b, vec![0; bs]);
+                }
+                b
+            };
+            here = child;
+        }
+        if path.depth == 0 {
+            here = alloc.alloc()?;
+            m.i_block[path.slot] = here;
+        }
+        m.data.push(here);
+    }
+    Some(m)
+}
+
+fn dir_inode(perm: u16, links: u16, m: &Mapped, now: u32) -> Inode {
+    let mut ino = Inode::new(FileType::Directory, perm, INODE_SIZE, now);
+    ino.core.links_count = links;
+    ino.core.block = m.i_block;
+    ino.core.blocks_lo = m.sectors();
+    ino.set_size(u64::from(m.data.len() as u32 * BLOCK_SIZE));
+    ino
+}
+
+impl Image {
+    /// Plans the whole file system.
+    pub fn build(p: &Params, id: &Identity) -> Option<Image> {
+        let sb = base_superblock(p, id);
+        let geo = Geometry::from_superblock(&sb).ok()?;
+        let mut img = Image {
+            sb,
+            gds: Vec::new(),
+            writes: BTreeMap::new(),
+            zero_ranges: Vec::new(),
+            geo,
+        };
+        let mut alloc = Allocator {
+            geo: &img.geo,
+            next: 0,
+        };
+        let root = map_file(&mut alloc, 1)?;
+        let lpf = map_file(&mut alloc, LPF_BLOCKS)?;
+        let journal = (p.journal_blocks > 0)
+            .then(|| map_file(&mut alloc, p.journal_blocks))
+            .flatten();
+        if p.journal_blocks > 0 && journal.is_none() {
+            return None;
+        }
+        let used_end = alloc.next;
+        img.write_dirs(&root, &lpf);
+        let mut inodes = vec![
+            (ROOT_INO, dir_inode(0o755, 3, &root, id.now)),
+            (FIRST_INO, dir_inode(0o700, 2, &lpf, id.now)),
+        ];
+        if let Some(j) = &journal {
+            let ji = img.write_journal(j, id);
+            inodes.push((JOURNAL_INO, ji));
+        }
+        img.write_inode_table(&inodes);
+        img.write_groups(used_end);
+        img.write_superblocks();
+        Some(img)
+    }
+
+    fn write_dirs(&mut self, root: &Mapped, lpf: &Mapped) {
+        let bs = BLOCK_SIZE as usize;
+        let mut rb = dir::new_dir_block(bs, ROOT_INO, ROOT_INO);
+        let inserted = dir::insert(&mut rb, b"lost+found", FIRST_INO, FileType::Directory);
+        assert_eq!(inserted, Ok(true), "an empty root block has room");
+        self.writes.insert(root.data[0], rb);
+        for (i, &b) in lpf.data.iter().enumerate() {
+            let block = if i == 0 {
+                dir::new_dir_block(bs, FIRST_INO, ROOT_INO)
+            } else {
+                dir::empty_block(bs)
+            };
+            self.writes.insert(b, block);
+        }
+    }
+
+    /// The journal inode, its indirect blocks and the journal superblock; the
+    /// superblock keeps a backup of the inode's map (`s_jnl_blocks`).
+    fn write_journal(&mut self, j: &Mapped, id: &Identity) -> Inode {
+        let mut ino = Inode::new(FileType::Regular, 0o600, INODE_SIZE, id.now);
+        ino.core.block = j.i_block;
+        ino.core.blocks_lo = j.sectors();
+        ino.set_size(j.data.len() as u64 * u64::from(BLOCK_SIZE));
+        self.writes.extend(j.indirect.clone());
+        let jsb = JournalSuperblock::new_v2(BLOCK_SIZE, j.data.len() as u32, id.uuid);
+        let mut first = vec![0u8; BLOCK_SIZE as usize];
+        jsb.encode_into(&mut first);
+        self.writes.insert(j.data[0], first);
+        self.zero_ranges
+            .extend(j.data[1..].iter().map(|&b| b..b + 1));
+        self.sb.journal_inum = JOURNAL_INO.0;
+        self.sb.jnl_backup_type = sbc::JNL_BACKUP_BLOCKS;
+        self.sb.jnl_blocks[..15].copy_from_slice(&j.i_block);
+        self.sb.jnl_blocks[15] = ino.core.size_high;
+        self.sb.jnl_blocks[16] = ino.core.size_lo;
+        ino
+    }
+
+    /// Writes the inode table blocks of group 0 that hold used inodes; all
+    /// other inode table blocks stay zero.
+    fn write_inode_table(&mut self, inodes: &[(InodeNo, Inode)]) {
+        let table = self.geo.standard_layout(GroupNo(0)).inode_table;
+        for (ino, inode) in inodes {
+            let loc = self
+                .geo
+                .inode_location(*ino, BlockNo(table.start))
+                .expect("reserved inodes are in group 0");
+            let block = self
+                .writes
+                .entry(loc.block.0)
+                .or_insert_with(|| vec![0; BLOCK_SIZE as usize]);
+            inode.encode_into(&mut block[loc.offset..loc.offset + usize::from(INODE_SIZE)]);
+        }
+        for g in 0..self.geo.group_count {
+            self.zero_ranges
+                .push(self.geo.standard_layout(GroupNo(g)).inode_table);
+        }
+    }
+
+    /// Bitmaps and descriptors of every group. Blocks below `used_end` that
+    /// are not group metadata were handed out by the allocator.
+    fn write_groups(&mut self, used_end: u32) {
+        let (ipg, bs) = (self.geo.inodes_per_group, BLOCK_SIZE as usize);
+        for g in (0..self.geo.group_count).map(GroupNo) {
+            let layout = self.geo.standard_layout(g);
+            let (first, n) = (layout.blocks.start, layout.blocks.end - layout.blocks.start);
+            let mut bb = vec![0u8; bs];
+            let mut bm = BitmapMut::new(&mut bb);
+            let used_here = used_end.clamp(first, layout.blocks.end) - first;
+            bm.set_range(0, used_here.max(self.geo.overhead_blocks(g)) as usize);
+            bm.set_padding(n as usize);
+            let free_blocks = n as usize - bm.view().count_set(n as usize);
+            let mut ib = vec![0u8; bs];
+            let mut im = BitmapMut::new(&mut ib);
+            let used_inodes = if g.0 == 0 { FIRST_INO.0 } else { 0 };
+            im.set_range(0, used_inodes as usize);
+            im.set_padding(ipg as usize);
+            self.gds.push(GroupDesc {
+                block_bitmap: layout.block_bitmap.0,
+                inode_bitmap: layout.inode_bitmap.0,
+                inode_table: layout.inode_table.start,
+                free_blocks_count: free_blocks as u16,
+                free_inodes_count: (ipg - used_inodes) as u16,
+                used_dirs_count: if g.0 == 0 { 2 } else { 0 },
+                ..Default::default()
+            });
+            self.writes.insert(layout.block_bitmap.0, bb);
+            self.writes.insert(layout.inode_bitmap.0, ib);
+        }
+        self.sb.free_blocks_count_lo = self
+            .gds
+            .iter()
+            .map(|g| u32::from(g.free_blocks_count))
+            .sum();
+        self.sb.free_inodes_count = self
+            .gds
+            .iter()
+            .map(|g| u32::from(g.free_inodes_count))
+            .sum();
+    }
+
+    /// The primary superblock at byte 1024 of block 0, and a backup (with its
+    /// group number) at the start of every group that has a copy.
+    fn write_superblocks(&mut self) {
+        let table = encode_table(&self.gds, &self.geo);
+        let bs = BLOCK_SIZE as usize;
+        for g in (0..self.geo.group_count).map(GroupNo) {
+            let Some(copy) = self.geo.super_copy(g) else {
+                continue;
+            };
+            let mut sb = self.sb.clone();
+            sb.block_group_nr = g.0 as u16;
+            let mut block = vec![0u8; bs];
+            let off = if g.0 == 0 {
+                sbc::SUPERBLOCK_OFFSET as usize
+            } else {
+                0
+            };
+            sb.encode_into(&mut block[off..]);
+            self.writes.insert(copy.superblock.0, block);
+            for (i, b) in copy.gdt.enumerate() {
+                self.writes.insert(b, table[i * bs..(i + 1) * bs].to_vec());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::JournalSize;
+    use stitch_format::bitmap::Bitmap;
+
+    fn id() -> Identity {
+        Identity {
+            uuid: [1; 16],
+            hash_seed: [2; 4],
+            now: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn counts_agree_with_bitmaps_and_superblock_decodes() {
+        let p = Params::new(3 * 32768 * 4096 + 4096 * 1000, Some(JournalSize::Default)).unwrap();
+        let img = Image::build(&p, &id()).unwrap();
+        let sb = Superblock::decode(&img.writes[&0][1024..2048]).unwrap();
+        assert_eq!(sb, img.sb);
+        for (g, gd) in img.gds.iter().enumerate() {
+            let n = img.geo.blocks_in_group(GroupNo(g as u32)) as usize;
+            let bm = Bitmap::new(&img.writes[&gd.block_bitmap]);
+            assert_eq!(
+                n - bm.count_set(n),
+                usize::from(gd.free_blocks_count),
+                "group {g}"
+            );
+            bm.check_padding(n).unwrap();
+        }
+    }
+
+    #[test]
+    fn journal_map_matches_mke2fs_shape() {
+        // mke2fs on 64 MiB: root 1028, lost+found 1029-1032, journal
+        // (0-11):1033-1044, (IND):1045, (12-1023):1046-2057.
+        let p = Params::new(64 << 20, Some(JournalSize::Default)).unwrap();
+        let img = Image::build(&p, &id()).unwrap();
+        assert_eq!(
+            &img.sb.jnl_blocks[..13],
+            &[1033, 1034, 1035, 1036, 1037, 1038, 1039, 1040, 1041, 1042, 1043, 1044, 1045]
+        );
+        assert_eq!(&img.writes[&1045][..4], &1046u32.to_le_bytes());
+        assert_eq!(img.gds[0].free_blocks_count, 16384 - 2058);
+    }
+}

@@ -1,0 +1,117 @@
+//! The device or image file mkfs writes to: opening it, finding its size,
+//! detecting an existing file system, and writing blocks.
+//!
+//! A regular file is first truncated to zero and extended to its new size,
+//! so every block mkfs does not write is a hole that reads as zeros; that is
+//! what makes a 64 GiB image take a fraction of a second. A block device has
+//! no such guarantee, so the caller zeroes the ranges that must read as zero
+//! (inode tables, journal) with [`Target::zero`].
+
+use crate::MkfsError;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+use stitch_format::superblock::{EXT2_MAGIC, SUPERBLOCK_OFFSET};
+
+pub struct Target {
+    file: File,
+    path: PathBuf,
+    pub is_device: bool,
+    pub bytes: u64,
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> MkfsError + 'a {
+    move |source| MkfsError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+impl Target {
+    /// Opens (or creates) `path`; `size` is required for a new file.
+    pub fn open(path: &Path, size: Option<u64>) -> Result<Target, MkfsError> {
+        let is_device = std::fs::metadata(path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(!is_device)
+            .truncate(false)
+            .open(path)
+            .map_err(io(path, "open"))?;
+        let current = file.seek(SeekFrom::End(0)).map_err(io(path, "size"))?;
+        let bytes = match (is_device, size) {
+            (true, Some(s)) if s > current => {
+                return Err(MkfsError::SizeBeyondDevice {
+                    size: s,
+                    device: current,
+                })
+            }
+            (_, Some(s)) => s,
+            (_, None) if current > 0 => current,
+            (_, None) => {
+                return Err(MkfsError::NoSize {
+                    path: path.to_path_buf(),
+                })
+            }
+        };
+        Ok(Target {
+            file,
+            path: path.to_path_buf(),
+            is_device,
+            bytes,
+        })
+    }
+
+    /// Is there an ext2/3/4 superblock at the usual place?
+    pub fn has_ext2_magic(&self) -> Result<bool, MkfsError> {
+        let mut magic = [0u8; 2];
+        match self
+            .file
+            .read_exact_at(&mut magic, SUPERBLOCK_OFFSET + 0x38)
+        {
+            Ok(()) => Ok(u16::from_le_bytes(magic) == EXT2_MAGIC),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(io(&self.path, "read superblock")(e)),
+        }
+    }
+
+    /// Makes a regular file all holes at its new size.
+    pub fn reset(&mut self) -> Result<(), MkfsError> {
+        if !self.is_device {
+            self.file.set_len(0).map_err(io(&self.path, "truncate"))?;
+            self.file
+                .set_len(self.bytes)
+                .map_err(io(&self.path, "extend"))?;
+        }
+        Ok(())
+    }
+
+    pub fn write_block(&self, block: u32, data: &[u8], block_size: u32) -> Result<(), MkfsError> {
+        let off = u64::from(block) * u64::from(block_size);
+        self.file
+            .write_all_at(data, off)
+            .map_err(io(&self.path, "write"))
+    }
+
+    /// Writes zeros over blocks `range` (devices only; files are holes).
+    pub fn zero(&self, range: std::ops::Range<u32>, block_size: u32) -> Result<(), MkfsError> {
+        const CHUNK_BLOCKS: u32 = 256;
+        let zeros = vec![0u8; (CHUNK_BLOCKS * block_size) as usize];
+        let mut b = range.start;
+        while b < range.end {
+            let n = (range.end - b).min(CHUNK_BLOCKS);
+            self.write_block(b, &zeros[..(n * block_size) as usize], block_size)?;
+            b += n;
+        }
+        Ok(())
+    }
+
+    /// The durability point of mkfs: every block above is on the device.
+    pub fn sync(&self) -> Result<(), MkfsError> {
+        self.file.sync_all().map_err(io(&self.path, "fsync"))
+    }
+}
