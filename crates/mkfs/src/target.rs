@@ -32,9 +32,13 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 impl Target {
     /// Opens (or creates) `path`; `size` is required for a new file.
     pub fn open(path: &Path, size: Option<u64>) -> Result<Target, MkfsError> {
-        let is_device = std::fs::metadata(path)
-            .map(|m| m.file_type().is_block_device())
-            .unwrap_or(false);
+        let meta = std::fs::metadata(path).ok();
+        if meta.is_none() && size.is_none() {
+            return Err(MkfsError::NoSize {
+                path: path.to_path_buf(),
+            });
+        }
+        let is_device = meta.is_some_and(|m| m.file_type().is_block_device());
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

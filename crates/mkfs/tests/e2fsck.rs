@@ -167,3 +167,12 @@ fn nix_is_root() -> bool {
         .map(|o| o.stdout.starts_with(b"0\n"))
         .unwrap_or(false)
 }
+
+#[test]
+fn missing_size_creates_nothing() {
+    let dir = scratch();
+    let path = dir.path().join("none.img");
+    let err = mkfs(&path, &MkfsOptions::default(), &mut |_, _| {}).unwrap_err();
+    assert!(matches!(err, MkfsError::NoSize { .. }), "{err}");
+    assert!(!path.exists());
+}
