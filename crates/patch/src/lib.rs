@@ -1,1 +1,236 @@
-//! Patches (placeholder).
+//! The patch engine: every change to stable storage is a patch with explicit
+//! write-before dependencies, and one dependency-agnostic cache decides when
+//! each block may be written (Featherstitch §3, §4, §6.3).
+//!
+//! This crate knows blocks and dependencies, never file systems: it does not
+//! know what a patch means, only what must reach the disk before it. It never
+//! decides *what* must be ordered, only enforces it.
+//!
+//! The two safety properties of §3.2 hold at every write-out:
+//! - disk safety: `dep[C] ⊆ C` (a committed patch's dependencies are committed);
+//! - in-flight safety: for every block `B`, `dep[F_B] ⊆ C ∪ F_B`.
+//!
+//! Both are asserted on every write-out and commit when
+//! [`CacheConfig::check_invariants`] is on (the default in debug and test
+//! builds). A violated invariant stops all further writes: an impossible state
+//! is never quietly repaired.
+//!
+//! Module map: [`id`] (handles and the arena), [`patch`] (one patch),
+//! `block` (one cached block), `graph` (edges, counts, searches), `create`
+//! (patch creation and the §4.1–4.3 optimizations), `writeout` (choosing,
+//! reverting, writing, committing: §4.4 and §6.3), `check` (invariants),
+//! `dot` (Graphviz export).
+
+mod block;
+mod check;
+mod config;
+mod create;
+mod dot;
+mod graph;
+mod id;
+mod patch;
+mod stats;
+mod writeout;
+
+pub use config::{CacheConfig, Optimizations, CHAIN_DEPTH_LIMIT, CHAIN_NODE_LIMIT};
+pub use id::PatchId;
+pub use patch::{Kind, PatchFlags};
+pub use stats::Stats;
+pub use stitch_blockdev::{BlockDevice, BlockNo, DevError};
+
+use block::Blocks;
+use id::Arena;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// What can go wrong in the patch cache. Device errors describe the world;
+/// `Stuck` and `Invariant` describe a bug and stop all writes.
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    #[error(transparent)]
+    Device(#[from] DevError),
+    #[error("the patch cache stopped writing after an earlier failure: {0}")]
+    Stopped(String),
+    #[error("a dependency of {from} on {to} would close a cycle")]
+    Cycle { from: PatchId, to: PatchId },
+    #[error("a dependency of {from} on {to} would make hard patch {hard} wait for its own block")]
+    BlockCycle {
+        from: PatchId,
+        to: PatchId,
+        hard: PatchId,
+    },
+    #[error("{0} is not an uncommitted empty patch")]
+    NotEmpty(PatchId),
+    #[error("{0} is not a held empty patch")]
+    NotHeld(PatchId),
+    #[error(
+        "a change of {len} bytes at offset {offset} does not fit in a {block_size}-byte block"
+    )]
+    OutOfBlock {
+        offset: usize,
+        len: usize,
+        block_size: usize,
+    },
+    #[error("{block} is beyond the end of the device ({num_blocks} blocks)")]
+    OutOfRange { block: BlockNo, num_blocks: u64 },
+    #[error("write-back waits on {held} held empty patch(es)")]
+    HeldBack { held: usize },
+    #[error("write-back is stuck: {dirty} dirty blocks, none writable, none in flight")]
+    Stuck { dirty: usize },
+    #[error("invariant violated: {0}")]
+    Invariant(String),
+}
+
+pub type Result<T> = std::result::Result<T, PatchError>;
+
+/// Where a patch is in its life.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PatchState {
+    Uncommitted,
+    InFlight,
+    Committed,
+}
+
+/// The patch cache of Featherstitch §6.3: caches blocks, holds every
+/// uncommitted patch, and writes blocks in an order that keeps both safety
+/// properties. Single-threaded: the layer above serializes calls.
+pub struct PatchCache {
+    dev: Arc<dyn BlockDevice>,
+    cfg: CacheConfig,
+    block_size: usize,
+    arena: Arena,
+    blocks: Blocks,
+    /// Dirty blocks in the order they became dirty (modified FIFO, §6.3).
+    fifo: VecDeque<u32>,
+    /// Blocks with a version in flight, committed by the next flush.
+    inflight_blocks: Vec<u32>,
+    /// Live held empty patches (they can hold write-back back).
+    held: usize,
+    mark_epoch: u32,
+    stats: Stats,
+    /// Set by the first device failure or violated invariant.
+    stopped: Option<String>,
+}
+
+impl PatchCache {
+    pub fn new(dev: Arc<dyn BlockDevice>, cfg: CacheConfig) -> Self {
+        let block_size = dev.block_size();
+        PatchCache {
+            dev,
+            cfg,
+            block_size,
+            arena: Arena::new(),
+            blocks: Blocks::new(),
+            fifo: VecDeque::new(),
+            inflight_blocks: Vec::new(),
+            held: 0,
+            mark_epoch: 0,
+            stats: Stats::default(),
+            stopped: None,
+        }
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The current contents of a block, with every uncommitted patch applied.
+    pub fn read(&mut self, block: BlockNo) -> Result<&[u8]> {
+        let idx = self.load_block(block, false)?;
+        Ok(&self.blocks.get(idx).data)
+    }
+
+    /// Where `id` is in its life. A handle to a merged patch reports the
+    /// state of the patch it merged into.
+    pub fn state(&self, id: PatchId) -> PatchState {
+        match self.arena.resolve(id) {
+            None => PatchState::Committed,
+            Some(live) => match self.arena.get(live).state {
+                patch::State::Uncommitted => PatchState::Uncommitted,
+                patch::State::InFlight => PatchState::InFlight,
+            },
+        }
+    }
+
+    pub fn is_committed(&self, id: PatchId) -> bool {
+        self.state(id) == PatchState::Committed
+    }
+
+    /// The live patch a handle stands for now (itself, or what it merged
+    /// into); `None` once committed.
+    pub fn resolve(&self, id: PatchId) -> Option<PatchId> {
+        self.arena.resolve(id)
+    }
+
+    /// Whether a live patch is hard (has no undo data).
+    pub fn is_hard(&self, id: PatchId) -> bool {
+        self.arena
+            .resolve(id)
+            .is_some_and(|p| self.arena.get(p).hard)
+    }
+
+    /// The flags a live patch was created with (a mode such as the journal
+    /// reads `data` to tell data from metadata).
+    pub fn flags(&self, id: PatchId) -> Option<PatchFlags> {
+        self.arena.resolve(id).map(|p| self.arena.get(p).flags)
+    }
+
+    /// The counters, with the live figures filled in.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.live_patches = self.arena.live() as u64;
+        s.dirty_blocks = self.blocks.dirty as u64;
+        s.cached_blocks = self.blocks.len() as u64;
+        s
+    }
+
+    /// Bytes of memory live patches take now (structures, undo data and
+    /// dependency lists), for the memory-overhead figure of §8.2.
+    pub fn patch_memory(&self) -> usize {
+        self.arena
+            .live_ids()
+            .map(|id| self.arena.get(id).memory())
+            .sum()
+    }
+
+    /// Number of blocks holding uncommitted patches not yet in flight.
+    pub fn dirty_blocks(&self) -> usize {
+        self.blocks.dirty
+    }
+
+    fn check_running(&self) -> Result<()> {
+        match &self.stopped {
+            Some(why) => Err(PatchError::Stopped(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the first failure; every later write or flush refuses.
+    fn stop(&mut self, err: PatchError) -> PatchError {
+        if self.stopped.is_none() {
+            self.stopped = Some(err.to_string());
+        }
+        err
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.mark_epoch = self.mark_epoch.wrapping_add(1);
+        if self.mark_epoch == 0 {
+            // Wrapped: clear every mark so an old one can't pass for new.
+            let ids: Vec<PatchId> = self.arena.live_ids().collect();
+            for id in ids {
+                self.arena.get_mut(id).mark = 0;
+            }
+            self.mark_epoch = 1;
+        }
+        self.mark_epoch
+    }
+}

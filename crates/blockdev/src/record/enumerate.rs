@@ -244,7 +244,7 @@ impl CrashStates {
     pub fn is_sampled(&self, index: usize) -> bool {
         self.epochs
             .get(index)
-            .is_some_and(|e| e.count().map_or(true, |c| c > self.opts.max_states))
+            .is_some_and(|e| e.count().is_none_or(|c| c > self.opts.max_states))
     }
 }
 

@@ -1,0 +1,163 @@
+//! The cached blocks: contents with every uncommitted patch applied, the
+//! block's patch list in application order, its ready list (§4.4), and the
+//! bookkeeping the hard-patch test needs (§4.1).
+//!
+//! Invariants:
+//! - `patches` holds the block's uncommitted patches that are not in flight,
+//!   in the order their changes were applied; reverting any suffix-closed
+//!   subset of them in reverse order yields the block without them.
+//! - `ext_in` counts direct dependency edges `q → x` with `x` in `patches`
+//!   and `q` on another block or empty. Zero means no other block can wait
+//!   for this one, so a new patch here can never head a block-level cycle.
+//! - `hard` is the newest hard patch in `patches`; every later patch on the
+//!   block depends on it (a hard patch cannot be reverted, so it "overlaps"
+//!   everything, §4.1).
+//! - A block with a version in flight (`writing`) is not written again until
+//!   that version commits (at most one version in flight, §3.2).
+//! - Only clean blocks (no patches, not writing) sit in the LRU and may be
+//!   evicted.
+
+use crate::id::PatchId;
+use crate::patch::BlockIdx;
+use std::collections::{BTreeMap, HashMap};
+use stitch_blockdev::BlockNo;
+
+pub(crate) struct CachedBlock {
+    pub no: BlockNo,
+    pub data: Box<[u8]>,
+    pub patches: Vec<PatchId>,
+    pub inflight: Vec<PatchId>,
+    pub ready: Vec<PatchId>,
+    pub hard: Option<PatchId>,
+    pub ext_in: u32,
+    pub writing: bool,
+    pub in_fifo: bool,
+    pub picked: bool,
+    pub lru_key: Option<u64>,
+}
+
+impl CachedBlock {
+    pub fn is_clean(&self) -> bool {
+        self.patches.is_empty() && !self.writing
+    }
+}
+
+/// The block table: slots reused through a free list, a map from block
+/// number, and an LRU of clean blocks keyed by last use.
+pub(crate) struct Blocks {
+    table: Vec<Option<CachedBlock>>,
+    free: Vec<BlockIdx>,
+    map: HashMap<BlockNo, BlockIdx>,
+    lru: BTreeMap<u64, BlockIdx>,
+    tick: u64,
+    /// Blocks with a non-empty `patches` list.
+    pub dirty: usize,
+}
+
+impl Blocks {
+    pub fn new() -> Self {
+        Blocks {
+            table: Vec::new(),
+            free: Vec::new(),
+            map: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            dirty: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn lookup(&self, no: BlockNo) -> Option<BlockIdx> {
+        self.map.get(&no).copied()
+    }
+
+    pub fn get(&self, idx: BlockIdx) -> &CachedBlock {
+        self.table[idx as usize]
+            .as_ref()
+            .expect("stale block index")
+    }
+
+    pub fn get_mut(&mut self, idx: BlockIdx) -> &mut CachedBlock {
+        self.table[idx as usize]
+            .as_mut()
+            .expect("stale block index")
+    }
+
+    pub fn indices(&self) -> impl Iterator<Item = BlockIdx> + '_ {
+        self.map.values().copied()
+    }
+
+    pub fn insert(&mut self, no: BlockNo, data: Box<[u8]>) -> BlockIdx {
+        let block = CachedBlock {
+            no,
+            data,
+            patches: Vec::new(),
+            inflight: Vec::new(),
+            ready: Vec::new(),
+            hard: None,
+            ext_in: 0,
+            writing: false,
+            in_fifo: false,
+            picked: false,
+            lru_key: None,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.table[i as usize] = Some(block);
+                i
+            }
+            None => {
+                self.table.push(Some(block));
+                (self.table.len() - 1) as BlockIdx
+            }
+        };
+        self.map.insert(no, idx);
+        self.make_clean(idx);
+        idx
+    }
+
+    /// Marks a use: a clean block moves to the young end of the LRU.
+    pub fn touch(&mut self, idx: BlockIdx) {
+        if let Some(key) = self.get(idx).lru_key {
+            self.lru.remove(&key);
+            self.tick += 1;
+            self.lru.insert(self.tick, idx);
+            self.get_mut(idx).lru_key = Some(self.tick);
+        }
+    }
+
+    /// The block got its first uncommitted patch: it leaves the LRU.
+    pub fn make_dirty(&mut self, idx: BlockIdx) {
+        if let Some(key) = self.get_mut(idx).lru_key.take() {
+            self.lru.remove(&key);
+        }
+        self.dirty += 1;
+    }
+
+    /// The block has nothing left to write: it may be evicted.
+    pub fn make_clean(&mut self, idx: BlockIdx) {
+        self.tick += 1;
+        let tick = self.tick;
+        let b = self.get_mut(idx);
+        debug_assert!(b.lru_key.is_none());
+        b.lru_key = Some(tick);
+        self.lru.insert(tick, idx);
+    }
+
+    /// Evicts the least recently used clean block; false if there is none.
+    pub fn evict_one(&mut self) -> bool {
+        let Some((_, idx)) = self.lru.pop_first() else {
+            return false;
+        };
+        let block = self.table[idx as usize]
+            .take()
+            .expect("LRU names a free slot");
+        debug_assert!(block.is_clean());
+        self.map.remove(&block.no);
+        self.free.push(idx);
+        true
+    }
+}

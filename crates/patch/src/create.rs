@@ -1,0 +1,492 @@
+//! Creating patches, and the optimizations that decide how (Featherstitch
+//! §4.1–§4.3):
+//!
+//! 1. **Hard** (§4.1): if no patch on another block (or empty patch) depends
+//!    on an uncommitted patch of this block (`ext_in == 0`), no block-level
+//!    cycle can ever have its head here, so the new patch needs no undo data.
+//! 2. **Hard merging** (§4.2): such a patch merges into the block's hard
+//!    patch; with **soft-to-hard** merging the block's soft patches become
+//!    hard and merge too, so a block holds at most one hard patch and that
+//!    patch depends on nothing on its own block.
+//! 3. **Overlap merging** (§4.3): otherwise a patch merges into the newest
+//!    patch it overlaps, when a bounded chain search proves the new edges
+//!    close no cycle and make no hard patch wait on its own block.
+//!
+//! Direct dependencies are given at creation; the only later additions are
+//! merges (proved safe as above) and `add_dependency` on an empty patch
+//! (checked exactly). So every block-level cycle through a patch exists when
+//! the patch is born (§4.1 and its footnote).
+
+use crate::graph::EdgeCheck;
+use crate::id::PatchId;
+use crate::patch::{xor_word, BlockIdx, Kind, Patch, PatchFlags, State, NO_BLOCK};
+use crate::{BlockNo, PatchCache, PatchError, Result};
+use smallvec::SmallVec;
+
+/// The change a new patch makes: bytes to write, or bits to flip.
+#[derive(Copy, Clone)]
+enum Change<'a> {
+    Bytes(&'a [u8]),
+    Flip,
+}
+
+type DepList = SmallVec<[PatchId; 8]>;
+
+impl PatchCache {
+    /// Creates a patch writing `data` at `offset` of `block`, depending on
+    /// `deps` (committed handles are ignored). Returns the patch that now
+    /// stands for the change: new, or the one it merged into.
+    pub fn create_byte(
+        &mut self,
+        block: BlockNo,
+        offset: usize,
+        data: &[u8],
+        deps: &[PatchId],
+        flags: PatchFlags,
+    ) -> Result<PatchId> {
+        self.check_fits(offset, data.len())?;
+        let kind = Kind::Byte {
+            offset: offset as u32,
+            len: data.len() as u32,
+        };
+        let full = offset == 0 && data.len() == self.block_size;
+        self.create_on_block(block, kind, Change::Bytes(data), deps, flags, full)
+    }
+
+    /// Creates a patch flipping the bits of `mask` in the little-endian
+    /// 32-bit word at `offset` (bitmaps: each bit may carry its own
+    /// dependencies, §3.5).
+    pub fn create_bit(
+        &mut self,
+        block: BlockNo,
+        offset: usize,
+        mask: u32,
+        deps: &[PatchId],
+        flags: PatchFlags,
+    ) -> Result<PatchId> {
+        self.check_fits(offset, 4)?;
+        let kind = Kind::Bit {
+            offset: offset as u32,
+            mask,
+        };
+        self.create_on_block(block, kind, Change::Flip, deps, flags, false)
+    }
+
+    /// Creates an empty patch: no block, no data, only dependencies. It
+    /// commits as soon as everything it depends on has committed.
+    pub fn create_empty(&mut self, deps: &[PatchId]) -> Result<PatchId> {
+        self.new_empty(deps, false)
+    }
+
+    /// Creates an empty patch held in memory: it does not commit, and what
+    /// depends on it is not written, until [`PatchCache::release`] (§3.5; the
+    /// journal holds home writes back this way until the commit record exists).
+    pub fn create_held(&mut self, deps: &[PatchId]) -> Result<PatchId> {
+        self.new_empty(deps, true)
+    }
+
+    /// Lets a held or otherwise uncommitted empty patch depend on `dep` too
+    /// (the footnote of §4.1). Refused if it would close a cycle or make a
+    /// hard patch wait on its own block; the check is exact.
+    pub fn add_dependency(&mut self, empty: PatchId, dep: PatchId) -> Result<()> {
+        self.check_running()?;
+        let e = self
+            .arena
+            .resolve(empty)
+            .ok_or(PatchError::NotEmpty(empty))?;
+        let p = self.arena.get(e);
+        if !p.is_empty() || p.state != State::Uncommitted {
+            return Err(PatchError::NotEmpty(empty));
+        }
+        let Some(d) = self.arena.resolve(dep) else {
+            return Ok(());
+        };
+        if d == e {
+            return Err(PatchError::Cycle {
+                from: empty,
+                to: dep,
+            });
+        }
+        if self.has_edge(e, d) {
+            return Ok(());
+        }
+        match self.check_new_edges(e, &[d], false) {
+            EdgeCheck::Safe => {}
+            EdgeCheck::Cycle | EdgeCheck::TooFar => {
+                return Err(PatchError::Cycle {
+                    from: empty,
+                    to: dep,
+                })
+            }
+            EdgeCheck::BlockCycle(hard) => {
+                return Err(PatchError::BlockCycle {
+                    from: empty,
+                    to: dep,
+                    hard,
+                })
+            }
+        }
+        self.add_edge(e, d);
+        Ok(())
+    }
+
+    /// Releases a held empty patch: it commits once its dependencies have.
+    pub fn release(&mut self, held: PatchId) -> Result<()> {
+        let e = self.arena.resolve(held).ok_or(PatchError::NotHeld(held))?;
+        let p = self.arena.get_mut(e);
+        if !p.held {
+            return Err(PatchError::NotHeld(held));
+        }
+        p.held = false;
+        self.held -= 1;
+        self.settle(e);
+        Ok(())
+    }
+
+    fn check_fits(&self, offset: usize, len: usize) -> Result<()> {
+        if len == 0
+            || offset
+                .checked_add(len)
+                .is_none_or(|end| end > self.block_size)
+        {
+            return Err(PatchError::OutOfBlock {
+                offset,
+                len,
+                block_size: self.block_size,
+            });
+        }
+        Ok(())
+    }
+
+    fn new_empty(&mut self, deps: &[PatchId], held: bool) -> Result<PatchId> {
+        self.check_running()?;
+        let deps = self.live_deps(deps);
+        let mut patch = Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default());
+        patch.held = held;
+        let id = self.arena.insert(patch);
+        self.stats.created_empty += 1;
+        if held {
+            self.held += 1;
+        }
+        for d in deps {
+            self.add_edge(id, d);
+        }
+        self.settle(id);
+        Ok(id)
+    }
+
+    /// Resolves handles to live patches (following merges), drops committed
+    /// ones and duplicates.
+    fn live_deps(&self, deps: &[PatchId]) -> DepList {
+        let mut out = DepList::new();
+        for &d in deps {
+            if let Some(live) = self.arena.resolve(d) {
+                if !out.contains(&live) {
+                    out.push(live);
+                }
+            }
+        }
+        out
+    }
+
+    fn create_on_block(
+        &mut self,
+        no: BlockNo,
+        kind: Kind,
+        change: Change<'_>,
+        deps: &[PatchId],
+        flags: PatchFlags,
+        full: bool,
+    ) -> Result<PatchId> {
+        self.check_running()?;
+        let b = self.load_block(no, full)?;
+        let deps = self.live_deps(deps);
+        let opts = self.cfg.optimizations;
+        let was_dirty = !self.blocks.get(b).patches.is_empty();
+        let id = if opts.hard_patches && self.blocks.get(b).ext_in == 0 {
+            self.create_hard(b, kind, change, deps, flags)
+        } else {
+            self.create_soft(b, kind, change, deps, flags)
+        };
+        if !was_dirty {
+            self.became_dirty(b);
+        }
+        self.apply_backpressure()?;
+        Ok(id)
+    }
+
+    /// §4.1–4.2: nothing outside the block waits on it.
+    fn create_hard(
+        &mut self,
+        b: BlockIdx,
+        kind: Kind,
+        change: Change<'_>,
+        deps: DepList,
+        flags: PatchFlags,
+    ) -> PatchId {
+        let opts = self.cfg.optimizations;
+        let block = self.blocks.get(b);
+        let has_soft = block.patches.iter().any(|&p| !self.arena.get(p).hard);
+        let target = if block.patches.is_empty() || !opts.hard_merging {
+            None
+        } else if !has_soft || opts.soft_to_hard {
+            Some(self.collapse_block(b))
+        } else {
+            self.hard_merge_target(b, &kind, &deps)
+        };
+        let Some(target) = target else {
+            let mut all = deps;
+            self.add_overlap_deps(b, &kind, &mut all);
+            let id = self.insert_patch(b, kind, change, &all, flags, true);
+            self.stats.created_hard += 1;
+            return id;
+        };
+        self.apply_change(b, kind, change);
+        self.widen_hard_range(target, kind);
+        for d in deps {
+            if let Some(d) = self.arena.resolve(d) {
+                if d != target {
+                    self.add_edge(target, d);
+                }
+            }
+        }
+        self.stats.merged_hard += 1;
+        target
+    }
+
+    /// Hard merging without soft-to-hard: the block's hard patch can take
+    /// the change only if the change touches no soft patch and depends on
+    /// none of the block's soft patches (either would close a cycle).
+    fn hard_merge_target(&self, b: BlockIdx, kind: &Kind, deps: &DepList) -> Option<PatchId> {
+        let block = self.blocks.get(b);
+        let h = block.hard?;
+        let touches_soft = block.patches.iter().any(|&p| {
+            let pp = self.arena.get(p);
+            !pp.hard && (pp.kind.overlaps(kind) || deps.contains(&p))
+        });
+        (!touches_soft).then_some(h)
+    }
+
+    /// A hard patch's range is only informative (it overlaps everything);
+    /// keep it the hull of what it changed, for the graph view.
+    fn widen_hard_range(&mut self, t: PatchId, kind: Kind) {
+        let tp = self.arena.get_mut(t);
+        let (a0, a1) = tp.kind.range();
+        let (c0, c1) = kind.range();
+        let (lo, hi) = (a0.min(c0), a1.max(c1));
+        tp.kind = Kind::Byte {
+            offset: lo,
+            len: hi - lo,
+        };
+    }
+
+    /// Soft-to-hard and hard merging (§4.2): turns every patch of the block
+    /// that is not in flight into one hard patch. Valid because `ext_in == 0`:
+    /// no chain leaves the block and comes back, so none of them can head a
+    /// block-level cycle, and none needs its undo data.
+    fn collapse_block(&mut self, b: BlockIdx) -> PatchId {
+        let list = self.blocks.get(b).patches.clone();
+        let target = self.blocks.get(b).hard.unwrap_or(list[0]);
+        let (mut lo, mut hi) = self.arena.get(target).kind.range();
+        for &m in &list {
+            let (l, h) = self.arena.get(m).kind.range();
+            lo = lo.min(l);
+            hi = hi.max(h);
+            if m == target {
+                continue;
+            }
+            if self.arena.get(m).hard {
+                self.stats.merged_hard += 1;
+            } else {
+                self.stats.merged_soft_to_hard += 1;
+            }
+            let same = move |c: &PatchCache, x: PatchId| {
+                let p = c.arena.get(x);
+                p.block == b && p.state == State::Uncommitted
+            };
+            self.merge_into(m, target, &same);
+        }
+        let t = self.arena.get_mut(target);
+        if !t.hard {
+            self.stats.merged_soft_to_hard += 1;
+        }
+        let undo = t.undo.take();
+        t.hard = true;
+        t.kind = Kind::Byte {
+            offset: lo,
+            len: hi - lo,
+        };
+        self.stats.undo_bytes_live -= undo.map_or(0, |u| u.len() as u64);
+        let block = self.blocks.get_mut(b);
+        block.patches.clear();
+        block.patches.push(target);
+        block.hard = Some(target);
+        target
+    }
+
+    /// A patch some other block may wait on: it may need rolling back.
+    fn create_soft(
+        &mut self,
+        b: BlockIdx,
+        kind: Kind,
+        change: Change<'_>,
+        deps: DepList,
+        flags: PatchFlags,
+    ) -> PatchId {
+        let mut all = deps;
+        let newest_overlap = self.add_overlap_deps(b, &kind, &mut all);
+        if self.cfg.optimizations.overlap_merging {
+            if let Some(t) = newest_overlap {
+                if let Some(id) = self.try_overlap_merge(b, t, kind, change, &all) {
+                    return id;
+                }
+            }
+        }
+        self.insert_patch(b, kind, change, &all, flags, false)
+    }
+
+    /// Adds overlap dependencies (§3.5) on every patch of the block the new
+    /// change overlaps, and on the block's newest hard patch (which overlaps
+    /// everything). Returns the newest patch overlapped, the merge candidate.
+    fn add_overlap_deps(&self, b: BlockIdx, kind: &Kind, deps: &mut DepList) -> Option<PatchId> {
+        let block = self.blocks.get(b);
+        let mut newest = None;
+        for &p in &block.patches {
+            let pp = self.arena.get(p);
+            if pp.hard || pp.kind.overlaps(kind) {
+                newest = Some(p);
+                if !deps.contains(&p) {
+                    deps.push(p);
+                }
+            }
+        }
+        newest
+    }
+
+    /// §4.3: merge into `t`, the newest patch the change overlaps, if the new
+    /// edges are proved safe. Merging into the newest overlapped patch keeps
+    /// reverse-order rollback exact: no patch after `t` touches these bytes.
+    fn try_overlap_merge(
+        &mut self,
+        b: BlockIdx,
+        t: PatchId,
+        kind: Kind,
+        change: Change<'_>,
+        all: &DepList,
+    ) -> Option<PatchId> {
+        let new: DepList = all
+            .iter()
+            .copied()
+            .filter(|&d| d != t && !self.has_edge(t, d))
+            .collect();
+        if self.check_new_edges(t, &new, true) != EdgeCheck::Safe {
+            self.stats.overlap_merge_refused += 1;
+            return None;
+        }
+        if self.arena.get(t).hard {
+            self.widen_hard_range(t, kind);
+        } else {
+            self.widen_undo(b, t, kind);
+        }
+        self.apply_change(b, kind, change);
+        for d in new {
+            self.add_edge(t, d);
+        }
+        self.stats.merged_overlap += 1;
+        Some(t)
+    }
+
+    /// Extends soft patch `t` so it also covers `kind`, saving the current
+    /// bytes (the state just before the new change) as undo data for what it
+    /// did not cover. Overlapping ranges make the union contiguous.
+    fn widen_undo(&mut self, b: BlockIdx, t: PatchId, kind: Kind) {
+        let data = &self.blocks.get(b).data;
+        let tp = self.arena.get(t);
+        if let (
+            Kind::Bit {
+                offset: o1,
+                mask: m1,
+            },
+            Kind::Bit {
+                offset: o2,
+                mask: m2,
+            },
+        ) = (tp.kind, kind)
+        {
+            debug_assert_eq!(o1, o2);
+            self.arena.get_mut(t).kind = Kind::Bit {
+                offset: o1,
+                mask: m1 ^ m2,
+            };
+            return;
+        }
+        let (a0, a1) = tp.kind.range();
+        let (c0, c1) = kind.range();
+        let (lo, hi) = (a0.min(c0), a1.max(c1));
+        let mut undo = data[lo as usize..hi as usize].to_vec();
+        match tp.kind {
+            Kind::Byte { .. } => {
+                let old = tp.undo.as_ref().expect("soft byte patch without undo");
+                undo[(a0 - lo) as usize..(a1 - lo) as usize].copy_from_slice(old);
+            }
+            Kind::Bit { offset, mask } => xor_word(&mut undo, offset - lo, mask),
+            Kind::Empty => unreachable!("empty patches have no block"),
+        }
+        let old_len = tp.undo.as_ref().map_or(0, |u| u.len()) as u64;
+        self.stats.undo_bytes_allocated += undo.len() as u64;
+        self.stats.undo_bytes_live += undo.len() as u64 - old_len;
+        let tp = self.arena.get_mut(t);
+        tp.undo = Some(undo.into_boxed_slice());
+        tp.kind = Kind::Byte {
+            offset: lo,
+            len: hi - lo,
+        };
+    }
+
+    fn apply_change(&mut self, b: BlockIdx, kind: Kind, change: Change<'_>) {
+        let data = &mut self.blocks.get_mut(b).data;
+        match (kind, change) {
+            (Kind::Byte { offset, len }, Change::Bytes(bytes)) => {
+                data[offset as usize..(offset + len) as usize].copy_from_slice(bytes)
+            }
+            (Kind::Bit { offset, mask }, Change::Flip) => xor_word(data, offset, mask),
+            _ => unreachable!("change does not match its kind"),
+        }
+    }
+
+    /// Allocates a new patch on block `b`, saving undo data unless hard.
+    fn insert_patch(
+        &mut self,
+        b: BlockIdx,
+        kind: Kind,
+        change: Change<'_>,
+        deps: &DepList,
+        flags: PatchFlags,
+        hard: bool,
+    ) -> PatchId {
+        let mut patch = Patch::new(b, kind, flags);
+        patch.hard = hard;
+        if let (false, Kind::Byte { offset, len }) = (hard, kind) {
+            let old = &self.blocks.get(b).data[offset as usize..(offset + len) as usize];
+            patch.undo = Some(old.into());
+            self.stats.undo_bytes_allocated += u64::from(len);
+            self.stats.undo_bytes_live += u64::from(len);
+        }
+        match kind {
+            Kind::Bit { .. } => self.stats.created_bit += 1,
+            _ => self.stats.created_byte += 1,
+        }
+        let id = self.arena.insert(patch);
+        self.apply_change(b, kind, change);
+        for &d in deps {
+            self.add_edge(id, d);
+        }
+        let block = self.blocks.get_mut(b);
+        block.patches.push(id);
+        if hard {
+            block.hard = Some(id);
+        }
+        self.settle(id);
+        id
+    }
+}
