@@ -3,7 +3,9 @@
 //!
 //! 1. **Hard** (§4.1): if no patch on another block (or empty patch) depends
 //!    on an uncommitted patch of this block (`ext_in == 0`), no block-level
-//!    cycle can ever have its head here, so the new patch needs no undo data.
+//!    cycle can ever have its head here, so the new patch needs no undo data
+//!    (unless an older soft patch of the block would be stuck behind it; see
+//!    `create_hard`).
 //! 2. **Hard merging** (§4.2): such a patch merges into the block's hard
 //!    patch; with **soft-to-hard** merging the block's soft patches become
 //!    hard and merge too, so a block holds at most one hard patch and that
@@ -215,7 +217,15 @@ impl PatchCache {
         Ok(id)
     }
 
-    /// §4.1–4.2: nothing outside the block waits on it.
+    /// §4.1–4.2: nothing outside the block waits on it. A new hard patch
+    /// must not sit above an older soft patch of its block: the soft patch
+    /// could become ready while the hard one waits, and the block could then
+    /// not be written at all (the hard patch can't be rolled back). §4.1's
+    /// liveness argument needs every later patch on a block to depend on its
+    /// hard patch. So without soft-to-hard merging, a block that still holds
+    /// soft patches only takes the change into its existing hard patch, or
+    /// as a soft patch; and without hard merging, a second hard patch may not
+    /// wait on another block (see `waits_off_block`).
     fn create_hard(
         &mut self,
         b: BlockIdx,
@@ -235,6 +245,9 @@ impl PatchCache {
             self.hard_merge_target(b, &kind, &deps)
         };
         let Some(target) = target else {
+            if has_soft || (self.blocks.get(b).hard.is_some() && self.waits_off_block(b, &deps)) {
+                return self.create_soft(b, kind, change, deps, flags);
+            }
             let mut all = deps;
             self.add_overlap_deps(b, &kind, &mut all);
             let id = self.insert_patch(b, kind, change, &all, flags, true);
@@ -252,6 +265,18 @@ impl PatchCache {
         }
         self.stats.merged_hard += 1;
         target
+    }
+
+    /// Whether any dependency is an uncommitted patch off block `b` (or an
+    /// empty one). Without hard merging, a second hard patch on a block must
+    /// not wait on another block: it would gate the block (it can't be rolled
+    /// back) while the older hard patch is ready, and two such blocks can wait
+    /// on each other.
+    fn waits_off_block(&self, b: BlockIdx, deps: &DepList) -> bool {
+        deps.iter().any(|&d| {
+            let p = self.arena.get(d);
+            p.state == State::Uncommitted && p.block != b
+        })
     }
 
     /// Hard merging without soft-to-hard: the block's hard patch can take

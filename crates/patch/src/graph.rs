@@ -228,6 +228,14 @@ impl PatchCache {
             }
             let p = self.arena.get_mut(x);
             if p.mark == epoch {
+                // Seen, or white-listed: what lies beyond adds nothing, but
+                // the node's own block does if this path left the target's
+                // block to get here (an empty patch on the way hides the
+                // edge from the same-block closure).
+                let block = p.block;
+                if left && block != NO_BLOCK && !reached.contains(&block) {
+                    reached.push(block);
+                }
                 continue;
             }
             p.mark = epoch;
