@@ -1,0 +1,246 @@
+//! Behaviour of the patch cache beyond safety: rollback of a block-level
+//! cycle (Featherstitch Figure 2b), failures latched, back-pressure,
+//! eviction, the n+1 write heuristic, precise `sync_patch`, the graph export.
+
+use std::sync::Arc;
+use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
+use stitch_patch::{
+    BlockNo, CacheConfig, Optimizations, PatchCache, PatchError, PatchFlags, PatchState,
+};
+
+const BS: usize = 4096;
+const META: PatchFlags = PatchFlags { data: false };
+
+fn cache(blocks: u64, cfg: CacheConfig) -> (Arc<MemDevice>, PatchCache) {
+    let dev = Arc::new(MemDevice::new(BS, blocks).unwrap());
+    (dev.clone(), PatchCache::new(dev, cfg))
+}
+
+/// Figure 2b: an append (bitmap b, inode i → b) and, before it commits, a
+/// delete whose bitmap change b2 must follow the inode change i2 (rule 2).
+/// Bitmap and inode block wait on each other; the cache must roll b2 back,
+/// write the bitmap with b alone, then the inode block, then the bitmap again.
+#[test]
+fn a_block_level_cycle_is_broken_by_rolling_back() {
+    let (dev, mut c) = cache(8, CacheConfig::default());
+    let (bitmap, inodes) = (BlockNo(2), BlockNo(3));
+    let b = c.create_bit(bitmap, 0, 1 << 5, &[], META).unwrap();
+    let i = c.create_byte(inodes, 0, &[5, 0, 0, 0], &[b], META).unwrap();
+    let i2 = c.create_byte(inodes, 128, &[0; 4], &[], META).unwrap();
+    let b2 = c.create_bit(bitmap, 0, 1 << 9, &[i2], META).unwrap();
+    assert!(
+        !c.is_hard(b2),
+        "b2 must keep undo data: the inode block waits on its block"
+    );
+    c.sync().unwrap();
+    let s = c.stats();
+    assert!(s.reverts >= 1, "b2 was rolled back once: {s:?}");
+    assert_eq!(s.blocks_written, 3, "bitmap twice, inode block once");
+    assert!(c.is_committed(i) && c.is_committed(b2));
+    let img = dev.snapshot();
+    assert_eq!(
+        u32::from_le_bytes(img[2 * BS..2 * BS + 4].try_into().unwrap()),
+        (1 << 5) | (1 << 9)
+    );
+}
+
+#[test]
+fn a_failed_write_stops_the_cache_and_loses_nothing_silently() {
+    let mem = MemDevice::new(BS, 8).unwrap();
+    let dev = Arc::new(FaultDevice::new(mem).unwrap());
+    let mut c = PatchCache::new(dev.clone(), CacheConfig::default());
+    let p = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
+    dev.fail_nth_write(1, FaultKind::Io);
+    assert!(matches!(c.sync(), Err(PatchError::Device(_))));
+    assert_eq!(
+        c.state(p),
+        PatchState::Uncommitted,
+        "a failed write commits nothing"
+    );
+    // Every later call that would write refuses, naming the first failure.
+    assert!(matches!(c.flush(), Err(PatchError::Stopped(_))));
+    assert!(matches!(
+        c.create_byte(BlockNo(2), 0, &[1], &[], META),
+        Err(PatchError::Stopped(_))
+    ));
+    assert!(matches!(c.sync(), Err(PatchError::Stopped(why)) if why.contains("I/O")));
+}
+
+#[test]
+fn a_failed_flush_commits_nothing() {
+    let mem = MemDevice::new(BS, 8).unwrap();
+    let dev = Arc::new(FaultDevice::new(mem).unwrap());
+    let mut c = PatchCache::new(dev.clone(), CacheConfig::default());
+    let p = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
+    dev.fail_nth_flush(1, FaultKind::NoSpace);
+    assert_eq!(c.write_round(10).unwrap(), 1);
+    assert!(c.flush().is_err());
+    assert_eq!(
+        c.state(p),
+        PatchState::InFlight,
+        "not durable, so not committed"
+    );
+    assert!(c.sync_patch(p).is_err());
+}
+
+#[test]
+fn writers_wait_for_write_back_past_the_dirty_bound() {
+    let cfg = CacheConfig {
+        max_dirty_blocks: 16,
+        ..CacheConfig::default()
+    };
+    let (dev, mut c) = cache(256, cfg);
+    for n in 0..100 {
+        c.create_byte(BlockNo(n), 0, &[n as u8; 8], &[], META)
+            .unwrap();
+        assert!(
+            c.dirty_blocks() <= 16,
+            "dirty blocks {} past the bound",
+            c.dirty_blocks()
+        );
+    }
+    assert!(c.stats().backpressure_waits > 0);
+    assert!(dev.stats().flushes > 0);
+}
+
+#[test]
+fn clean_blocks_are_evicted_least_recently_used_first() {
+    let cfg = CacheConfig {
+        max_blocks: 4,
+        ..CacheConfig::default()
+    };
+    let (_, mut c) = cache(64, cfg);
+    for n in 0..4 {
+        c.read(BlockNo(n)).unwrap();
+    }
+    c.read(BlockNo(0)).unwrap(); // 0 is now the most recent
+    c.read(BlockNo(10)).unwrap(); // evicts 1, the least recent
+    let reads = c.stats().blocks_read;
+    c.read(BlockNo(0)).unwrap();
+    assert_eq!(c.stats().blocks_read, reads, "block 0 stayed cached");
+    c.read(BlockNo(1)).unwrap();
+    assert_eq!(c.stats().blocks_read, reads + 1, "block 1 was evicted");
+    assert!(c.stats().evictions >= 2 && c.stats().cached_blocks <= 4);
+}
+
+#[test]
+fn dirty_blocks_are_never_evicted() {
+    let cfg = CacheConfig {
+        max_blocks: 2,
+        max_dirty_blocks: 100,
+        ..CacheConfig::default()
+    };
+    let (dev, mut c) = cache(64, cfg);
+    for n in 0..10 {
+        c.create_byte(BlockNo(n), 0, &[7; 4], &[], META).unwrap();
+    }
+    c.sync().unwrap();
+    for n in 0..10u64 {
+        assert_eq!(dev.snapshot()[n as usize * BS], 7, "block {n} lost");
+    }
+}
+
+#[test]
+fn a_round_follows_fifo_order_extended_by_n_plus_1() {
+    let (dev, mut c) = cache(64, CacheConfig::default());
+    // Dirty in the order 10, 30, 11. FIFO alone would pick 10 and 30; the
+    // n+1 heuristic (§6.3) takes 11 right after 10, so one round of two
+    // blocks writes 10 and 11, and 30 waits for the next round.
+    let p10 = c.create_byte(BlockNo(10), 0, &[1; 4], &[], META).unwrap();
+    let p30 = c.create_byte(BlockNo(30), 0, &[1; 4], &[], META).unwrap();
+    let p11 = c.create_byte(BlockNo(11), 0, &[1; 4], &[], META).unwrap();
+    assert_eq!(c.write_round(2).unwrap(), 2, "the limit counts blocks");
+    assert_eq!(c.state(p10), PatchState::InFlight);
+    assert_eq!(c.state(p11), PatchState::InFlight);
+    assert_eq!(c.state(p30), PatchState::Uncommitted);
+    c.flush().unwrap();
+    assert_eq!(dev.stats().write_batches, 1);
+    c.sync().unwrap();
+    assert_eq!(c.stats().blocks_written, 3);
+}
+
+#[test]
+fn sync_patch_writes_only_what_the_patch_needs() {
+    let (_, mut c) = cache(64, CacheConfig::default());
+    let a = c.create_byte(BlockNo(1), 0, &[1; 4], &[], META).unwrap();
+    let b = c.create_byte(BlockNo(2), 0, &[2; 4], &[a], META).unwrap();
+    for n in 10..20 {
+        c.create_byte(BlockNo(n), 0, &[3; 4], &[], META).unwrap();
+    }
+    c.sync_patch(b).unwrap();
+    assert!(c.is_committed(a) && c.is_committed(b));
+    assert_eq!(c.stats().blocks_written, 2, "the ten unrelated blocks wait");
+    assert_eq!(c.dirty_blocks(), 10);
+}
+
+#[test]
+fn handles_of_merged_patches_follow_the_merge_until_commit() {
+    let (_, mut c) = cache(8, CacheConfig::default());
+    let d = c.create_byte(BlockNo(1), 0, &[0; 8], &[], META).unwrap();
+    let i = c.create_byte(BlockNo(2), 0, &[1; 4], &[d], META).unwrap();
+    // Overlaps d, which block 2 waits on: not hard, merges into d (§4.3).
+    let d2 = c.create_byte(BlockNo(1), 0, &[9; 8], &[], META).unwrap();
+    assert_eq!(c.resolve(d2), c.resolve(d));
+    assert_eq!(c.stats().merged_overlap, 1);
+    c.sync_patch(i).unwrap();
+    assert!(c.is_committed(d2) && c.is_committed(d));
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let (_, mut c) = cache(8, CacheConfig::default());
+    assert!(matches!(
+        c.create_byte(BlockNo(1), 4090, &[0; 8], &[], META),
+        Err(PatchError::OutOfBlock { .. })
+    ));
+    assert!(matches!(
+        c.create_byte(BlockNo(1), 0, &[], &[], META),
+        Err(PatchError::OutOfBlock { .. })
+    ));
+    assert!(matches!(
+        c.create_bit(BlockNo(1), 4094, 1, &[], META),
+        Err(PatchError::OutOfBlock { .. })
+    ));
+    assert!(matches!(
+        c.create_byte(BlockNo(99), 0, &[0; 8], &[], META),
+        Err(PatchError::OutOfRange { .. })
+    ));
+    let p = c.create_byte(BlockNo(1), 0, &[1], &[], META).unwrap();
+    assert!(matches!(c.release(p), Err(PatchError::NotHeld(_))));
+    c.check_graph().unwrap();
+}
+
+#[test]
+fn the_graph_exports_as_dot() {
+    let (_, mut c) = cache(
+        8,
+        CacheConfig {
+            optimizations: Optimizations::NONE,
+            ..CacheConfig::default()
+        },
+    );
+    let a = c.create_byte(BlockNo(1), 0, &[1; 4], &[], META).unwrap();
+    let e = c.create_held(&[a]).unwrap();
+    let b = c.create_byte(BlockNo(2), 0, &[1; 4], &[e], META).unwrap();
+    let dot = c.to_dot();
+    assert!(dot.starts_with("digraph"));
+    assert!(dot.contains("cluster_1") && dot.contains("cluster_2"));
+    assert!(
+        dot.contains(&format!("\"{b}\" -> \"{e}\""))
+            && dot.contains(&format!("\"{e}\" -> \"{a}\""))
+    );
+    assert!(dot.contains("held"));
+}
+
+#[test]
+fn patch_memory_is_counted() {
+    let (_, mut c) = cache(
+        8,
+        CacheConfig {
+            optimizations: Optimizations::NONE,
+            ..CacheConfig::default()
+        },
+    );
+    c.create_byte(BlockNo(1), 0, &[1; 4096], &[], META).unwrap();
+    assert!(c.patch_memory() >= 4096, "undo data counts");
+}
