@@ -80,13 +80,18 @@ fn bad(offset: usize, reason: String) -> FormatError {
 
 /// Decodes the entry at `offset`, checking it stays inside `block`.
 pub fn entry_at(block: &[u8], offset: usize) -> Result<DirEntry<'_>> {
-    let field = |o| read::<u32, Le>(block, offset + o);
-    let (Some(inode), Some(raw_rec)) = (field(0), read::<u16, Le>(block, offset + 4)) else {
+    let header = offset
+        .checked_add(HEADER)
+        .and_then(|end| block.get(offset..end));
+    let Some(header) = header else {
         return Err(bad(offset, "entry header crosses the block end".into()));
     };
+    let (inode, raw_rec) = (
+        read::<u32, Le>(header, 0).unwrap_or(0),
+        read::<u16, Le>(header, 4).unwrap_or(0),
+    );
     let rec_len = rec_len_from_disk(raw_rec, block.len());
-    let name_len = usize::from(block[offset + 6]);
-    let file_type = block[offset + 7];
+    let (name_len, file_type) = (usize::from(header[6]), header[7]);
     if rec_len < rec_len_for(1) || rec_len % 4 != 0 {
         return Err(bad(
             offset,
@@ -349,6 +354,15 @@ mod tests {
         b[16] = 3;
         b[17] = 0;
         assert!(check_block(&b).is_err());
+    }
+
+    #[test]
+    fn truncated_header_is_an_error() {
+        // Found by the dir_block fuzzer: 7 bytes hold inode and rec_len but
+        // not name_len/file_type.
+        for len in 0..HEADER {
+            assert!(check_block(&[0x0c; 8][..len]).is_err() || len == 0);
+        }
     }
 
     #[test]
