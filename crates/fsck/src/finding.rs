@@ -1,0 +1,352 @@
+//! What the checker finds, and how each finding is classified.
+//!
+//! Every finding is one [`FindingKind`] variant carrying the numbers a repair
+//! needs (inode, block range, stored and correct count). Its [`Class`] is a
+//! function of the kind alone, fixed by DESIGN.md ("Consistency modes and
+//! guarantees"): a *soft-updates leak* is a link count too high, an inode or
+//! block marked used but unreferenced, or a wrong summary count; everything
+//! else is *corruption*. Crash tests rely on this being exact, so the table
+//! lives in one `match` ([`FindingKind::class`]) and nowhere else.
+//!
+//! Invariant: a leak never names something a repair could not safely release
+//! or recount; a kind whose repair would lose a reachable file is corruption.
+
+use serde::Serialize;
+use std::fmt;
+
+/// Corruption, or a leak that soft updates may leave after a crash.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Corruption,
+    Leak,
+}
+
+/// Who claims a block.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Owner {
+    /// Superblock copies, descriptor tables, bitmaps, inode tables.
+    Metadata,
+    Inode(u32),
+}
+
+/// Which bitmap.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BitmapKind {
+    Block,
+    Inode,
+}
+
+/// One problem, with what a repair needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FindingKind {
+    // --- superblock, groups, journal (pass 0) ---
+    /// The primary superblock does not decode; a backup was used.
+    SuperblockCorrupt {
+        reason: String,
+    },
+    GroupDescriptorCorrupt {
+        group: u32,
+        reason: String,
+    },
+    JournalCorrupt {
+        reason: String,
+    },
+    // --- inodes and block maps (pass 1) ---
+    /// The mode names no file type, or a field e2fsck requires zero is set.
+    BadInode {
+        ino: u32,
+        reason: String,
+    },
+    InUseWithDtime {
+        ino: u32,
+        dtime: u32,
+    },
+    /// A deleted inode (links 0) with a mode but no deletion time, not on
+    /// the orphan list.
+    DeletedWithoutDtime {
+        ino: u32,
+    },
+    /// An inode on the orphan list whose deletion did not finish: it and its
+    /// blocks are marked used but nothing refers to them.
+    Orphan {
+        ino: u32,
+    },
+    /// A block pointer outside the file system; `logical` is `None` for an
+    /// indirect block.
+    IllegalBlock {
+        ino: u32,
+        logical: Option<u64>,
+        block: u32,
+    },
+    BlockClaimedTwice {
+        block: u32,
+        owners: Vec<Owner>,
+    },
+    BadSize {
+        ino: u32,
+        size: u64,
+        should_be: u64,
+    },
+    BadBlockCount {
+        ino: u32,
+        i_blocks: u64,
+        should_be: u64,
+    },
+    ZeroLengthDirectory {
+        ino: u32,
+    },
+    InvalidSymlink {
+        ino: u32,
+    },
+    // --- directories (pass 2) ---
+    DirectoryHole {
+        dir: u32,
+        logical: u64,
+    },
+    DirBlockCorrupt {
+        dir: u32,
+        logical: u64,
+        block: u32,
+        offset: usize,
+        reason: String,
+    },
+    MissingDot {
+        dir: u32,
+    },
+    BadDot {
+        dir: u32,
+        found: u32,
+    },
+    MissingDotDot {
+        dir: u32,
+    },
+    DuplicateDot {
+        dir: u32,
+        name: String,
+    },
+    BadName {
+        dir: u32,
+        ino: u32,
+        name: String,
+    },
+    /// An entry naming a reserved or out-of-range inode number.
+    EntryBadInode {
+        dir: u32,
+        name: String,
+        ino: u32,
+    },
+    /// An entry naming an inode that is not in use (dangling).
+    DanglingEntry {
+        dir: u32,
+        name: String,
+        ino: u32,
+    },
+    LinkToDot {
+        dir: u32,
+        name: String,
+    },
+    LinkToRoot {
+        dir: u32,
+        name: String,
+    },
+    /// A second entry naming a directory (directories have one parent).
+    LinkToDirectory {
+        dir: u32,
+        name: String,
+        ino: u32,
+    },
+    FileTypeWrong {
+        dir: u32,
+        name: String,
+        ino: u32,
+        found: u8,
+        should_be: u8,
+    },
+    // --- connectivity (pass 3) ---
+    RootMissing,
+    LostFoundMissing,
+    /// A directory no entry names: used but unreferenced.
+    UnconnectedDirectory {
+        ino: u32,
+        dotdot: u32,
+    },
+    DirectoryLoop {
+        ino: u32,
+    },
+    DotDotWrong {
+        dir: u32,
+        found: u32,
+        should_be: u32,
+    },
+    // --- reference counts (pass 4) ---
+    /// `counted` 0 means no entry names the inode (e2fsck: "unattached").
+    LinkCountTooHigh {
+        ino: u32,
+        stored: u16,
+        counted: u32,
+    },
+    LinkCountTooLow {
+        ino: u32,
+        stored: u16,
+        counted: u32,
+    },
+    // --- group summaries (pass 5), block and inode ranges are inclusive ---
+    /// Marked used in the bitmap, referenced by nothing.
+    BlocksLeaked {
+        first: u32,
+        last: u32,
+    },
+    /// In use but marked free: an allocator could hand them out again.
+    BlocksMarkedFree {
+        first: u32,
+        last: u32,
+    },
+    InodesLeaked {
+        first: u32,
+        last: u32,
+    },
+    InodesMarkedFree {
+        first: u32,
+        last: u32,
+    },
+    BitmapPaddingClear {
+        group: u32,
+        bitmap: BitmapKind,
+    },
+    GroupFreeBlocksWrong {
+        group: u32,
+        stored: u32,
+        counted: u32,
+    },
+    GroupFreeInodesWrong {
+        group: u32,
+        stored: u32,
+        counted: u32,
+    },
+    GroupDirsWrong {
+        group: u32,
+        stored: u32,
+        counted: u32,
+    },
+    FreeBlocksWrong {
+        stored: u32,
+        counted: u32,
+    },
+    FreeInodesWrong {
+        stored: u32,
+        counted: u32,
+    },
+}
+
+impl FindingKind {
+    /// The classification of DESIGN.md; the only place it is decided.
+    pub fn class(&self) -> Class {
+        use FindingKind::*;
+        match self {
+            Orphan { .. }
+            | UnconnectedDirectory { .. }
+            | LinkCountTooHigh { .. }
+            | BlocksLeaked { .. }
+            | InodesLeaked { .. }
+            | GroupFreeBlocksWrong { .. }
+            | GroupFreeInodesWrong { .. }
+            | GroupDirsWrong { .. }
+            | FreeBlocksWrong { .. }
+            | FreeInodesWrong { .. } => Class::Leak,
+            _ => Class::Corruption,
+        }
+    }
+
+    /// Whether e2fsck counts it as an uncorrected error. The superblock's
+    /// totals are only hints (the kernel recomputes them at mount), so
+    /// e2fsck reports them but exits 0 (`PR_NO_OK` in its problem table).
+    pub fn is_error(&self) -> bool {
+        !matches!(
+            self,
+            FindingKind::FreeBlocksWrong { .. } | FindingKind::FreeInodesWrong { .. }
+        )
+    }
+}
+
+/// A finding as reported: kind, class and a sentence for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub class: Class,
+    #[serde(flatten)]
+    pub kind: FindingKind,
+    pub message: String,
+}
+
+impl Finding {
+    pub fn new(kind: FindingKind) -> Finding {
+        Finding {
+            class: kind.class(),
+            message: kind.to_string(),
+            kind,
+        }
+    }
+}
+
+fn range(what: &str, first: u32, last: u32) -> String {
+    if first == last {
+        format!("{what} {first}")
+    } else {
+        format!("{what}s {first}-{last}")
+    }
+}
+
+impl fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use FindingKind::*;
+        match self {
+            SuperblockCorrupt { reason } => write!(f, "primary superblock is corrupt ({reason}); checked with a backup"),
+            GroupDescriptorCorrupt { group, reason } => write!(f, "group {group} descriptor: {reason}"),
+            JournalCorrupt { reason } => write!(f, "journal: {reason}"),
+            BadInode { ino, reason } => write!(f, "inode {ino}: {reason}"),
+            InUseWithDtime { ino, dtime } => write!(f, "inode {ino} is in use but has dtime {dtime}"),
+            DeletedWithoutDtime { ino } => write!(f, "deleted inode {ino} has zero dtime"),
+            Orphan { ino } => write!(f, "inode {ino} is on the orphan list, its deletion unfinished"),
+            IllegalBlock { ino, logical: Some(l), block } => write!(f, "illegal block #{l} ({block}) in inode {ino}"),
+            IllegalBlock { ino, logical: None, block } => write!(f, "illegal indirect block ({block}) in inode {ino}"),
+            BlockClaimedTwice { block, owners } => write!(f, "block {block} is claimed by {owners:?}"),
+            BadSize { ino, size, should_be } => write!(f, "inode {ino}: i_size is {size}, should be {should_be}"),
+            BadBlockCount { ino, i_blocks, should_be } => write!(f, "inode {ino}: i_blocks is {i_blocks}, should be {should_be}"),
+            ZeroLengthDirectory { ino } => write!(f, "inode {ino} is a zero-length directory"),
+            InvalidSymlink { ino } => write!(f, "symlink inode {ino} is invalid"),
+            DirectoryHole { dir, logical } => write!(f, "directory inode {dir} has an unallocated block #{logical}"),
+            DirBlockCorrupt { dir, logical, block, offset, reason } => write!(f, "directory inode {dir}, block #{logical} ({block}), offset {offset}: {reason}"),
+            MissingDot { dir } => write!(f, "missing '.' in directory inode {dir}"),
+            BadDot { dir, found } => write!(f, "'.' in directory inode {dir} names inode {found}"),
+            MissingDotDot { dir } => write!(f, "missing '..' in directory inode {dir}"),
+            DuplicateDot { dir, name } => write!(f, "duplicate '{name}' entry in directory inode {dir}"),
+            BadName { dir, ino, name } => write!(f, "entry {name:?} (inode {ino}) in directory inode {dir} has an illegal name"),
+            EntryBadInode { dir, name, ino } => write!(f, "entry {name:?} in directory inode {dir} has bad inode number {ino}"),
+            DanglingEntry { dir, name, ino } => write!(f, "entry {name:?} in directory inode {dir} names unused inode {ino}"),
+            LinkToDot { dir, name } => write!(f, "entry {name:?} in directory inode {dir} is a link to '.'"),
+            LinkToRoot { dir, name } => write!(f, "entry {name:?} in directory inode {dir} is a link to the root"),
+            LinkToDirectory { dir, name, ino } => write!(f, "entry {name:?} in directory inode {dir} is a second link to directory {ino}"),
+            FileTypeWrong { dir, name, ino, found, should_be } => write!(f, "entry {name:?} (inode {ino}) in directory inode {dir} has file type {found}, should be {should_be}"),
+            RootMissing => write!(f, "root inode is not an allocated directory"),
+            LostFoundMissing => write!(f, "/lost+found not found"),
+            UnconnectedDirectory { ino, dotdot } => write!(f, "unconnected directory inode {ino} (was in {dotdot})"),
+            DirectoryLoop { ino } => write!(f, "directory inode {ino} is in a loop"),
+            DotDotWrong { dir, found, should_be } => write!(f, "'..' in directory inode {dir} is {found}, should be {should_be}"),
+            LinkCountTooHigh { ino, stored, counted } => write!(f, "inode {ino} link count is {stored}, should be {counted}"),
+            LinkCountTooLow { ino, stored, counted } => write!(f, "inode {ino} link count is {stored}, should be {counted}"),
+            BlocksLeaked { first, last } => write!(f, "{} marked used but unreferenced", range("block", *first, *last)),
+            BlocksMarkedFree { first, last } => write!(f, "{} in use but marked free", range("block", *first, *last)),
+            InodesLeaked { first, last } => write!(f, "{} marked used but unreferenced", range("inode", *first, *last)),
+            InodesMarkedFree { first, last } => write!(f, "{} in use but marked free", range("inode", *first, *last)),
+            BitmapPaddingClear { group, bitmap } => write!(f, "padding at the end of group {group}'s {bitmap:?} bitmap is not set"),
+            GroupFreeBlocksWrong { group, stored, counted } => write!(f, "free blocks count wrong for group {group} ({stored}, counted={counted})"),
+            GroupFreeInodesWrong { group, stored, counted } => write!(f, "free inodes count wrong for group {group} ({stored}, counted={counted})"),
+            GroupDirsWrong { group, stored, counted } => write!(f, "directories count wrong for group {group} ({stored}, counted={counted})"),
+            FreeBlocksWrong { stored, counted } => write!(f, "free blocks count wrong ({stored}, counted={counted})"),
+            FreeInodesWrong { stored, counted } => write!(f, "free inodes count wrong ({stored}, counted={counted})"),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The result of a check: findings, totals, journal state, and the exit code
+//! e2fsck would give.
+//!
+//! Exit codes follow e2fsck(8): 0 clean, 4 errors left uncorrected (this
+//! checker never corrects), 8 operational error. Leaks are "not clean" too
+//! (4), as `e2fsck -n` says; the class of each finding is in the text and in
+//! the JSON, so callers that accept leaks decide by class, not by code.
+
+use crate::finding::{Class, Finding};
+use serde::Serialize;
+use std::fmt;
+
+pub const EXIT_CLEAN: i32 = 0;
+pub const EXIT_UNCORRECTED: i32 = 4;
+pub const EXIT_ERROR: i32 = 8;
+
+/// Counts over the whole file system, as e2fsck's last line gives them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub blocks: u32,
+    pub blocks_used: u32,
+    pub inodes: u32,
+    pub inodes_used: u32,
+    pub directories: u32,
+    pub corruptions: usize,
+    pub leaks: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub summary: Summary,
+    /// The superblock says the journal must be replayed before the file
+    /// system is consistent (e2fsck -n then skips replay and warns).
+    pub needs_recovery: bool,
+    /// Inodes on the orphan list that are still in use (truncations the
+    /// kernel finishes at mount; not a problem for e2fsck -n).
+    pub orphans_in_use: Vec<u32>,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// True if every finding is a soft-updates leak (and there is at least
+    /// none that is corruption).
+    pub fn only_leaks(&self) -> bool {
+        self.findings.iter().all(|f| f.class == Class::Leak)
+    }
+
+    /// e2fsck's exit code for this result.
+    pub fn exit_code(&self) -> i32 {
+        if self.findings.iter().any(|f| f.kind.is_error()) {
+            EXIT_UNCORRECTED
+        } else {
+            EXIT_CLEAN
+        }
+    }
+
+    pub(crate) fn finish(&mut self) {
+        self.summary.corruptions = self
+            .findings
+            .iter()
+            .filter(|f| f.class == Class::Corruption)
+            .count();
+        self.summary.leaks = self.findings.len() - self.summary.corruptions;
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.needs_recovery {
+            writeln!(
+                f,
+                "warning: the journal needs recovery; checked without replaying it"
+            )?;
+        }
+        for x in &self.findings {
+            let tag = match x.class {
+                Class::Corruption => "corruption",
+                Class::Leak => "leak",
+            };
+            writeln!(f, "[{tag}] {}", x.message)?;
+        }
+        let s = &self.summary;
+        writeln!(
+            f,
+            "{}/{} inodes, {}/{} blocks, {} directories",
+            s.inodes_used, s.inodes, s.blocks_used, s.blocks, s.directories
+        )?;
+        match (s.corruptions, s.leaks) {
+            (0, 0) => writeln!(f, "clean"),
+            (0, l) => writeln!(f, "{l} soft-updates leak(s), no corruption"),
+            (c, l) => writeln!(f, "{c} corruption(s), {l} soft-updates leak(s)"),
+        }
+    }
+}
