@@ -261,13 +261,18 @@ impl FindingKind {
         }
     }
 
-    /// Whether e2fsck counts it as an uncorrected error. The superblock's
-    /// totals are only hints (the kernel recomputes them at mount), so
-    /// e2fsck reports them but exits 0 (`PR_NO_OK` in its problem table).
+    /// Whether e2fsck -n counts it as an uncorrected error (exit 4). The
+    /// superblock's totals are only hints (the kernel recomputes them at
+    /// mount), so e2fsck reports them but exits 0 (`PR_NO_OK` in its
+    /// problem table); a bad primary superblock it replaces by a backup in
+    /// memory and, not allowed to write, exits 0 as well. The findings stay
+    /// in the report either way.
     pub fn is_error(&self) -> bool {
         !matches!(
             self,
-            FindingKind::FreeBlocksWrong { .. } | FindingKind::FreeInodesWrong { .. }
+            FindingKind::FreeBlocksWrong { .. }
+                | FindingKind::FreeInodesWrong { .. }
+                | FindingKind::SuperblockCorrupt { .. }
         )
     }
 }

@@ -1,0 +1,166 @@
+//! Shared helpers of the agreement tests: making images (our mkfs, mke2fs),
+//! filling them through the kernel, damaging them with debugfs or byte
+//! edits, and running both checkers.
+
+#![allow(dead_code)]
+
+pub mod e2fsck;
+
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub fn scratch() -> tempfile::TempDir {
+    let base = Path::new("/work/tmp-tests");
+    std::fs::create_dir_all(base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+pub fn run(cmd: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+pub fn mke2fs(path: &Path, size_mb: u64, args: &[&str]) {
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(size_mb << 20).unwrap();
+    let mut all = vec!["-q", "-F"];
+    all.extend_from_slice(args);
+    let p = path.to_str().unwrap();
+    all.push(p);
+    let (code, text) = run("mke2fs", &all);
+    assert_eq!(code, 0, "mke2fs {all:?}: {text}");
+}
+
+pub fn our_mkfs(path: &Path, size_mb: u64, journal: bool) {
+    let opts = stitch_mkfs::MkfsOptions {
+        size: Some(size_mb << 20),
+        journal: journal.then_some(stitch_mkfs::JournalSize::Default),
+        force: true,
+    };
+    stitch_mkfs::mkfs(path, &opts, &mut |_, _| {}).unwrap();
+}
+
+/// Unmounts on drop, so a failing fill never leaves a mount behind.
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Fills `img` through a kernel loop mount: nested directories, small,
+/// double-indirect and sparse files, fast and slow symlinks, hard links, an
+/// empty directory and a directory of many files.
+pub fn fill_with_kernel(img: &Path, mnt: &Path) {
+    std::fs::create_dir_all(mnt).unwrap();
+    let (code, text) = run(
+        "mount",
+        &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "mount: {text}");
+    let guard = Mount(mnt.to_path_buf());
+    let p = |s: &str| mnt.join(s);
+    std::fs::create_dir_all(p("a/b/c")).unwrap();
+    std::fs::create_dir_all(p("d")).unwrap();
+    std::fs::create_dir_all(p("e")).unwrap();
+    std::fs::write(p("a/f1"), b"hello\n").unwrap();
+    std::fs::write(p("a/b/f2"), vec![7u8; 10_000]).unwrap();
+    std::fs::write(p("a/b/c/f3"), vec![1u8; 100_000]).unwrap();
+    let big: Vec<u8> = (0..6 << 20).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(p("big"), big).unwrap();
+    let sparse = std::fs::File::create(p("sparse")).unwrap();
+    sparse.write_all_at(b"end", 40 << 20).unwrap();
+    sparse.write_all_at(b"start", 0).unwrap();
+    std::os::unix::fs::symlink("a/f1", p("fastlink")).unwrap();
+    std::os::unix::fs::symlink("x".repeat(200), p("slowlink")).unwrap();
+    std::fs::hard_link(p("a/f1"), p("d/hl")).unwrap();
+    for i in 0..300 {
+        std::fs::write(p(&format!("d/f{i}")), format!("{i}\n")).unwrap();
+    }
+    drop(sparse);
+    drop(guard);
+}
+
+/// Runs debugfs -w with `cmds` (one per line).
+pub fn debugfs_w(img: &Path, cmds: &[String]) {
+    let mut child = Command::new("debugfs")
+        .args(["-w", "-f", "-", img.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(cmds.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "debugfs {cmds:?}");
+}
+
+/// Output of a read-only debugfs request.
+pub fn debugfs_r(img: &Path, req: &str) -> String {
+    run("debugfs", &["-R", req, img.to_str().unwrap()]).1
+}
+
+pub fn ino_of(img: &Path, path: &str) -> u32 {
+    let out = debugfs_r(img, &format!("stat {path}"));
+    let tail = out
+        .split("Inode: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("stat {path}: {out}"));
+    tail.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Physical block of logical block `logical` of `path`.
+pub fn bmap(img: &Path, path: &str, logical: u64) -> u64 {
+    let out = debugfs_r(img, &format!("bmap {path} {logical}"));
+    out.lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next()
+        .unwrap_or_else(|| panic!("bmap {path}: {out}"))
+}
+
+pub fn block_size(img: &Path) -> u64 {
+    let out = run("dumpe2fs", &["-h", img.to_str().unwrap()]).1;
+    let line = out.lines().find(|l| l.starts_with("Block size:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+pub fn poke(img: &Path, offset: u64, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+pub fn copy(from: &Path, to: &Path) {
+    let (code, text) = run(
+        "cp",
+        &[
+            "--sparse=always",
+            from.to_str().unwrap(),
+            to.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{text}");
+}
