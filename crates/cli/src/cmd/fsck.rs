@@ -1,0 +1,76 @@
+//! `stitchfs fsck [-n] [--json] IMAGE`: check an image read-only with the
+//! independent checker (crate `stitch-fsck`) and exit with e2fsck's codes:
+//! 0 clean, 4 problems left uncorrected (leaks too; the class of each
+//! finding is printed), 8 the check could not run.
+
+use anyhow::Context;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use stitch_fsck::{CheckOptions, Phase};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Open read-only and answer "no" to every question (always the case
+    /// for now; accepted for e2fsck compatibility).
+    #[arg(short = 'n')]
+    pub no: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Image file or block device.
+    pub image: PathBuf,
+}
+
+/// Runs the check and returns the exit code for `main` to use.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let bar = progress_bar()?;
+    let result = stitch_fsck::check(
+        &args.image,
+        &CheckOptions::default(),
+        &mut |phase, done, total| {
+            if let Some(bar) = &bar {
+                show(bar, phase, done, total);
+            }
+        },
+    );
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stitchfs fsck: {}: {e}", args.image.display());
+            return Ok(e.exit_code());
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        println!("{}:", args.image.display());
+        print!("{report}");
+    }
+    Ok(report.exit_code())
+}
+
+/// A bar on stderr, only when stderr is a terminal.
+fn progress_bar() -> anyhow::Result<Option<indicatif::ProgressBar>> {
+    if !std::io::stderr().is_terminal() {
+        return Ok(None);
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>16} [{bar:40}] {pos}/{len}")
+            .context("progress bar template")?
+            .progress_chars("=> "),
+    );
+    Ok(Some(bar))
+}
+
+fn show(bar: &indicatif::ProgressBar, phase: Phase, done: u64, total: u64) {
+    bar.set_message(phase.label());
+    bar.set_length(total);
+    bar.set_position(done);
+}
