@@ -3,7 +3,9 @@
 //! This crate only parses arguments and prints; every subcommand calls into a
 //! library crate, so tests exercise the same code without a process boundary.
 
+mod bench;
 mod cmd;
+mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -16,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Make an ext2 (or, with --journal, ext3) file system.
+    Mkfs(cmd::mkfs::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),
 }
@@ -23,6 +27,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Mkfs(args) => cmd::mkfs::run(args),
         Command::Bench(args) => cmd::bench::run(args),
     };
     if let Err(err) = result {

@@ -162,6 +162,7 @@ impl PatchCache {
 
     fn new_empty(&mut self, deps: &[PatchId], held: bool) -> Result<PatchId> {
         self.check_running()?;
+        self.stats.requests += 1;
         let deps = self.live_deps(deps);
         let mut patch = Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default());
         patch.held = held;
@@ -201,6 +202,7 @@ impl PatchCache {
         full: bool,
     ) -> Result<PatchId> {
         self.check_running()?;
+        self.stats.requests += 1;
         let b = self.load_block(no, full)?;
         let deps = self.live_deps(deps);
         let opts = self.cfg.optimizations;
@@ -370,19 +372,32 @@ impl PatchCache {
         self.insert_patch(b, kind, change, &all, flags, false)
     }
 
-    /// Adds overlap dependencies (§3.5) on every patch of the block the new
-    /// change overlaps, and on the block's newest hard patch (which overlaps
-    /// everything). Returns the newest patch overlapped, the merge candidate.
+    /// Adds overlap dependencies (§3.5) on the block's newest hard patch
+    /// (which overlaps everything) and, for each byte or bit the change
+    /// touches, on the newest patch that touched it. Older writers need no
+    /// edge: by the same rule the newest one depends on them, so a counter
+    /// rewritten n times costs n edges, not n²/2. Returns the newest patch
+    /// overlapped, the merge candidate.
     fn add_overlap_deps(&self, b: BlockIdx, kind: &Kind, deps: &mut DepList) -> Option<PatchId> {
         let block = self.blocks.get(b);
+        let mut uncovered = Uncovered::of(kind);
         let mut newest = None;
-        for &p in &block.patches {
+        for &p in block.patches.iter().rev() {
+            if uncovered.is_empty() {
+                break;
+            }
             let pp = self.arena.get(p);
-            if pp.hard || pp.kind.overlaps(kind) {
-                newest = Some(p);
+            if uncovered.cover(&pp.kind) {
+                newest.get_or_insert(p);
                 if !deps.contains(&p) {
                     deps.push(p);
                 }
+            }
+        }
+        if let Some(h) = block.hard {
+            newest.get_or_insert(h);
+            if !deps.contains(&h) {
+                deps.push(h);
             }
         }
         newest
@@ -513,5 +528,85 @@ impl PatchCache {
         }
         self.settle(id);
         id
+    }
+}
+
+/// The part of a new change not yet known to be written by a newer patch,
+/// while scanning a block's patches from newest to oldest.
+enum Uncovered {
+    /// Byte intervals, `[lo, hi)`.
+    Bytes(SmallVec<[(u32, u32); 2]>),
+    /// Bits of one word.
+    Bits { offset: u32, mask: u32 },
+}
+
+impl Uncovered {
+    fn of(kind: &Kind) -> Self {
+        match *kind {
+            Kind::Bit { offset, mask } => Uncovered::Bits { offset, mask },
+            _ => {
+                let (lo, hi) = kind.range();
+                Uncovered::Bytes(smallvec::smallvec![(lo, hi)])
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Uncovered::Bytes(v) => v.is_empty(),
+            Uncovered::Bits { mask, .. } => *mask == 0,
+        }
+    }
+
+    /// Removes what `older` covers; true if it overlapped anything left.
+    fn cover(&mut self, older: &Kind) -> bool {
+        match (self, *older) {
+            (Uncovered::Bits { offset, mask }, Kind::Bit { offset: o, mask: m }) => {
+                let hit = *offset == o && *mask & m != 0;
+                if hit {
+                    *mask &= !m;
+                }
+                hit
+            }
+            (Uncovered::Bits { offset, mask }, other) => {
+                let (lo, hi) = other.range();
+                let hit = *mask != 0 && lo < *offset + 4 && *offset < hi;
+                if hit {
+                    // A byte patch over the word rewrote every bit of it only
+                    // if it covers the whole word; otherwise keep looking.
+                    if lo <= *offset && *offset + 4 <= hi {
+                        *mask = 0;
+                    }
+                }
+                hit
+            }
+            (Uncovered::Bytes(v), other) => {
+                let (lo, hi) = match other {
+                    // A bit patch changes bits, not whole bytes: it overlaps
+                    // but never covers.
+                    Kind::Bit { offset, .. } => {
+                        return v.iter().any(|&(a, b)| a < offset + 4 && offset < b);
+                    }
+                    k => k.range(),
+                };
+                let mut hit = false;
+                let mut rest: SmallVec<[(u32, u32); 2]> = SmallVec::new();
+                for &(a, b) in v.iter() {
+                    if lo < b && a < hi {
+                        hit = true;
+                        if a < lo {
+                            rest.push((a, lo));
+                        }
+                        if hi < b {
+                            rest.push((hi, b));
+                        }
+                    } else {
+                        rest.push((a, b));
+                    }
+                }
+                *v = rest;
+                hit
+            }
+        }
     }
 }

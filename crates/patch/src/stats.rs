@@ -4,6 +4,9 @@
 /// Monotonic counters plus a few live figures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Calls that asked for a patch (each one either created a patch or
+    /// merged into one).
+    pub requests: u64,
     /// Patch structures allocated, by kind (merges do not allocate).
     pub created_byte: u64,
     pub created_bit: u64,

@@ -1,8 +1,112 @@
-//! `stitchfs bench`: benchmark suites.
+//! `stitchfs bench SUITE`: run a benchmark suite, print a Markdown table,
+//! optionally write JSON and a plot.
+
+use crate::bench::optimizations::{self, Row, Scale};
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    suite: Suite,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("no benchmark suites yet")
+#[derive(clap::Subcommand)]
+enum Suite {
+    /// Featherstitch Figure 9: patches, undo bytes and CPU time of untar-,
+    /// delete- and PostMark-shaped loads under the four combinations of hard
+    /// patches and overlap merging, run on the patch cache in memory.
+    Optimizations(OptArgs),
+}
+
+#[derive(clap::Args)]
+struct OptArgs {
+    /// Small sizes, for a smoke run (seconds instead of minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Print the rows as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write results.json and a PNG plot (needs python3 with matplotlib) here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.suite {
+        Suite::Optimizations(a) => run_optimizations(a),
+    }
+}
+
+fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
+    let scale = if a.quick { Scale::QUICK } else { Scale::FULL };
+    let bar = ProgressBar::new(12)
+        .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
+    let rows = optimizations::run(&scale, |step| {
+        bar.set_message(step.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", table(&rows, &scale));
+    }
+    if let Some(dir) = a.out {
+        write_outputs(&dir, &rows, &scale)?;
+    }
+    Ok(())
+}
+
+fn table(rows: &[Row], scale: &Scale) -> String {
+    let mut out = format!(
+        "Featherstitch Figure 9 on stitchfs's patch cache ({} untar files; PostMark {} files, {} transactions)\n\n",
+        scale.untar_files, scale.postmark_files, scale.postmark_transactions
+    );
+    out.push_str("| workload | optimization | patches | undo data | CPU s | patch ops / CPU s | peak patch memory / dirty bytes |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.2} MB | {:.2} | {:.2} M | {:.1}% |\n",
+            r.workload,
+            r.setting,
+            r.patches,
+            r.undo_bytes as f64 / 1e6,
+            r.cpu_seconds,
+            r.ops_per_cpu_second / 1e6,
+            100.0 * r.peak_patch_memory_ratio
+        ));
+    }
+    out.push_str("\nReduction with both optimizations, against none:\n\n");
+    for w in ["untar", "delete", "postmark"] {
+        let find = |s: &str| rows.iter().find(|r| r.workload == w && r.setting == s);
+        if let (Some(none), Some(both)) = (find("none"), find("both")) {
+            out.push_str(&format!(
+                "- {w}: patches -{:.1}%, undo data -{:.3}%\n",
+                reduction(none.patches, both.patches),
+                reduction(none.undo_bytes, both.undo_bytes)
+            ));
+        }
+    }
+    out
+}
+
+fn reduction(before: u64, after: u64) -> f64 {
+    if before == 0 {
+        0.0
+    } else {
+        100.0 * (1.0 - after as f64 / before as f64)
+    }
+}
+
+fn write_outputs(dir: &Path, rows: &[Row], scale: &Scale) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = dir.join("optimizations.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&serde_json::json!({ "scale": scale, "rows": rows }))?,
+    )?;
+    std::fs::write(dir.join("optimizations.md"), table(rows, scale))?;
+    crate::plot::plot(&json, &dir.join("optimizations.png"), "optimizations")
 }

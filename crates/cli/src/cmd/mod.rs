@@ -1,3 +1,4 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod bench;
+pub mod mkfs;

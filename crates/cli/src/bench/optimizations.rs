@@ -1,0 +1,240 @@
+//! `stitchfs bench optimizations`: Featherstitch Figure 9. Runs untar-,
+//! delete- and PostMark-shaped loads (see [`super::synth`]) straight on the
+//! patch cache over a memory device, under the four combinations of hard
+//! patches and overlap merging, and reports patches created, undo bytes,
+//! CPU seconds, patch operations per CPU second and peak patch memory as a
+//! share of dirty block bytes.
+
+use super::synth::{File, SynthFs};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::sync::Arc;
+use stitch_blockdev::MemDevice;
+use stitch_patch::{CacheConfig, Optimizations, PatchCache, Result, Stats};
+
+/// Sizes of the three loads.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Scale {
+    pub untar_files: usize,
+    pub postmark_files: usize,
+    pub postmark_transactions: usize,
+    pub postmark_max_size: u64,
+    pub device_blocks: u64,
+}
+
+impl Scale {
+    /// The papers' parameters: the Linux 2.6.15 tree has about 17,000
+    /// files; Featherstitch's PostMark uses 500 files of 500 B–4 MB and 500
+    /// transactions.
+    pub const FULL: Scale = Scale {
+        untar_files: 17_000,
+        postmark_files: 500,
+        postmark_transactions: 500,
+        postmark_max_size: 4 << 20,
+        device_blocks: 32_768 * 24,
+    };
+    pub const QUICK: Scale = Scale {
+        untar_files: 1_500,
+        postmark_files: 60,
+        postmark_transactions: 60,
+        postmark_max_size: 256 << 10,
+        device_blocks: 32_768 * 2,
+    };
+}
+
+/// One row of Figure 9.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub workload: &'static str,
+    pub setting: &'static str,
+    pub patches: u64,
+    pub requests: u64,
+    pub undo_bytes: u64,
+    pub cpu_seconds: f64,
+    pub ops_per_cpu_second: f64,
+    pub peak_patch_memory_ratio: f64,
+    pub blocks_written: u64,
+    pub reverts: u64,
+}
+
+/// Write-back every this many file operations, like a periodic flush.
+const WRITEBACK_EVERY: u64 = 500;
+
+struct Bench {
+    cache: PatchCache,
+    fs: SynthFs,
+    peak_ratio: f64,
+}
+
+impl Bench {
+    fn new(opts: Optimizations, scale: &Scale) -> Bench {
+        let dev = Arc::new(MemDevice::new(4096, scale.device_blocks).expect("memory device"));
+        let cfg = CacheConfig {
+            optimizations: opts,
+            max_blocks: 400_000,
+            max_dirty_blocks: 320_000,
+            check_invariants: false,
+        };
+        Bench {
+            cache: PatchCache::new(dev, cfg),
+            fs: SynthFs::new(scale.device_blocks),
+            peak_ratio: 0.0,
+        }
+    }
+
+    /// The periodic write-back; samples patch memory against dirty bytes
+    /// first, when both are at their largest.
+    fn maybe_writeback(&mut self) -> Result<()> {
+        if self.fs.ops < WRITEBACK_EVERY {
+            return Ok(());
+        }
+        self.fs.ops = 0;
+        self.sample();
+        self.fs.recycle();
+        self.cache.write_round(usize::MAX)?;
+        self.cache.flush()
+    }
+
+    fn sample(&mut self) {
+        let dirty = self.cache.dirty_blocks() as f64 * 4096.0;
+        if dirty > 0.0 {
+            self.peak_ratio = self
+                .peak_ratio
+                .max(self.cache.patch_memory() as f64 / dirty);
+        }
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.sample();
+        self.cache.sync()
+    }
+}
+
+/// Sizes like a source tree: mostly a few kB, a long tail to 256 kB.
+fn source_file_size(rng: &mut ChaCha8Rng) -> u64 {
+    let exp: f64 = rng.gen_range(6.5..18.0);
+    exp.exp2() as u64
+}
+
+fn untar(b: &mut Bench, scale: &Scale, rng: &mut ChaCha8Rng) -> Result<Vec<File>> {
+    let mut files = Vec::with_capacity(scale.untar_files);
+    for _ in 0..scale.untar_files {
+        files.push(b.fs.create(&mut b.cache, source_file_size(rng))?);
+        b.maybe_writeback()?;
+    }
+    b.sync()?;
+    Ok(files)
+}
+
+fn delete(b: &mut Bench, files: Vec<File>) -> Result<()> {
+    for f in files {
+        b.fs.delete(&mut b.cache, f)?;
+        b.maybe_writeback()?;
+    }
+    b.sync()
+}
+
+fn postmark(b: &mut Bench, scale: &Scale, rng: &mut ChaCha8Rng) -> Result<()> {
+    let size = |rng: &mut ChaCha8Rng| rng.gen_range(500..=scale.postmark_max_size);
+    let mut pool = Vec::new();
+    for _ in 0..scale.postmark_files {
+        pool.push(b.fs.create(&mut b.cache, size(rng))?);
+        b.maybe_writeback()?;
+    }
+    for _ in 0..scale.postmark_transactions {
+        if rng.gen_bool(0.5) {
+            pool.push(b.fs.create(&mut b.cache, size(rng))?);
+        } else if !pool.is_empty() {
+            let f = pool.swap_remove(rng.gen_range(0..pool.len()));
+            b.fs.delete(&mut b.cache, f)?;
+        }
+        if rng.gen_bool(0.5) && !pool.is_empty() {
+            let i = rng.gen_range(0..pool.len());
+            b.fs.append(&mut b.cache, &mut pool[i], rng.gen_range(1..=4096))?;
+        }
+        b.maybe_writeback()?;
+    }
+    for f in pool {
+        b.fs.delete(&mut b.cache, f)?;
+        b.maybe_writeback()?;
+    }
+    b.sync()
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn row(
+    workload: &'static str,
+    setting: &'static str,
+    before: &Stats,
+    after: &Stats,
+    cpu: f64,
+    peak: f64,
+) -> Row {
+    let requests = after.requests - before.requests;
+    let commits = after.commits - before.commits;
+    Row {
+        workload,
+        setting,
+        patches: after.patches_created() - before.patches_created(),
+        requests,
+        undo_bytes: after.undo_bytes_allocated - before.undo_bytes_allocated,
+        cpu_seconds: cpu,
+        ops_per_cpu_second: (requests + commits) as f64 / cpu.max(1e-9),
+        peak_patch_memory_ratio: peak,
+        blocks_written: after.blocks_written - before.blocks_written,
+        reverts: after.reverts - before.reverts,
+    }
+}
+
+/// Runs one workload under one setting; `delete` first untars (unmeasured).
+fn run_one(
+    workload: &'static str,
+    name: &'static str,
+    opts: Optimizations,
+    scale: &Scale,
+) -> Result<Row> {
+    let mut rng = ChaCha8Rng::seed_from_u64(2007);
+    let mut b = Bench::new(opts, scale);
+    let files = if workload == "delete" {
+        untar(&mut b, scale, &mut rng)?
+    } else {
+        Vec::new()
+    };
+    b.peak_ratio = 0.0;
+    let before = b.cache.stats();
+    let t0 = cpu_seconds();
+    match workload {
+        "untar" => drop(untar(&mut b, scale, &mut rng)?),
+        "delete" => delete(&mut b, files)?,
+        _ => postmark(&mut b, scale, &mut rng)?,
+    }
+    let cpu = cpu_seconds() - t0;
+    Ok(row(
+        workload,
+        name,
+        &before,
+        &b.cache.stats(),
+        cpu,
+        b.peak_ratio,
+    ))
+}
+
+/// All rows: three workloads × the four Figure 9 settings.
+pub fn run(scale: &Scale, mut progress: impl FnMut(&str)) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for workload in ["untar", "delete", "postmark"] {
+        for (name, opts) in Optimizations::figure9() {
+            progress(&format!("{workload} / {name}"));
+            rows.push(run_one(workload, name, opts, scale)?);
+        }
+    }
+    Ok(rows)
+}

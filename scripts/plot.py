@@ -1,0 +1,40 @@
+"""Draws benchmark results as PNG. Called by `stitchfs bench ... --out DIR`
+as: plot.py KIND RESULTS.json OUT.png"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def optimizations(data, out):
+    rows = data["rows"]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    metrics = [("patches", "patches created", 1), ("undo_bytes", "undo data (MB)", 1e6),
+               ("cpu_seconds", "CPU seconds", 1)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(15, 4.5))
+    width = 0.8 / len(settings)
+    for ax, (key, label, div) in zip(axes, metrics):
+        for i, s in enumerate(settings):
+            vals = [next(r[key] for r in rows if r["workload"] == w and r["setting"] == s) / div
+                    for w in workloads]
+            ax.bar([x + i * width for x in range(len(workloads))], vals, width, label=s)
+        ax.set_xticks([x + width * (len(settings) - 1) / 2 for x in range(len(workloads))])
+        ax.set_xticklabels(workloads)
+        ax.set_title(label)
+        if key != "cpu_seconds":
+            ax.set_yscale("symlog")
+    axes[0].legend()
+    fig.suptitle("Patch optimizations (Featherstitch Figure 9) on stitchfs")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+if __name__ == "__main__" or True:
+    kind, path, out = sys.argv[1:4]
+    with open(path) as f:
+        data = json.load(f)
+    {"optimizations": optimizations}[kind](data, out)
