@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what stitchfs needs to build, test and benchmark on a fresh
+# Debian machine (run as root, or with sudo available). Idempotent.
+set -euo pipefail
+
+need_apt=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have e2fsck || need_apt+=(e2fsprogs)
+have debugfs || need_apt+=(e2fsprogs)
+have fusermount3 || need_apt+=(fuse3)
+have mount || need_apt+=(mount)
+have losetup || need_apt+=(util-linux)
+if ((${#need_apt[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
+fi
+
+if ! have cargo; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Plots of benchmark results.
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  python3 -m pip install -q matplotlib || echo "setup: matplotlib not installed; benchmarks will skip plots" >&2
+fi
