@@ -83,8 +83,12 @@ fn create_files(mnt: &Path, files: u64) -> anyhow::Result<()> {
         if i % PER_DIR == 0 {
             std::fs::create_dir(&dir)?;
         }
-        // Sizes vary so some files need indirect blocks.
-        let len = [100usize, 5000, 60_000][(i % 3) as usize];
+        // Mostly one-block files; every 50th needs an indirect block.
+        let len = if i % 50 == 0 {
+            60_000
+        } else {
+            100 + (i % 3) as usize * 1500
+        };
         std::fs::write(dir.join(format!("f{i}")), vec![b'x'; len])?;
     }
     Ok(())
