@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Make an ext2 (or, with --journal, ext3) file system.
     Mkfs(cmd::mkfs::Args),
+    /// Check an image read-only, like e2fsck -fn (exit 0 clean, 4 problems, 8 error).
+    Fsck(cmd::fsck::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),
 }
@@ -28,6 +30,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Mkfs(args) => cmd::mkfs::run(args),
+        Command::Fsck(args) => match cmd::fsck::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Bench(args) => cmd::bench::run(args),
     };
     if let Err(err) = result {

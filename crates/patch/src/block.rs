@@ -52,7 +52,12 @@ pub(crate) struct Blocks {
     tick: u64,
     /// Blocks with a non-empty `patches` list.
     pub dirty: usize,
+    /// Buffers of evicted blocks, reused for the next blocks loaded (at most
+    /// `POOL` kept), so a steady cache allocates nothing.
+    pool: Vec<Box<[u8]>>,
 }
+
+const POOL: usize = 256;
 
 impl Blocks {
     pub fn new() -> Self {
@@ -63,6 +68,7 @@ impl Blocks {
             lru: BTreeMap::new(),
             tick: 0,
             dirty: 0,
+            pool: Vec::new(),
         }
     }
 
@@ -155,9 +161,25 @@ impl Blocks {
         let block = self.table[idx as usize]
             .take()
             .expect("LRU names a free slot");
-        debug_assert!(block.is_clean());
+        assert!(
+            block.is_clean() && !block.in_fifo,
+            "evicting block {} that is still queued",
+            block.no.0
+        );
         self.map.remove(&block.no);
         self.free.push(idx);
+        if self.pool.len() < POOL {
+            self.pool.push(block.data);
+        }
         true
+    }
+
+    /// A block-sized buffer for a block about to be loaded; its contents are
+    /// overwritten by the read or the whole-block write that follows.
+    pub fn buffer(&mut self, size: usize) -> Box<[u8]> {
+        match self.pool.pop() {
+            Some(b) if b.len() == size => b,
+            _ => vec![0u8; size].into_boxed_slice(),
+        }
     }
 }

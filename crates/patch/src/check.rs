@@ -69,6 +69,9 @@ impl PatchCache {
         for id in self.arena.live_ids() {
             let p = self.arena.get(id);
             held += usize::from(p.held);
+            if !p.ddeps.windows(2).all(|w| w[0] < w[1]) {
+                return Err(format!("{id:?}'s dependency list is not sorted"));
+            }
             let (mut unc, mut infl) = (0, 0);
             for &d in &p.ddeps {
                 let pd = self.arena.get(d);

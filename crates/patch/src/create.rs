@@ -361,15 +361,39 @@ impl PatchCache {
         flags: PatchFlags,
     ) -> PatchId {
         let mut all = deps;
-        let newest_overlap = self.add_overlap_deps(b, &kind, &mut all);
+        let (newest_overlap, sibling) = self.overlap_scan(b, &kind, &mut all);
         if self.cfg.optimizations.overlap_merging {
             if let Some(t) = newest_overlap {
                 if let Some(id) = self.try_overlap_merge(b, t, kind, change, &all) {
                     return id;
                 }
             }
+            if let Some(s) = sibling.filter(|&s| self.joins_sibling(s, &all)) {
+                self.apply_change(b, kind, change);
+                if let (Kind::Bit { mask, .. }, Kind::Bit { offset, mask: m }) =
+                    (kind, self.arena.get(s).kind)
+                {
+                    self.arena.get_mut(s).kind = Kind::Bit {
+                        offset,
+                        mask: m | mask,
+                    };
+                }
+                self.stats.merged_overlap += 1;
+                return s;
+            }
         }
         self.insert_patch(b, kind, change, &all, flags, false)
+    }
+
+    /// A new bit patch may join a soft bit patch of the same word (with no
+    /// newer patch overlapping it) when every dependency it has is already
+    /// a direct dependency of that patch: no edge is added, so no cycle or
+    /// block-level cycle can come of it, and the bits were free to be written
+    /// together anyway. Frees of one file's blocks, all waiting on the same
+    /// cleared inode, become one patch per bitmap word this way.
+    fn joins_sibling(&self, s: PatchId, deps: &DepList) -> bool {
+        let sp = self.arena.get(s);
+        deps.iter().all(|&d| d == s || sp.ddeps.contains(&d))
     }
 
     /// Adds overlap dependencies (§3.5) on the block's newest hard patch
@@ -379,9 +403,26 @@ impl PatchCache {
     /// rewritten n times costs n edges, not n²/2. Returns the newest patch
     /// overlapped, the merge candidate.
     fn add_overlap_deps(&self, b: BlockIdx, kind: &Kind, deps: &mut DepList) -> Option<PatchId> {
+        self.overlap_scan(b, kind, deps).0
+    }
+
+    /// The scan behind [`Self::add_overlap_deps`]. Also returns the newest
+    /// soft bit patch on the same word as a new bit patch, if no patch newer
+    /// than it overlaps the new one: a sibling the new bits may join.
+    fn overlap_scan(
+        &self,
+        b: BlockIdx,
+        kind: &Kind,
+        deps: &mut DepList,
+    ) -> (Option<PatchId>, Option<PatchId>) {
         let block = self.blocks.get(b);
         let mut uncovered = Uncovered::of(kind);
         let mut newest = None;
+        let mut sibling = None;
+        let word = match *kind {
+            Kind::Bit { offset, .. } => Some(offset),
+            _ => None,
+        };
         for &p in block.patches.iter().rev() {
             if uncovered.is_empty() {
                 break;
@@ -392,6 +433,12 @@ impl PatchCache {
                 if !deps.contains(&p) {
                     deps.push(p);
                 }
+            } else if newest.is_none() && sibling.is_none() && !pp.hard {
+                if let (Some(w), Kind::Bit { offset, .. }) = (word, pp.kind) {
+                    if offset == w {
+                        sibling = Some(p);
+                    }
+                }
             }
         }
         if let Some(h) = block.hard {
@@ -400,7 +447,7 @@ impl PatchCache {
                 deps.push(h);
             }
         }
-        newest
+        (newest, sibling)
     }
 
     /// §4.3: merge into `t`, the newest patch the change overlaps, if the new

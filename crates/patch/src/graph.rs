@@ -22,6 +22,11 @@ pub(crate) enum EdgeCheck {
     TooFar,
 }
 
+fn remove_sorted(list: &mut SmallVec<[PatchId; 2]>, id: PatchId) {
+    let pos = list.binary_search(&id).expect("edge lists out of step");
+    list.remove(pos);
+}
+
 fn remove_one(list: &mut SmallVec<[PatchId; 2]>, id: PatchId) {
     let pos = list
         .iter()
@@ -31,14 +36,11 @@ fn remove_one(list: &mut SmallVec<[PatchId; 2]>, id: PatchId) {
 }
 
 impl PatchCache {
-    /// Whether `a → b` exists; searches the shorter of the two lists.
+    /// Whether `a → b` exists: a binary search, since `ddeps` is kept
+    /// sorted (a hard patch may have hundreds of dependencies, and the
+    /// patch it shares with its neighbours thousands of reverse edges).
     pub(crate) fn has_edge(&self, a: PatchId, b: PatchId) -> bool {
-        let (pa, pb) = (self.arena.get(a), self.arena.get(b));
-        if pa.ddeps.len() <= pb.rdeps.len() {
-            pa.ddeps.contains(&b)
-        } else {
-            pb.rdeps.contains(&a)
-        }
+        self.arena.get(a).ddeps.binary_search(&b).is_ok()
     }
 
     /// Adds `a → b` (a depends on b) unless it exists. `a` must be
@@ -54,7 +56,8 @@ impl PatchCache {
         };
         let pa = self.arena.get_mut(a);
         debug_assert_eq!(pa.state, State::Uncommitted);
-        pa.ddeps.push(b);
+        let at = pa.ddeps.binary_search(&b).unwrap_err();
+        pa.ddeps.insert(at, b);
         match b_state {
             State::InFlight => pa.n_infl += 1,
             State::Uncommitted => pa.n_unc += 1,
@@ -73,7 +76,7 @@ impl PatchCache {
             (pb.block, pb.state)
         };
         let pa = self.arena.get_mut(a);
-        remove_one(&mut pa.ddeps, b);
+        remove_sorted(&mut pa.ddeps, b);
         match b_state {
             State::InFlight => pa.n_infl -= 1,
             State::Uncommitted => pa.n_unc -= 1,
@@ -120,7 +123,7 @@ impl PatchCache {
             }
             for &r in &patch.rdeps {
                 let pr = self.arena.get_mut(r);
-                remove_one(&mut pr.ddeps, id);
+                remove_sorted(&mut pr.ddeps, id);
                 match patch.state {
                     State::InFlight => pr.n_infl -= 1,
                     State::Uncommitted => pr.n_unc -= 1,
@@ -195,9 +198,6 @@ impl PatchCache {
         }
         let epoch = self.next_epoch();
         let t_block = self.arena.get(target).block;
-        for d in self.arena.get(target).ddeps.clone() {
-            self.arena.get_mut(d).mark = epoch;
-        }
         let reached = match self.reach_forward(target, t_block, new, epoch, bounded) {
             Ok(r) => r,
             Err(e) => return e,
@@ -225,6 +225,11 @@ impl PatchCache {
         while let Some((x, depth, left)) = stack.pop() {
             if x == target {
                 return Err(EdgeCheck::Cycle);
+            }
+            // White-list (§4.3): the target's direct dependencies. Tested as
+            // met rather than marked up front: a hard patch may have hundreds.
+            if self.arena.get(x).mark != epoch && self.has_edge(target, x) {
+                self.arena.get_mut(x).mark = epoch;
             }
             let p = self.arena.get_mut(x);
             if p.mark == epoch {
@@ -262,35 +267,65 @@ impl PatchCache {
         Ok(reached)
     }
 
-    /// Breadth-first over reverse edges from `target` (itself included),
-    /// looking for a hard patch whose block is in `reached`.
+    /// Is there a hard patch on a block in `reached` that reaches `target`
+    /// (the target itself included)? Searched forward from those hard
+    /// patches, which are few (one per block with merging), rather than
+    /// backward from the target, whose reverse edges fan out wide.
     fn find_hard_reaching(
         &mut self,
         target: PatchId,
         reached: &[BlockIdx],
         bounded: bool,
     ) -> EdgeCheck {
-        let epoch = self.next_epoch();
-        let mut queue = std::collections::VecDeque::from([target]);
-        self.arena.get_mut(target).mark = epoch;
-        let mut visited = 0usize;
-        while let Some(x) = queue.pop_front() {
-            visited += 1;
-            if bounded && visited > CHAIN_NODE_LIMIT {
-                return EdgeCheck::TooFar;
-            }
-            let p = self.arena.get(x);
-            if p.hard && reached.contains(&p.block) {
-                return EdgeCheck::BlockCycle(x);
-            }
-            for r in p.rdeps.clone() {
-                let pr = self.arena.get_mut(r);
-                if pr.mark != epoch {
-                    pr.mark = epoch;
-                    queue.push_back(r);
+        let t = self.arena.get(target);
+        if t.hard && reached.contains(&t.block) {
+            return EdgeCheck::BlockCycle(target);
+        }
+        for &b in reached {
+            let hards: SmallVec<[PatchId; 2]> = self
+                .blocks
+                .get(b)
+                .patches
+                .iter()
+                .copied()
+                .filter(|&p| self.arena.get(p).hard)
+                .collect();
+            for h in hards {
+                match self.reaches(h, target, bounded) {
+                    Some(true) => return EdgeCheck::BlockCycle(h),
+                    Some(false) => {}
+                    None => return EdgeCheck::TooFar,
                 }
             }
         }
         EdgeCheck::Safe
+    }
+
+    /// Whether `from` depends (transitively) on `to`; `None` if a bounded
+    /// search ran out of its limits.
+    fn reaches(&mut self, from: PatchId, to: PatchId, bounded: bool) -> Option<bool> {
+        let epoch = self.next_epoch();
+        let mut stack = vec![(from, 0u32)];
+        let mut visited = 0usize;
+        while let Some((x, depth)) = stack.pop() {
+            if x == to {
+                return Some(true);
+            }
+            let p = self.arena.get_mut(x);
+            if p.mark == epoch || p.state == State::InFlight {
+                continue;
+            }
+            p.mark = epoch;
+            visited += 1;
+            let p = self.arena.get(x);
+            if bounded
+                && !p.ddeps.is_empty()
+                && (depth >= CHAIN_DEPTH_LIMIT || visited > CHAIN_NODE_LIMIT)
+            {
+                return None;
+            }
+            stack.extend(p.ddeps.iter().map(|&y| (y, depth + 1)));
+        }
+        Some(false)
     }
 }

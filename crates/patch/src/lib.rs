@@ -201,6 +201,28 @@ impl PatchCache {
             .sum()
     }
 
+    /// The `n` blocks holding the most uncommitted patches, with their
+    /// counts (soft, hard), most first: where the graph is thick.
+    pub fn busiest_blocks(&self, n: usize) -> Vec<(BlockNo, usize, usize)> {
+        let mut v: Vec<(BlockNo, usize, usize)> = self
+            .blocks
+            .indices()
+            .map(|b| {
+                let block = self.blocks.get(b);
+                let hard = block
+                    .patches
+                    .iter()
+                    .filter(|&&p| self.arena.get(p).hard)
+                    .count();
+                (block.no, block.patches.len() - hard, hard)
+            })
+            .filter(|&(_, s, h)| s + h > 0)
+            .collect();
+        v.sort_by_key(|&(_, s, h)| std::cmp::Reverse(s + h));
+        v.truncate(n);
+        v
+    }
+
     /// Number of blocks holding uncommitted patches not yet in flight.
     pub fn dirty_blocks(&self) -> usize {
         self.blocks.dirty

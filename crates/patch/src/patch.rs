@@ -3,7 +3,8 @@
 //! (Featherstitch §3.3, §3.5, §4.4).
 //!
 //! Invariants (checked by `PatchCache::check_graph` in tests):
-//! - `ddeps` and `rdeps` mirror each other: `q ∈ ddeps[p] ⇔ p ∈ rdeps[q]`.
+//! - `ddeps` and `rdeps` mirror each other: `q ∈ ddeps[p] ⇔ p ∈ rdeps[q]`;
+//!   `ddeps` is sorted (edge tests are binary searches).
 //! - `n_unc` counts direct dependencies that are uncommitted and not in
 //!   flight; `n_infl` those in flight. Committed ones are removed.
 //! - A hard patch has no undo data; a soft byte patch's undo data covers

@@ -39,12 +39,13 @@ impl PatchCache {
                 num_blocks,
             });
         }
-        let mut data = vec![0u8; self.block_size].into_boxed_slice();
+        self.evict_to(self.cfg.max_blocks.saturating_sub(1));
+        // A whole-block write overwrites the buffer; a read fills it.
+        let mut data = self.blocks.buffer(self.block_size);
         if !full_write {
             self.dev.read(no, &mut data)?;
             self.stats.blocks_read += 1;
         }
-        self.evict_to(self.cfg.max_blocks.saturating_sub(1));
         Ok(self.blocks.insert(no, data))
     }
 
@@ -366,6 +367,9 @@ impl PatchCache {
                 self.blocks.make_clean(b);
             }
         }
+        // Blocks become clean only here; drop their FIFO entries before any
+        // of them can be evicted and its slot reused.
+        self.compact_fifo();
         self.evict_to(self.cfg.max_blocks);
         Ok(())
     }

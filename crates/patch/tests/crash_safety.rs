@@ -140,11 +140,18 @@ struct Run {
 }
 
 fn execute(steps: &[Step], opts: Optimizations) -> Run {
+    execute_with(steps, opts, CacheConfig::default().max_blocks)
+}
+
+/// Runs a workload with a cache of `max_blocks` blocks (a small cache makes
+/// write-back evict and reload blocks between rounds).
+fn execute_with(steps: &[Step], opts: Optimizations, max_blocks: usize) -> Run {
     let mem = MemDevice::new(BS, BLOCKS).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, vec![0; BS * BLOCKS as usize]).unwrap());
     let cfg = CacheConfig {
         optimizations: opts,
         check_invariants: true,
+        max_blocks,
         ..CacheConfig::default()
     };
     let mut cache = PatchCache::new(rec.clone(), cfg);
@@ -388,6 +395,15 @@ proptest! {
     fn every_crash_image_is_safe_without_optimizations(seed in any::<u64>()) {
         let steps = workload(seed, 120);
         let run = execute(&steps, Optimizations::NONE);
+        check_all_crashes(seed, &steps, &run);
+    }
+
+    #[test]
+    fn a_tiny_cache_evicts_between_rounds_and_stays_safe(seed in any::<u64>()) {
+        let steps = workload(seed, 120);
+        let reference = execute(&steps, Optimizations::ALL).final_image;
+        let run = execute_with(&steps, Optimizations::ALL, 2);
+        prop_assert!(run.final_image == reference, "seed {}: evictions changed the disk", seed);
         check_all_crashes(seed, &steps, &run);
     }
 

@@ -1,5 +1,6 @@
 //! Benchmark suites of `stitchfs bench`. Each prints figures; none asserts
 //! timings (tests never do).
 
+pub mod fsck;
 pub mod optimizations;
 mod synth;

@@ -14,6 +14,10 @@ const INODE_SIZE: usize = 256;
 const INODES_PER_BLOCK: u64 = 16;
 const INODE_TABLE_BLOCKS: u64 = 512;
 const DIRECT: usize = 12;
+/// Block-sized buffers the generator writes from, so the benchmark times the
+/// patch engine rather than the generator's allocations.
+static ZEROS: [u8; 4096] = [0; 4096];
+static FILL: [u8; 4096] = [0x5a; 4096];
 const META: PatchFlags = PatchFlags { data: false };
 const DATA: PatchFlags = PatchFlags { data: true };
 
@@ -38,10 +42,11 @@ pub struct SynthFs {
     next_inode: u64,
     free_blocks: Vec<u64>,
     free_inodes: Vec<u64>,
-    /// Freed since the last write-back: not reused until then, as a real
-    /// allocator waits for a free to reach the disk before reusing.
-    pending_blocks: Vec<u64>,
-    pending_inodes: Vec<u64>,
+    /// Freed, with the patch that frees each: not reused until that patch
+    /// has committed, as soft updates' allocator does (rule 2 holds either
+    /// way, through the bitmap overlap; waiting keeps reuse cheap).
+    pending_blocks: Vec<(u64, PatchId)>,
+    pending_inodes: Vec<(u64, PatchId)>,
     dirs: Vec<Dir>,
     /// Operations since the last write-back.
     pub ops: u64,
@@ -137,7 +142,7 @@ impl SynthFs {
     /// Makes a directory with one block of entries.
     pub fn mkdir(&mut self, c: &mut PatchCache) -> Result<()> {
         let (block, b) = self.alloc_block(c)?;
-        c.create_byte(BlockNo(block), 0, &[0; 4096], &[b], META)?;
+        c.create_byte(BlockNo(block), 0, &ZEROS, &[b], META)?;
         self.dirs.push(Dir { block, used: 0 });
         Ok(())
     }
@@ -182,9 +187,8 @@ impl SynthFs {
     /// b, d, d', i for one 4 kB write).
     fn append_block(&mut self, c: &mut PatchCache, f: &mut File, len: usize) -> Result<()> {
         let (block, b) = self.alloc_block(c)?;
-        let d = c.create_byte(BlockNo(block), 0, &[0; 4096], &[b], DATA)?;
-        let data = vec![(f.ino % 251) as u8; len];
-        let d2 = c.create_byte(BlockNo(block), 0, &data, &[], DATA)?;
+        let d = c.create_byte(BlockNo(block), 0, &ZEROS, &[b], DATA)?;
+        let d2 = c.create_byte(BlockNo(block), 0, &FILL[..len], &[], DATA)?;
         let (iblock, ioffset) = Self::inode_at(f.ino);
         let ptr = (block as u32).to_le_bytes();
         let n = f.blocks.len();
@@ -195,7 +199,7 @@ impl SynthFs {
                 Some(ind) => ind,
                 None => {
                     let (ind, ib) = self.alloc_block(c)?;
-                    let init = c.create_byte(BlockNo(ind), 0, &[0; 4096], &[ib], META)?;
+                    let init = c.create_byte(BlockNo(ind), 0, &ZEROS, &[ib], META)?;
                     c.create_byte(
                         iblock,
                         ioffset + 40 + 4 * DIRECT,
@@ -246,11 +250,11 @@ impl SynthFs {
         let (iblock, ioffset) = Self::inode_at(f.ino);
         let cleared = c.create_byte(iblock, ioffset, &[0; 2], &[gone], META)?;
         let (ibm, ioff, imask) = Self::inode_bitmap(f.ino);
-        c.create_bit(ibm, ioff, imask, &[cleared], META)?;
+        let ifree = c.create_bit(ibm, ioff, imask, &[cleared], META)?;
         for &block in f.blocks.iter().chain(f.indirect.iter()) {
             let (bm, off, mask) = Self::block_bitmap(block);
-            c.create_bit(bm, off, mask, &[cleared], META)?;
-            self.pending_blocks.push(block);
+            let free = c.create_bit(bm, off, mask, &[cleared], META)?;
+            self.pending_blocks.push((block, free));
         }
         self.count(
             c,
@@ -258,15 +262,26 @@ impl SynthFs {
             14,
             f.ino as u32,
         )?;
-        self.pending_inodes.push(f.ino);
+        self.pending_inodes.push((f.ino, ifree));
         self.ops += 1;
         Ok(())
     }
 
-    /// After a write-back: what was freed before it may be reused.
-    pub fn recycle(&mut self) {
-        self.free_blocks.append(&mut self.pending_blocks);
-        self.free_inodes.append(&mut self.pending_inodes);
+    /// After a write-back: what was freed on disk may be reused.
+    pub fn recycle(&mut self, c: &PatchCache) {
+        let (blocks, inodes) = (&mut self.free_blocks, &mut self.free_inodes);
+        self.pending_blocks.retain(|&(b, p)| {
+            !(c.is_committed(p) && {
+                blocks.push(b);
+                true
+            })
+        });
+        self.pending_inodes.retain(|&(i, p)| {
+            !(c.is_committed(p) && {
+                inodes.push(i);
+                true
+            })
+        });
     }
 
     /// Appends `len` bytes to an existing file (PostMark's append).

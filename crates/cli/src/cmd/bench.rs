@@ -18,6 +18,22 @@ enum Suite {
     /// delete- and PostMark-shaped loads under the four combinations of hard
     /// patches and overlap merging, run on the patch cache in memory.
     Optimizations(OptArgs),
+    /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
+    /// (needs root for the loop mount that fills it).
+    Fsck(FsckArgs),
+}
+
+#[derive(clap::Args)]
+struct FsckArgs {
+    /// Files the kernel creates on the image.
+    #[arg(long, default_value_t = 100_000)]
+    files: u64,
+    /// Image size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    size_mib: u64,
+    /// Where the image and its mount point go.
+    #[arg(long, default_value = "bench-fsck")]
+    dir: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -28,26 +44,45 @@ struct OptArgs {
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Write results.json and a PNG plot (needs python3 with matplotlib) here.
+    /// Write optimizations.{md,json,png} here (the plot needs python3 with
+    /// matplotlib).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Blocks the patch cache holds (Featherstitch used 160,000).
+    #[arg(long, default_value_t = 160_000)]
+    cache_blocks: usize,
+    /// Only this workload: untar, delete or postmark.
+    #[arg(long)]
+    workload: Option<String>,
+    /// Only this setting: none, "hard patches", "overlap merging" or both.
+    #[arg(long)]
+    setting: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.suite {
         Suite::Optimizations(a) => run_optimizations(a),
+        Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
     }
 }
 
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
-    let scale = if a.quick { Scale::QUICK } else { Scale::FULL };
-    let bar = ProgressBar::new(12)
+    let mut scale = if a.quick { Scale::QUICK } else { Scale::FULL };
+    scale.cache_blocks = a.cache_blocks;
+    let keep = |w: &str, s: &str| {
+        a.workload.as_deref().is_none_or(|x| x == w) && a.setting.as_deref().is_none_or(|x| x == s)
+    };
+    let steps = optimizations::WORKLOADS.len() * 4;
+    let bar = ProgressBar::new(steps as u64)
         .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
-    let rows = optimizations::run(&scale, |step| {
+    let rows = optimizations::run(&scale, keep, |step| {
         bar.set_message(step.to_string());
         bar.inc(1);
     })?;
     bar.finish_and_clear();
+    if rows.is_empty() {
+        anyhow::bail!("no workload and setting match the filters");
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -61,8 +96,8 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
 
 fn table(rows: &[Row], scale: &Scale) -> String {
     let mut out = format!(
-        "Featherstitch Figure 9 on stitchfs's patch cache ({} untar files; PostMark {} files, {} transactions)\n\n",
-        scale.untar_files, scale.postmark_files, scale.postmark_transactions
+        "Featherstitch Figure 9 on stitchfs's patch cache ({} untar files; PostMark {} files, {} transactions; cache {} blocks)\n\n",
+        scale.untar_files, scale.postmark_files, scale.postmark_transactions, scale.cache_blocks
     );
     out.push_str("| workload | optimization | patches | undo data | CPU s | patch ops / CPU s | peak patch memory / dirty bytes |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|\n");

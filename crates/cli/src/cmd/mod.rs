@@ -1,4 +1,5 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod bench;
+pub mod fsck;
 pub mod mkfs;
