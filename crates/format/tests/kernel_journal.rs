@@ -32,22 +32,16 @@ fn kernel_written_log_decodes() {
     );
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&path)
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    if !ok.success() {
+    let Ok(mount) = stitch_testkit::LoopMount::new(&path, &mnt, "") else {
         println!("SKIPPED kernel_written_log_decodes: loop mount failed");
         return;
-    }
+    };
     for i in 0..20 {
         std::fs::write(mnt.join(format!("f{i}")), b"data").unwrap();
         std::fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
     }
     Command::new("sync").status().unwrap();
-    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    mount.unmount();
 
     let sb = Superblock::decode(&read_at(&path, 1024, 1024)).unwrap();
     // A 1024-block journal needs the direct and the single indirect level;

@@ -136,27 +136,22 @@ fn kernel_mounts_ext3_image() {
     let path = make(dir.path(), "m.img", 64 << 20, true);
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let out = Command::new("mount")
-        .args(["-o", "loop,ro"])
-        .arg(&path)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    let mount = match stitch_testkit::LoopMount::new(&path, &mnt, "ro") {
+        Ok(m) => m,
         // Containers without loop devices cannot run this check at all.
-        if err.contains("failed to setup loop device") || err.contains("permission denied") {
+        Err(err)
+            if err.contains("failed to setup loop device") || err.contains("permission denied") =>
+        {
             println!("SKIPPED kernel_mounts_ext3_image: {err}");
             return;
         }
-        panic!("mount failed: {err}");
-    }
+        Err(err) => panic!("mount failed: {err}"),
+    };
     let listed: Vec<String> = std::fs::read_dir(&mnt)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    let umount = Command::new("umount").arg(&mnt).status().unwrap();
-    assert!(umount.success());
+    mount.unmount();
     assert_eq!(listed, ["lost+found"]);
 }
 

@@ -8,7 +8,7 @@ pub mod e2fsck;
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 pub fn scratch() -> tempfile::TempDir {
@@ -58,26 +58,12 @@ pub fn our_mkfs(path: &Path, size_mb: u64, journal: bool) {
     stitch_mkfs::mkfs(path, &opts, &mut |_, _| {}).unwrap();
 }
 
-/// Unmounts on drop, so a failing fill never leaves a mount behind.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// Fills `img` through a kernel loop mount: nested directories, small,
 /// double-indirect and sparse files, fast and slow symlinks, hard links, an
 /// empty directory and a directory of many files.
 pub fn fill_with_kernel(img: &Path, mnt: &Path) {
-    std::fs::create_dir_all(mnt).unwrap();
-    let (code, text) = run(
-        "mount",
-        &["-o", "loop", img.to_str().unwrap(), mnt.to_str().unwrap()],
-    );
-    assert_eq!(code, 0, "mount: {text}");
-    let guard = Mount(mnt.to_path_buf());
+    let guard =
+        stitch_testkit::LoopMount::new(img, mnt, "").unwrap_or_else(|e| panic!("mount: {e}"));
     let p = |s: &str| mnt.join(s);
     std::fs::create_dir_all(p("a/b/c")).unwrap();
     std::fs::create_dir_all(p("d")).unwrap();
@@ -97,7 +83,7 @@ pub fn fill_with_kernel(img: &Path, mnt: &Path) {
         std::fs::write(p(&format!("d/f{i}")), format!("{i}\n")).unwrap();
     }
     drop(sparse);
-    drop(guard);
+    guard.unmount();
 }
 
 /// Runs debugfs -w with `cmds` (one per line).
