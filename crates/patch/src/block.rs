@@ -30,10 +30,27 @@ pub(crate) struct CachedBlock {
     pub ready: Vec<PatchId>,
     pub hard: Option<PatchId>,
     pub ext_in: u32,
+    /// Chunks (a 64th of the block each) that some soft patch in `patches`
+    /// touches; a superset. A change touching none of them overlaps no soft
+    /// patch, so creation skips scanning the patch list.
+    pub soft_chunks: u64,
     pub writing: bool,
     pub in_fifo: bool,
     pub picked: bool,
     pub lru_key: Option<u64>,
+}
+
+/// The chunks of a `block_size`-byte block that bytes `[lo, hi)` touch.
+pub(crate) fn chunk_mask(lo: u32, hi: u32, block_size: usize) -> u64 {
+    let chunk = (block_size as u32 / 64).max(1);
+    let (first, last) = (lo / chunk, (hi.max(lo + 1) - 1) / chunk);
+    let width = (last - first + 1).min(64);
+    let ones = if width == 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
+    ones << first.min(63)
 }
 
 impl CachedBlock {
@@ -105,6 +122,7 @@ impl Blocks {
             ready: Vec::new(),
             hard: None,
             ext_in: 0,
+            soft_chunks: 0,
             writing: false,
             in_fifo: false,
             picked: false,

@@ -142,6 +142,14 @@ impl PatchCache {
             dirty += usize::from(!block.patches.is_empty());
             for &p in &block.patches {
                 let pp = self.arena.get(p);
+                let (lo, hi) = pp.kind.range();
+                let mask = crate::block::chunk_mask(lo, hi, self.block_size);
+                if !pp.hard && block.soft_chunks & mask != mask {
+                    return Err(format!(
+                        "block {}: soft patch {p:?} outside soft_chunks",
+                        block.no.0
+                    ));
+                }
                 if pp.block != b || pp.state != State::Uncommitted {
                     return Err(format!(
                         "block {} lists {p:?} which is not its uncommitted patch",

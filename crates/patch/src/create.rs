@@ -19,6 +19,7 @@
 //! (checked exactly). So every block-level cycle through a patch exists when
 //! the patch is born (§4.1 and its footnote).
 
+use crate::block::chunk_mask;
 use crate::graph::EdgeCheck;
 use crate::id::PatchId;
 use crate::patch::{xor_word, BlockIdx, Kind, Patch, PatchFlags, State, NO_BLOCK};
@@ -348,6 +349,7 @@ impl PatchCache {
         block.patches.clear();
         block.patches.push(target);
         block.hard = Some(target);
+        block.soft_chunks = 0;
         target
     }
 
@@ -419,6 +421,11 @@ impl PatchCache {
         let mut uncovered = Uncovered::of(kind);
         let mut newest = None;
         let mut sibling = None;
+        let (lo, hi) = kind.range();
+        if chunk_mask(lo, hi, self.block_size) & block.soft_chunks == 0 {
+            // No soft patch touches these bytes: only the hard patch matters.
+            uncovered = Uncovered::Bytes(SmallVec::new());
+        }
         let word = match *kind {
             Kind::Bit { offset, .. } => Some(offset),
             _ => None,
@@ -474,6 +481,8 @@ impl PatchCache {
             self.widen_hard_range(t, kind);
         } else {
             self.widen_undo(b, t, kind);
+            let (lo, hi) = kind.range();
+            self.blocks.get_mut(b).soft_chunks |= chunk_mask(lo, hi, self.block_size);
         }
         self.apply_change(b, kind, change);
         for d in new {
@@ -510,6 +519,10 @@ impl PatchCache {
         let (a0, a1) = tp.kind.range();
         let (c0, c1) = kind.range();
         let (lo, hi) = (a0.min(c0), a1.max(c1));
+        if matches!(tp.kind, Kind::Byte { .. }) && (lo, hi) == (a0, a1) {
+            // The change falls inside `t`: its undo data already covers it.
+            return;
+        }
         let mut undo = data[lo as usize..hi as usize].to_vec();
         match tp.kind {
             Kind::Byte { .. } => {
@@ -568,10 +581,14 @@ impl PatchCache {
         for &d in deps {
             self.add_edge(id, d);
         }
+        let (lo, hi) = kind.range();
+        let mask = chunk_mask(lo, hi, self.block_size);
         let block = self.blocks.get_mut(b);
         block.patches.push(id);
         if hard {
             block.hard = Some(id);
+        } else {
+            block.soft_chunks |= mask;
         }
         self.settle(id);
         id

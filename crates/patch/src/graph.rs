@@ -256,10 +256,11 @@ impl PatchCache {
                 reached.push(block);
             }
             let p = self.arena.get(x);
-            if bounded
-                && !p.ddeps.is_empty()
-                && (depth >= CHAIN_DEPTH_LIMIT || visited > CHAIN_NODE_LIMIT)
-            {
+            // §4.3 gives up on chains that grow too long and on too many
+            // chains: count the frontier too, or one patch with hundreds of
+            // dependencies makes every search visit all of them.
+            let too_wide = visited + stack.len() + p.ddeps.len() > CHAIN_NODE_LIMIT;
+            if bounded && !p.ddeps.is_empty() && (depth >= CHAIN_DEPTH_LIMIT || too_wide) {
                 return Err(EdgeCheck::TooFar);
             }
             stack.extend(p.ddeps.iter().map(|&y| (y, depth + 1, left)));
@@ -318,10 +319,8 @@ impl PatchCache {
             p.mark = epoch;
             visited += 1;
             let p = self.arena.get(x);
-            if bounded
-                && !p.ddeps.is_empty()
-                && (depth >= CHAIN_DEPTH_LIMIT || visited > CHAIN_NODE_LIMIT)
-            {
+            let too_wide = visited + stack.len() + p.ddeps.len() > CHAIN_NODE_LIMIT;
+            if bounded && !p.ddeps.is_empty() && (depth >= CHAIN_DEPTH_LIMIT || too_wide) {
                 return None;
             }
             stack.extend(p.ddeps.iter().map(|&y| (y, depth + 1)));

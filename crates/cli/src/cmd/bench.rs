@@ -51,6 +51,9 @@ struct OptArgs {
     /// Blocks the patch cache holds (Featherstitch used 160,000).
     #[arg(long, default_value_t = 160_000)]
     cache_blocks: usize,
+    /// Runs of each row; the median CPU time is reported.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
     /// Only this workload: untar, delete or postmark.
     #[arg(long)]
     workload: Option<String>,
@@ -69,10 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
     let mut scale = if a.quick { Scale::QUICK } else { Scale::FULL };
     scale.cache_blocks = a.cache_blocks;
+    scale.runs = a.runs;
     let keep = |w: &str, s: &str| {
         a.workload.as_deref().is_none_or(|x| x == w) && a.setting.as_deref().is_none_or(|x| x == s)
     };
-    let steps = optimizations::WORKLOADS.len() * 4;
+    let steps = optimizations::WORKLOADS.len() * 4 * a.runs.max(1);
     let bar = ProgressBar::new(steps as u64)
         .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
     let rows = optimizations::run(&scale, keep, |step| {
