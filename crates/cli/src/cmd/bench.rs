@@ -76,7 +76,7 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
     let keep = |w: &str, s: &str| {
         a.workload.as_deref().is_none_or(|x| x == w) && a.setting.as_deref().is_none_or(|x| x == s)
     };
-    let steps = optimizations::WORKLOADS.len() * 4 * a.runs.max(1);
+    let steps = optimizations::WORKLOADS.len() * 4;
     let bar = ProgressBar::new(steps as u64)
         .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
     let rows = optimizations::run(&scale, keep, |step| {
