@@ -25,11 +25,11 @@ def optimizations(data, out):
         ax.set_xticks([x + width * (len(settings) - 1) / 2 for x in range(len(workloads))])
         ax.set_xticklabels(workloads)
         ax.set_title(label)
-        if key != "cpu_seconds":
-            ax.set_yscale("symlog")
-    axes[0].legend()
+        ax.set_yscale("log")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(settings), frameon=False)
     fig.suptitle("Patch optimizations (Featherstitch Figure 9) on stitchfs")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(out, dpi=110)
 
 
