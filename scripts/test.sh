@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, every test, and a
-# short benchmark smoke run. Keep it under 20 minutes on 2 cores.
+# short benchmark smoke run. Keep it under 20 minutes on 2 cores. Ends with
+# one line totalling every cargo test binary ("tests: N passed, N failed").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
-cargo test --workspace
 echo "== bench smoke: stitchfs bench optimizations --quick"
 cargo run -q --release -p stitchfs -- bench optimizations --quick
+echo "== cargo test"
+status=0
+cargo test --workspace 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+echo "tests: $passed passed, $failed failed"
+exit "$status"
