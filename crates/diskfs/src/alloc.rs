@@ -1,0 +1,186 @@
+//! Allocation of blocks and inodes in the group bitmaps, and freeing.
+//!
+//! Policy: a block goes near `goal` (the file's previous block, or its
+//! inode's group), so a file's blocks stay together; a directory's inode
+//! goes to the group with the most free inodes among those with at least
+//! average free blocks (spreading directories, as ext2 does); a file's inode
+//! goes to its directory's group.
+//!
+//! Soft-updates rule 2 (never reuse a resource before every old pointer to
+//! it is cleared on disk) needs no code here: allocating a bit that a free
+//! flipped overlaps the free's bit patch, so the cache makes the allocation
+//! depend on the free, which depends on the cleared pointer.
+
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, META};
+use stitch_format::bitmap::Bitmap;
+use stitch_format::{GroupNo, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+impl DiskFs {
+    /// Allocates a block, preferably at or after `goal`.
+    pub(crate) fn alloc_block(&mut self, goal: u32) -> Result<(u32, PatchId)> {
+        let groups = self.gds.len();
+        let goal = goal.clamp(self.geo.first_data_block, self.geo.blocks_count - 1);
+        let g0 = self
+            .geo
+            .group_of_block(stitch_format::BlockNo(goal))
+            .map_or(0, |g| g.0 as usize);
+        for k in 0..groups {
+            let g = (g0 + k) % groups;
+            if self.gds[g].free_blocks_count == 0 {
+                continue;
+            }
+            let start = if k == 0 {
+                (goal - self.group_first(g)) as usize
+            } else {
+                0
+            };
+            if let Some(bit) = self.find_clear(
+                self.gds[g].block_bitmap,
+                start,
+                self.geo.blocks_in_group(GroupNo(g as u32)) as usize,
+            )? {
+                let p = self.flip(self.gds[g].block_bitmap, bit, &[])?;
+                self.gds[g].free_blocks_count -= 1;
+                self.sb.free_blocks_count_lo -= 1;
+                self.write_group(g)?;
+                self.write_super()?;
+                return Ok((self.group_first(g) + bit as u32, p));
+            }
+        }
+        Err(DiskError::NoSpace("no free block"))
+    }
+
+    /// Frees a block once `deps` (the patches that cleared every pointer to
+    /// it, and marked its owner deleted) are on disk.
+    pub(crate) fn free_block(&mut self, block: u32, deps: &[PatchId]) -> Result<PatchId> {
+        let g = self
+            .geo
+            .group_of_block(stitch_format::BlockNo(block))
+            .ok_or_else(|| {
+                DiskError::Corrupt(format!("freeing block {block} beyond the file system"))
+            })?
+            .0 as usize;
+        let bit = (block - self.group_first(g)) as usize;
+        self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
+        let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
+        self.gds[g].free_blocks_count += 1;
+        self.sb.free_blocks_count_lo += 1;
+        self.write_group(g)?;
+        self.write_super()?;
+        Ok(p)
+    }
+
+    /// Allocates an inode for a new file in `parent`, or a new directory.
+    pub(crate) fn alloc_inode(&mut self, parent: InodeNo, dir: bool) -> Result<(InodeNo, PatchId)> {
+        let groups = self.gds.len();
+        let g0 = if dir {
+            self.roomiest_group()
+        } else {
+            self.geo
+                .inode_group(parent)
+                .map_or(0, |(g, _)| g.0 as usize)
+        };
+        let first_ino = self.sb.first_ino() as usize;
+        for k in 0..groups {
+            let g = (g0 + k) % groups;
+            if self.gds[g].free_inodes_count == 0 {
+                continue;
+            }
+            let ipg = self.geo.inodes_per_group as usize;
+            // Inodes below first_ino are reserved (root, journal, ...).
+            let start = if g == 0 { first_ino - 1 } else { 0 };
+            if let Some(bit) = self.find_clear(self.gds[g].inode_bitmap, start, ipg)? {
+                let p = self.flip(self.gds[g].inode_bitmap, bit, &[])?;
+                self.gds[g].free_inodes_count -= 1;
+                self.sb.free_inodes_count -= 1;
+                if dir {
+                    self.gds[g].used_dirs_count += 1;
+                }
+                self.write_group(g)?;
+                self.write_super()?;
+                return Ok((InodeNo((g * ipg + bit + 1) as u32), p));
+            }
+        }
+        Err(DiskError::NoSpace("no free inode"))
+    }
+
+    /// Frees an inode once `deps` are on disk.
+    pub(crate) fn free_inode(
+        &mut self,
+        ino: InodeNo,
+        dir: bool,
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
+        let (g, index) = self
+            .geo
+            .inode_group(ino)
+            .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
+        let g = g.0 as usize;
+        self.expect_bit(
+            self.gds[g].inode_bitmap,
+            index as usize,
+            true,
+            "freeing a free inode",
+        )?;
+        let p = self.flip(self.gds[g].inode_bitmap, index as usize, deps)?;
+        self.gds[g].free_inodes_count += 1;
+        self.sb.free_inodes_count += 1;
+        if dir {
+            self.gds[g].used_dirs_count -= 1;
+        }
+        self.write_group(g)?;
+        self.write_super()?;
+        Ok(p)
+    }
+
+    fn group_first(&self, g: usize) -> u32 {
+        self.geo.group_first_block(GroupNo(g as u32)).0
+    }
+
+    /// The group with the most free inodes among those with at least the
+    /// average number of free blocks.
+    fn roomiest_group(&self) -> usize {
+        let avg = self
+            .gds
+            .iter()
+            .map(|g| u64::from(g.free_blocks_count))
+            .sum::<u64>()
+            / self.gds.len() as u64;
+        (0..self.gds.len())
+            .filter(|&g| u64::from(self.gds[g].free_blocks_count) >= avg)
+            .max_by_key(|&g| self.gds[g].free_inodes_count)
+            .unwrap_or(0)
+    }
+
+    fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
+        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
+        let map = Bitmap::new(bytes);
+        Ok(map
+            .find_clear(start, end)
+            .or_else(|| map.find_clear(0, start.min(end))))
+    }
+
+    fn expect_bit(&mut self, bitmap: u32, bit: usize, want: bool, what: &str) -> Result<()> {
+        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
+        if Bitmap::new(bytes).get(bit) != Some(want) {
+            return Err(DiskError::Corrupt(format!(
+                "{what}: bit {bit} of bitmap block {bitmap}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Flips one bit with a bit patch (its own dependencies, §3.5).
+    fn flip(&mut self, bitmap: u32, bit: usize, deps: &[PatchId]) -> Result<PatchId> {
+        let word = bit / 32 * 4;
+        Ok(self.m.bit(
+            BlockNo(u64::from(bitmap)),
+            word,
+            1 << (bit % 32),
+            deps,
+            META,
+        )?)
+    }
+}

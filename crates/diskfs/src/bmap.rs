@@ -1,0 +1,269 @@
+//! Block maps: the twelve direct pointers and the single, double and triple
+//! indirect blocks of an inode, and file data through them.
+//!
+//! Writing a block that is not mapped yet follows the soft-updates order:
+//! allocate the block (bitmap bit), write its whole contents (the caller's
+//! bytes over zeros, so no stale data of an earlier owner can show), then
+//! point at it; a new indirect block is allocated and zeroed before the
+//! pointer to it. The pointer depends on the data: no file ever shows data it
+//! never wrote. Indirect blocks are placed after the data blocks they follow
+//! (the allocator's goal), so runs of data stay contiguous (§4.5).
+
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, DATA, META};
+use stitch_format::indirect::{map_path, pointer, set_pointer};
+use stitch_format::{Inode, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+impl DiskFs {
+    /// The physical block of logical block `logical`, if mapped.
+    pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<u32>> {
+        let path = map_path(logical, self.bs)?;
+        let mut ptr = inode.core.block[path.slot];
+        for &index in path.levels() {
+            if ptr == 0 {
+                return Ok(None);
+            }
+            let block = self.m.read(BlockNo(u64::from(ptr)))?;
+            ptr = pointer(block, index)
+                .ok_or_else(|| DiskError::Corrupt(format!("indirect block {ptr} too short")))?;
+        }
+        Ok((ptr != 0).then_some(ptr))
+    }
+
+    /// Writes `data` at byte `offset` of the file; returns how many bytes
+    /// it wrote and the patches of the data and of any pointers and inode
+    /// fields it changed. Grows the size (after the data it exposes) if the
+    /// write ends past it. Running out of space part-way is a short write,
+    /// as POSIX has it; with nothing written it is the error.
+    pub(crate) fn write_data(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        offset: u64,
+        data: &[u8],
+        now: u32,
+    ) -> Result<(usize, Vec<PatchId>)> {
+        let bs = self.bs as u64;
+        let mut out = Vec::new();
+        let mut pos = 0usize;
+        let mut failure = None;
+        while pos < data.len() {
+            let at = offset + pos as u64;
+            let (logical, in_block) = (at / bs, (at % bs) as usize);
+            let len = (self.bs - in_block).min(data.len() - pos);
+            let chunk = &data[pos..pos + len];
+            let step = match self.bmap(inode, logical) {
+                Ok(Some(phys)) => self
+                    .m
+                    .byte(BlockNo(u64::from(phys)), in_block, chunk, &[], DATA)
+                    .map(|p| vec![p])
+                    .map_err(Into::into),
+                Ok(None) => self.write_new_block(ino, inode, logical, in_block, chunk),
+                Err(e) => Err(e),
+            };
+            match step {
+                Ok(ps) => out.extend(ps),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            pos += len;
+        }
+        if pos == 0 {
+            if let Some(e) = failure {
+                return Err(e);
+            }
+        }
+        let end = offset + pos as u64;
+        if end > inode.size() {
+            inode.set_size(end);
+        }
+        inode.core.mtime = now;
+        inode.core.ctime = now;
+        out.extend(self.write_inode(ino, inode, &out.clone())?);
+        Ok((pos, out))
+    }
+
+    /// Allocates, fills and attaches logical block `logical`.
+    fn write_new_block(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        logical: u64,
+        in_block: usize,
+        chunk: &[u8],
+    ) -> Result<Vec<PatchId>> {
+        let goal = self.goal(ino, inode, logical)?;
+        let (phys, b) = self.alloc_block(goal)?;
+        let mut full = vec![0u8; self.bs];
+        full[in_block..in_block + chunk.len()].copy_from_slice(chunk);
+        let d = self
+            .m
+            .byte(BlockNo(u64::from(phys)), 0, &full, &[b], DATA)?;
+        let mut out = vec![b, d];
+        match self.attach(ino, inode, logical, phys, &[b, d]) {
+            Ok(ps) => out.extend(ps),
+            Err(e) => {
+                // No indirect block for it: nothing points at the data
+                // block, so give it back rather than leak it.
+                self.free_block(phys, &[])?;
+                return Err(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where the next block of the file should go: right after its previous
+    /// block, or at the start of its inode's group.
+    fn goal(&mut self, ino: InodeNo, inode: &Inode, logical: u64) -> Result<u32> {
+        if logical > 0 {
+            if let Some(prev) = self.bmap(inode, logical - 1)? {
+                return Ok(prev + 1);
+            }
+        }
+        let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
+        Ok(self.geo.group_first_block(stitch_format::GroupNo(g)).0)
+    }
+
+    /// Points logical block `logical` at `phys`, allocating and zeroing any
+    /// missing indirect blocks first; the final pointer depends on `deps`.
+    fn attach(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        logical: u64,
+        phys: u32,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        let path = map_path(logical, self.bs)?;
+        let sectors = (self.bs / 512) as u32;
+        if path.depth == 0 {
+            inode.core.blocks_lo += sectors;
+            inode.core.block[path.slot] = phys;
+            return self.write_inode(ino, inode, deps);
+        }
+        let mut out = Vec::new();
+        // Walk down, creating indirect blocks where the map has holes.
+        let mut parent: Option<u32> = None;
+        let mut ptr = inode.core.block[path.slot];
+        let levels = path.levels().to_vec();
+        for (depth, &index) in levels.iter().enumerate() {
+            if ptr == 0 {
+                let (ind, ib) = self.alloc_block(phys + 1)?;
+                let init =
+                    self.m
+                        .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[ib], META)?;
+                inode.core.blocks_lo += sectors;
+                out.extend([ib, init]);
+                out.extend(self.set_ptr(
+                    ino,
+                    inode,
+                    parent,
+                    path.slot,
+                    levels.get(depth.wrapping_sub(1)).copied(),
+                    ind,
+                    &[ib, init],
+                )?);
+                ptr = ind;
+            }
+            parent = Some(ptr);
+            let block = self.m.read(BlockNo(u64::from(ptr)))?;
+            let next = pointer(block, index).unwrap_or(0);
+            if depth + 1 == levels.len() {
+                inode.core.blocks_lo += sectors;
+                out.extend(self.set_ptr(ino, inode, parent, path.slot, Some(index), phys, deps)?);
+            } else {
+                ptr = next;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets one pointer: in the inode (`parent` none) or at `index` of the
+    /// indirect block `parent`.
+    #[allow(clippy::too_many_arguments)]
+    fn set_ptr(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        parent: Option<u32>,
+        slot: usize,
+        index: Option<u32>,
+        value: u32,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        match (parent, index) {
+            (Some(p), Some(i)) => {
+                let mut bytes = self.m.read(BlockNo(u64::from(p)))?.to_vec();
+                set_pointer(&mut bytes, i, stitch_format::BlockNo(value));
+                let at = i as usize * 4;
+                Ok(vec![self.m.byte(
+                    BlockNo(u64::from(p)),
+                    at,
+                    &bytes[at..at + 4],
+                    deps,
+                    META,
+                )?])
+            }
+            _ => {
+                inode.core.block[slot] = value;
+                self.write_inode(ino, inode, deps)
+            }
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset` (holes read as zeros).
+    pub fn read(&mut self, ino: InodeNo, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let inode = self.read_inode(ino)?;
+        let end = (offset + len as u64).min(inode.size());
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let bs = self.bs as u64;
+        let mut at = offset;
+        while at < end {
+            let (logical, in_block) = (at / bs, (at % bs) as usize);
+            let n = ((bs - in_block as u64).min(end - at)) as usize;
+            match self.bmap(&inode, logical)? {
+                Some(p) => out.extend_from_slice(
+                    &self.m.read(BlockNo(u64::from(p)))?[in_block..in_block + n],
+                ),
+                None => out.resize(out.len() + n, 0),
+            }
+            at += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Every block the file owns (data and indirect), for freeing it.
+    pub(crate) fn owned_blocks(&mut self, inode: &Inode) -> Result<Vec<u32>> {
+        let mut out: Vec<u32> = inode.core.block[..12]
+            .iter()
+            .copied()
+            .filter(|&b| b != 0)
+            .collect();
+        for (slot, depth) in [(12, 1), (13, 2), (14, 3)] {
+            self.collect_tree(inode.core.block[slot], depth, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn collect_tree(&mut self, block: u32, depth: u32, out: &mut Vec<u32>) -> Result<()> {
+        if block == 0 {
+            return Ok(());
+        }
+        out.push(block);
+        let children: Vec<u32> =
+            stitch_format::indirect::pointers(self.m.read(BlockNo(u64::from(block)))?)
+                .filter(|&p| p != 0)
+                .collect();
+        for c in children {
+            if depth > 1 {
+                self.collect_tree(c, depth - 1, out)?;
+            } else {
+                out.push(c);
+            }
+        }
+        Ok(())
+    }
+}

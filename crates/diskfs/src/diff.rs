@@ -1,0 +1,65 @@
+//! Turning a structure's new bytes into a patch. Every metadata change in
+//! diskfs is made by decoding a structure from the cached block, changing
+//! it, encoding it again, and handing old and new bytes here, so layout
+//! lives only in the format crate.
+//!
+//! One update of one structure becomes exactly one patch, spanning the first
+//! to the last byte it changed: the fields changed together (a pointer and
+//! the block count, a new directory entry and the shortened entry before
+//! it) must reach the disk together, and a patch is atomic with its block.
+//! Neighbouring structures (other inodes of the block, other entries) are
+//! updated by other calls and so stay in separate patches with independent
+//! dependencies (Featherstitch §4.5). The crash tests found the alternative,
+//! a patch per changed run, leaving a block pointer on disk without its
+//! block count.
+
+use stitch_modes::Modes;
+use stitch_patch::{BlockNo, PatchFlags, PatchId, Result};
+
+/// The span `[start, end)` from the first to the last differing byte.
+pub fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
+    debug_assert_eq!(old.len(), new.len());
+    let start = old.iter().zip(new).position(|(a, b)| a != b)?;
+    let end = old.len()
+        - old
+            .iter()
+            .rev()
+            .zip(new.iter().rev())
+            .position(|(a, b)| a != b)?;
+    Some((start, end))
+}
+
+/// Writes `new` over the bytes at `offset` of `block` as one patch covering
+/// what changed, depending on `deps`. Returns it (none if nothing changed).
+pub fn write(
+    m: &mut Modes,
+    block: BlockNo,
+    offset: usize,
+    new: &[u8],
+    deps: &[PatchId],
+    flags: PatchFlags,
+) -> Result<Vec<PatchId>> {
+    let old = &m.read(block)?[offset..offset + new.len()];
+    let Some((s, e)) = changed_span(old, new) else {
+        return Ok(Vec::new());
+    };
+    Ok(vec![m.byte(block, offset + s, &new[s..e], deps, flags)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_span;
+
+    fn check(old: &[u8], new: &[u8], expect: Option<(usize, usize)>) {
+        assert_eq!(changed_span(old, new), expect, "{old:?} -> {new:?}");
+    }
+
+    #[test]
+    fn spans() {
+        check(b"aaaa", b"aaaa", None);
+        check(b"aaaa", b"abaa", Some((1, 2)));
+        check(b"aaaaaaaaaaaa", b"baaaaaaaaaab", Some((0, 12)));
+        check(b"abcd", b"wxyz", Some((0, 4)));
+        check(b"", b"", None);
+    }
+}

@@ -1,0 +1,185 @@
+//! Directories: linear ext2 directories, looked up by scanning their
+//! blocks; entries added in the first block with room (reusing the slack of
+//! removed entries), or in a new block; removed by merging into the
+//! previous entry. A directory with a hash index gets its index flag
+//! cleared when changed, which leaves it a valid linear directory.
+
+use crate::diff;
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, META};
+use stitch_format::dir::{self as fdir, MAX_NAME};
+use stitch_format::inode::flags;
+use stitch_format::{FileType, Inode, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+/// One entry as `readdir` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub ino: InodeNo,
+    pub kind: Option<FileType>,
+}
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > MAX_NAME {
+        return Err(DiskError::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(DiskError::Invalid("bad file name"));
+    }
+    Ok(())
+}
+
+impl DiskFs {
+    pub(crate) fn dir_inode(&mut self, dir: InodeNo) -> Result<Inode> {
+        let inode = self.read_inode(dir)?;
+        if !inode.is_dir() {
+            return Err(DiskError::NotDir);
+        }
+        Ok(inode)
+    }
+
+    /// The physical blocks of a directory, in order.
+    fn dir_blocks(&mut self, inode: &Inode) -> Result<Vec<u32>> {
+        let n = inode.size().div_ceil(self.bs as u64);
+        let mut out = Vec::new();
+        for logical in 0..n {
+            let b = self
+                .bmap(inode, logical)?
+                .ok_or_else(|| DiskError::Corrupt(format!("directory hole at block {logical}")))?;
+            out.push(b);
+        }
+        Ok(out)
+    }
+
+    /// Looks `name` up in directory `dir`.
+    pub fn lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<Entry>> {
+        let inode = self.dir_inode(dir)?;
+        for b in self.dir_blocks(&inode)? {
+            let block = self.m.read(BlockNo(u64::from(b)))?;
+            if let Some(e) = fdir::lookup(block, name).map_err(|e| e.in_block(u64::from(b)))? {
+                return Ok(Some(Entry {
+                    name: e.name.to_vec(),
+                    ino: e.inode,
+                    kind: e.file_type(),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every used entry of `dir`, `.` and `..` included.
+    pub fn readdir(&mut self, dir: InodeNo) -> Result<Vec<Entry>> {
+        let inode = self.dir_inode(dir)?;
+        let mut out = Vec::new();
+        for b in self.dir_blocks(&inode)? {
+            let block = self.m.read(BlockNo(u64::from(b)))?;
+            for e in fdir::entries(block) {
+                let e = e.map_err(|e| e.in_block(u64::from(b)))?;
+                if e.inode.0 != 0 {
+                    out.push(Entry {
+                        name: e.name.to_vec(),
+                        ino: e.inode,
+                        kind: e.file_type(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds an entry; it depends on `deps` (the initialized inode it names:
+    /// soft-updates rule 1).
+    pub(crate) fn add_entry(
+        &mut self,
+        dir: InodeNo,
+        name: &[u8],
+        ino: InodeNo,
+        ft: FileType,
+        deps: &[PatchId],
+        now: u32,
+    ) -> Result<Vec<PatchId>> {
+        let mut inode = self.dir_inode(dir)?;
+        let mut out = self.clear_index(dir, &mut inode)?;
+        for b in self.dir_blocks(&inode)? {
+            let blk = BlockNo(u64::from(b));
+            let mut bytes = self.m.read(blk)?.to_vec();
+            if fdir::insert(&mut bytes, name, ino, ft).map_err(|e| e.in_block(u64::from(b)))? {
+                out.extend(diff::write(&mut self.m, blk, 0, &bytes, deps, META)?);
+                out.extend(self.touch(dir, &mut inode, now)?);
+                return Ok(out);
+            }
+        }
+        // No room: a new block, holding just this entry.
+        let mut bytes = fdir::empty_block(self.bs);
+        if !fdir::insert(&mut bytes, name, ino, ft)? {
+            return Err(DiskError::Corrupt(
+                "a new directory block has no room".into(),
+            ));
+        }
+        let logical = inode.size() / self.bs as u64;
+        let (n, ps) = self.write_data(dir, &mut inode, logical * self.bs as u64, &bytes, now)?;
+        if n < bytes.len() {
+            return Err(DiskError::NoSpace("no block for a directory"));
+        }
+        out.extend(ps);
+        Ok(out)
+    }
+
+    /// Removes the entry `name` from `dir`; returns the inode it named and
+    /// the patches that removed it (what the inode's unlinking must follow).
+    pub(crate) fn remove_entry(
+        &mut self,
+        dir: InodeNo,
+        name: &[u8],
+        now: u32,
+    ) -> Result<(Entry, Vec<PatchId>)> {
+        let mut inode = self.dir_inode(dir)?;
+        let mut out = self.clear_index(dir, &mut inode)?;
+        for b in self.dir_blocks(&inode)? {
+            let blk = BlockNo(u64::from(b));
+            let mut bytes = self.m.read(blk)?.to_vec();
+            let kind = fdir::lookup(&bytes, name)
+                .map_err(|e| e.in_block(u64::from(b)))?
+                .map(|e| e.file_type());
+            if let Some(removed) =
+                fdir::remove(&mut bytes, name).map_err(|e| e.in_block(u64::from(b)))?
+            {
+                out.extend(diff::write(&mut self.m, blk, 0, &bytes, &[], META)?);
+                out.extend(self.touch(dir, &mut inode, now)?);
+                let entry = Entry {
+                    name: name.to_vec(),
+                    ino: removed,
+                    kind: kind.flatten(),
+                };
+                return Ok((entry, out));
+            }
+        }
+        Err(DiskError::NotFound)
+    }
+
+    /// Whether `dir` holds nothing but `.` and `..`.
+    pub(crate) fn is_empty_dir(&mut self, dir: InodeNo) -> Result<bool> {
+        Ok(self
+            .readdir(dir)?
+            .iter()
+            .all(|e| e.name == b"." || e.name == b".."))
+    }
+
+    /// A changed directory loses its hash index (we keep directories linear).
+    fn clear_index(&mut self, dir: InodeNo, inode: &mut Inode) -> Result<Vec<PatchId>> {
+        if inode.core.flags & flags::INDEX == 0 {
+            return Ok(Vec::new());
+        }
+        inode.core.flags &= !flags::INDEX;
+        self.write_inode(dir, inode, &[])
+    }
+
+    /// A directory's modification and change times.
+    fn touch(&mut self, dir: InodeNo, inode: &mut Inode, now: u32) -> Result<Vec<PatchId>> {
+        inode.core.mtime = now;
+        inode.core.ctime = now;
+        self.write_inode(dir, inode, &[])
+    }
+}

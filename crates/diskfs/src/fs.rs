@@ -1,0 +1,157 @@
+//! The mounted file system: the in-memory superblock and group descriptors,
+//! mount and unmount, and the writes that keep their on-disk copies in step.
+//!
+//! Invariants:
+//! - `sb` and `gds` are the file system as the cache holds it (every
+//!   uncommitted patch applied); they change only through `write_super` and
+//!   `write_group`, which patch the cached blocks to match.
+//! - Free counts are never a dependency of anything: after a crash they may
+//!   be wrong, which `fsck` classifies as a soft-updates leak.
+//! - Mount marks the file system not clean and makes that durable before it
+//!   returns; unmount makes everything durable, then marks it clean.
+
+use crate::diff;
+use crate::error::{DiskError, Result};
+use stitch_format::group_desc::{decode_table, GroupDesc};
+use stitch_format::{Geometry, Superblock};
+use stitch_modes::{Consistency, Modes};
+use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
+
+/// ext2's `s_state` bit meaning "cleanly unmounted".
+const STATE_VALID: u16 = 1;
+pub(crate) const META: PatchFlags = PatchFlags { data: false };
+pub(crate) const DATA: PatchFlags = PatchFlags { data: true };
+const SUPERBLOCK_BYTES: usize = 1024;
+
+/// An ext2 file system on the patch cache.
+pub struct DiskFs {
+    pub(crate) m: Modes,
+    pub(crate) sb: Superblock,
+    pub(crate) geo: Geometry,
+    pub(crate) gds: Vec<GroupDesc>,
+    pub(crate) bs: usize,
+}
+
+impl DiskFs {
+    /// Mounts the file system on `cache`: reads and validates the superblock
+    /// and descriptors, refuses what it can't handle, and durably marks the
+    /// file system in use.
+    pub fn mount(cache: PatchCache, consistency: Consistency, now: u32) -> Result<DiskFs> {
+        let mut m = Modes::new(cache, consistency);
+        let bs_dev = m.cache().block_size();
+        let (blk, off) = superblock_location(bs_dev);
+        let sb = Superblock::decode(&m.read(blk)?[off..off + SUPERBLOCK_BYTES])?;
+        let geo = Geometry::from_superblock(&sb)?;
+        let bs = geo.block_size.bytes() as usize;
+        if bs != bs_dev {
+            return Err(DiskError::Invalid(
+                "file system block size differs from the device's",
+            ));
+        }
+        if sb.needs_recovery() {
+            return Err(DiskError::Invalid(
+                "the journal needs recovery; replay it first",
+            ));
+        }
+        let gds = read_descriptors(&mut m, &geo)?;
+        let mut fs = DiskFs {
+            m,
+            sb,
+            geo,
+            gds,
+            bs,
+        };
+        fs.sb.state &= !STATE_VALID;
+        fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
+        fs.sb.mtime = now;
+        let p = fs.write_super()?;
+        // A crash from here on must find the file system marked in use.
+        fs.sync_patches(&p)?;
+        Ok(fs)
+    }
+
+    /// Makes everything durable, marks the file system clean, and returns
+    /// the cache.
+    pub fn unmount(mut self, now: u32) -> Result<PatchCache> {
+        self.sync()?;
+        self.sb.state |= STATE_VALID;
+        self.sb.wtime = now;
+        self.write_super()?;
+        self.sync()?;
+        Ok(self.m.into_cache())
+    }
+
+    /// Writes and flushes everything.
+    pub fn sync(&mut self) -> Result<()> {
+        Ok(self.m.cache_mut().sync()?)
+    }
+
+    /// Writes and flushes what `p` needs, and `p`.
+    pub fn sync_patch(&mut self, p: PatchId) -> Result<()> {
+        Ok(self.m.cache_mut().sync_patch(p)?)
+    }
+
+    fn sync_patches(&mut self, ps: &[PatchId]) -> Result<()> {
+        ps.iter().try_for_each(|&p| self.sync_patch(p))
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.bs
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    pub fn modes(&self) -> &Modes {
+        &self.m
+    }
+
+    pub fn modes_mut(&mut self) -> &mut Modes {
+        &mut self.m
+    }
+
+    /// Patches the cached superblock to match `self.sb`.
+    pub(crate) fn write_super(&mut self) -> Result<Vec<PatchId>> {
+        let (blk, off) = superblock_location(self.bs);
+        let mut bytes = self.m.read(blk)?[off..off + SUPERBLOCK_BYTES].to_vec();
+        self.sb.encode_into(&mut bytes);
+        Ok(diff::write(&mut self.m, blk, off, &bytes, &[], META)?)
+    }
+
+    /// Patches the cached descriptor of group `g` to match `self.gds[g]`.
+    pub(crate) fn write_group(&mut self, g: usize) -> Result<Vec<PatchId>> {
+        let at = g * GroupDesc::SIZE;
+        let blk = BlockNo(u64::from(self.geo.first_data_block) + 1 + (at / self.bs) as u64);
+        let off = at % self.bs;
+        let mut bytes = vec![0u8; GroupDesc::SIZE];
+        self.gds[g].encode_into(&mut bytes);
+        Ok(diff::write(&mut self.m, blk, off, &bytes, &[], META)?)
+    }
+}
+
+/// Where the primary superblock lives: byte 1024 of the device.
+fn superblock_location(bs: usize) -> (BlockNo, usize) {
+    if bs > 1024 {
+        (BlockNo(0), 1024)
+    } else {
+        (BlockNo(1), 0)
+    }
+}
+
+fn read_descriptors(m: &mut Modes, geo: &Geometry) -> Result<Vec<GroupDesc>> {
+    let first = u64::from(geo.first_data_block) + 1;
+    let mut table = Vec::new();
+    for i in 0..u64::from(geo.gdt_blocks()) {
+        table.extend_from_slice(m.read(BlockNo(first + i))?);
+    }
+    let gds = decode_table(&table, geo)?;
+    for (g, gd) in gds.iter().enumerate() {
+        gd.validate(geo, stitch_format::GroupNo(g as u32))?;
+    }
+    Ok(gds)
+}

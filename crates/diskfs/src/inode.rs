@@ -1,0 +1,55 @@
+//! Reading inodes from the cache and writing their changed fields as
+//! minimal patches.
+
+use crate::diff;
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, META};
+use stitch_format::{Inode, InodeLocation, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+impl DiskFs {
+    fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
+        let (g, _) = self
+            .geo
+            .inode_group(ino)
+            .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
+        let table = self.gds[g.0 as usize].inode_table_block();
+        self.geo
+            .inode_location(ino, table)
+            .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))
+    }
+
+    /// The inode as the cache holds it (uncommitted changes included).
+    pub fn read_inode(&mut self, ino: InodeNo) -> Result<Inode> {
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let block = self.m.read(BlockNo(u64::from(loc.block.0)))?;
+        let inode = Inode::decode(&block[loc.offset..loc.offset + size])
+            .map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+        inode.check_mapping_supported()?;
+        Ok(inode)
+    }
+
+    /// Patches the fields of `inode` that differ from the cached slot; each
+    /// changed run is one patch depending on `deps`.
+    pub(crate) fn write_inode(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let blk = BlockNo(u64::from(loc.block.0));
+        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
+        inode.encode_into(&mut slot);
+        Ok(diff::write(
+            &mut self.m,
+            blk,
+            loc.offset,
+            &slot,
+            deps,
+            META,
+        )?)
+    }
+}

@@ -1,0 +1,247 @@
+//! The logical operations diskfs offers the layer above. Each returns the
+//! patch that stands for it (an empty patch over all the patches it made),
+//! so a caller can make later work depend on it or wait for it: the
+//! `patch_t **p` convention of Featherstitch §6.
+//!
+//! Soft-updates order, per operation:
+//! - create / mkdir: allocate the inode (and a directory's block), initialize
+//!   them after their bitmap bits, raise the parent's link count (mkdir),
+//!   then add the entry after the initialized inode (rule 1);
+//! - unlink / rmdir: remove the entry first; lower the link count after it
+//!   (rule 3: the count is never below the references on disk); when the
+//!   last link goes, mark the inode deleted, and free its blocks and inode
+//!   only after that (rule 2: a resource is reusable only once nothing on
+//!   disk points to it).
+
+use crate::dir::check_name;
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, META};
+use stitch_format::dir::new_dir_block;
+use stitch_format::inode::ROOT_INO;
+use stitch_format::{FileType, Inode, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+/// The attributes `stat` shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: InodeNo,
+    pub kind: Option<FileType>,
+    /// Permission bits (and setuid/setgid/sticky).
+    pub perm: u16,
+    pub nlink: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte sectors allocated.
+    pub sectors: u32,
+    pub atime: u32,
+    pub mtime: u32,
+    pub ctime: u32,
+}
+
+/// ext2's largest link count.
+const LINK_MAX: u16 = 32_000;
+
+impl DiskFs {
+    pub fn root(&self) -> InodeNo {
+        ROOT_INO
+    }
+
+    pub fn getattr(&mut self, ino: InodeNo) -> Result<Attr> {
+        let i = self.read_inode(ino)?;
+        Ok(Attr {
+            ino,
+            kind: i.file_type(),
+            perm: i.core.mode & 0o7777,
+            nlink: i.core.links_count,
+            uid: i.uid(),
+            gid: i.gid(),
+            size: i.size(),
+            sectors: i.sectors(),
+            atime: i.core.atime,
+            mtime: i.core.mtime,
+            ctime: i.core.ctime,
+        })
+    }
+
+    /// Creates a regular file `name` in `parent`.
+    pub fn create(
+        &mut self,
+        parent: InodeNo,
+        name: &[u8],
+        perm: u16,
+        uid: u32,
+        gid: u32,
+        now: u32,
+    ) -> Result<(InodeNo, PatchId)> {
+        self.check_new_name(parent, name)?;
+        let (ino, ib) = self.alloc_inode(parent, false)?;
+        let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
+        inode.set_owner(uid, gid);
+        let init = self.init_inode(ino, &inode, &[ib])?;
+        let entry = self.add_entry(parent, name, ino, FileType::Regular, &init, now)?;
+        Ok((ino, self.stands_for(&[&[ib], &init, &entry])?))
+    }
+
+    /// Creates a directory `name` in `parent`.
+    pub fn mkdir(
+        &mut self,
+        parent: InodeNo,
+        name: &[u8],
+        perm: u16,
+        uid: u32,
+        gid: u32,
+        now: u32,
+    ) -> Result<(InodeNo, PatchId)> {
+        self.check_new_name(parent, name)?;
+        let mut pinode = self.dir_inode(parent)?;
+        if pinode.core.links_count >= LINK_MAX {
+            return Err(DiskError::TooManyLinks);
+        }
+        let (ino, ib) = self.alloc_inode(parent, true)?;
+        // The new ".." is a reference to the parent: count it first.
+        pinode.core.links_count += 1;
+        let plink = self.write_inode(parent, &pinode, &[])?;
+        let (blk, bb) = self.alloc_block(
+            self.geo
+                .group_first_block(
+                    self.geo
+                        .inode_group(ino)
+                        .map_or(stitch_format::GroupNo(0), |g| g.0),
+                )
+                .0,
+        )?;
+        let contents = new_dir_block(self.bs, ino, parent);
+        let mut deps = vec![bb];
+        deps.extend(&plink);
+        let data = self
+            .m
+            .byte(BlockNo(u64::from(blk)), 0, &contents, &deps, META)?;
+        let mut inode = Inode::new(FileType::Directory, perm, self.geo.inode_size, now);
+        inode.set_owner(uid, gid);
+        inode.core.links_count = 2;
+        inode.core.block[0] = blk;
+        inode.set_size(self.bs as u64);
+        inode.core.blocks_lo = (self.bs / 512) as u32;
+        let init = self.init_inode(ino, &inode, &[ib, bb, data])?;
+        let entry = self.add_entry(parent, name, ino, FileType::Directory, &init, now)?;
+        Ok((
+            ino,
+            self.stands_for(&[&[ib, bb, data], &plink, &init, &entry])?,
+        ))
+    }
+
+    /// Removes the name `name` of a non-directory from `parent`.
+    pub fn unlink(&mut self, parent: InodeNo, name: &[u8], now: u32) -> Result<PatchId> {
+        let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
+        if self.read_inode(entry.ino)?.is_dir() {
+            return Err(DiskError::IsDir);
+        }
+        let (entry, removed) = self.remove_entry(parent, name, now)?;
+        let dropped = self.drop_link(entry.ino, &removed, now)?;
+        self.stands_for(&[&removed, &dropped])
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&mut self, parent: InodeNo, name: &[u8], now: u32) -> Result<PatchId> {
+        let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
+        if !self.read_inode(entry.ino)?.is_dir() {
+            return Err(DiskError::NotDir);
+        }
+        if !self.is_empty_dir(entry.ino)? {
+            return Err(DiskError::NotEmpty);
+        }
+        let (entry, removed) = self.remove_entry(parent, name, now)?;
+        let gone = self.delete_inode(entry.ino, true, &removed, now)?;
+        // The child's ".." no longer counts once the child is deleted.
+        let mut pinode = self.read_inode(parent)?;
+        pinode.core.links_count -= 1;
+        let plink = self.write_inode(parent, &pinode, &gone)?;
+        self.stands_for(&[&removed, &gone, &plink])
+    }
+
+    /// Writes `data` at `offset` of regular file `ino`; returns the bytes
+    /// written (short only when the disk filled up part-way).
+    pub fn write(
+        &mut self,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+        now: u32,
+    ) -> Result<(usize, PatchId)> {
+        let mut inode = self.read_inode(ino)?;
+        if inode.is_dir() {
+            return Err(DiskError::IsDir);
+        }
+        let max = stitch_format::indirect::max_blocks(self.bs) * self.bs as u64;
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > max)
+        {
+            return Err(DiskError::TooLarge);
+        }
+        let (n, ps) = self.write_data(ino, &mut inode, offset, data, now)?;
+        Ok((n, self.stands_for(&[&ps])?))
+    }
+
+    fn check_new_name(&mut self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(DiskError::Exists);
+        }
+        Ok(())
+    }
+
+    /// Writes a whole new inode into its slot, after `deps`.
+    fn init_inode(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        self.write_inode(ino, inode, deps)
+    }
+
+    /// One link fewer, after `removed`; the inode goes with its last link.
+    fn drop_link(&mut self, ino: InodeNo, removed: &[PatchId], now: u32) -> Result<Vec<PatchId>> {
+        let mut inode = self.read_inode(ino)?;
+        if inode.core.links_count > 1 {
+            inode.core.links_count -= 1;
+            inode.core.ctime = now;
+            return self.write_inode(ino, &inode, removed);
+        }
+        self.delete_inode(ino, false, removed, now)
+    }
+
+    /// Marks an inode deleted (no links, deletion time) after `deps`, then
+    /// frees its blocks and itself after that.
+    fn delete_inode(
+        &mut self,
+        ino: InodeNo,
+        dir: bool,
+        deps: &[PatchId],
+        now: u32,
+    ) -> Result<Vec<PatchId>> {
+        let mut inode = self.read_inode(ino)?;
+        let blocks = self.owned_blocks(&inode)?;
+        inode.core.links_count = 0;
+        inode.core.dtime = now;
+        let mut out = self.write_inode(ino, &inode, deps)?;
+        let cleared = if out.is_empty() {
+            deps.to_vec()
+        } else {
+            out.clone()
+        };
+        for b in blocks {
+            out.push(self.free_block(b, &cleared)?);
+        }
+        out.push(self.free_inode(ino, dir, &cleared)?);
+        Ok(out)
+    }
+
+    /// An empty patch depending on every patch of an operation.
+    fn stands_for(&mut self, parts: &[&[PatchId]]) -> Result<PatchId> {
+        let all: Vec<PatchId> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        Ok(self.m.group(&all)?)
+    }
+}

@@ -1,0 +1,207 @@
+//! diskfs operations on a real image, judged from outside: after unmount,
+//! `e2fsck -fn` and `stitchfs fsck` must find the image clean, and a fresh
+//! mount must read back exactly what was written.
+
+use std::process::Command;
+use std::sync::Arc;
+use stitch_blockdev::MemDevice;
+use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo};
+use stitch_patch::{CacheConfig, PatchCache};
+
+const NOW: u32 = 1_700_000_000;
+
+/// A fresh 64 MiB ext2 image from our mkfs, in memory.
+fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
+    let path = dir.join("fresh.img");
+    let opts = stitch_mkfs::MkfsOptions {
+        size: Some(64 << 20),
+        journal: None,
+        force: true,
+    };
+    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
+    let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
+    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+    (dev, DiskFs::mount(cache, mode, NOW).unwrap())
+}
+
+/// Writes the image out and runs both checkers on it.
+fn judge(dir: &std::path::Path, image: &[u8]) {
+    let path = dir.join("judge.img");
+    std::fs::write(&path, image).unwrap();
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "e2fsck:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
+    assert!(report.is_clean(), "stitchfs fsck:\n{report}");
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn files_and_directories_survive_unmount_and_remount() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (docs, _) = fs.mkdir(root, b"docs", 0o755, 1000, 1000, NOW).unwrap();
+    let (deep, _) = fs.mkdir(docs, b"deep", 0o700, 0, 0, NOW).unwrap();
+    // Sizes: inside one block, across direct blocks, into the single and the
+    // double indirect range (12 + 1024 blocks of 4 KiB = 4.05 MiB).
+    let sizes = [0usize, 100, 4096, 5000, 60_000, 4_300_000];
+    let mut files = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let name = format!("f{i}");
+        let parent = if i % 2 == 0 { docs } else { deep };
+        let (ino, _) = fs
+            .create(parent, name.as_bytes(), 0o644, 1000, 1000, NOW)
+            .unwrap();
+        let data = pattern(i as u8, len);
+        if len > 0 {
+            fs.write(ino, 0, &data, NOW).unwrap();
+        }
+        files.push((parent, name, ino, data));
+    }
+    // A sparse file: one block far out.
+    let (sparse, _) = fs.create(root, b"sparse", 0o600, 0, 0, NOW).unwrap();
+    fs.write(sparse, 10 << 20, b"end", NOW).unwrap();
+    // Many entries: the root directory grows a second block.
+    for i in 0..300 {
+        fs.create(
+            root,
+            format!("n{i:03}-with-a-longer-name").as_bytes(),
+            0o644,
+            0,
+            0,
+            NOW,
+        )
+        .unwrap();
+    }
+    for i in (0..300).step_by(3) {
+        fs.unlink(root, format!("n{i:03}-with-a-longer-name").as_bytes(), NOW)
+            .unwrap();
+    }
+    let (gone, _) = fs.mkdir(root, b"gone", 0o755, 0, 0, NOW).unwrap();
+    assert!(matches!(
+        fs.rmdir(root, b"docs", NOW),
+        Err(DiskError::NotEmpty)
+    ));
+    fs.rmdir(root, b"gone", NOW).unwrap();
+    assert!(fs.lookup(root, b"gone").unwrap().is_none());
+    let _ = gone;
+    fs.unlink(docs, b"f4", NOW).unwrap();
+    files.retain(|f| f.1 != "f4");
+
+    let cache = fs.unmount(NOW + 1).unwrap();
+    drop(cache);
+    let image = dev.snapshot();
+    judge(tmp.path(), &image);
+
+    let (_, mut fs) = mount(image, Consistency::SoftUpdates);
+    for (parent, name, ino, data) in &files {
+        let e = fs.lookup(*parent, name.as_bytes()).unwrap().unwrap();
+        assert_eq!(e.ino, *ino);
+        assert_eq!(e.kind, Some(FileType::Regular));
+        assert_eq!(fs.read(*ino, 0, data.len() + 10).unwrap(), *data, "{name}");
+    }
+    let tail = fs.read(sparse, (10 << 20) - 2, 10).unwrap();
+    assert_eq!(tail, [0, 0, b'e', b'n', b'd']);
+    let names = fs.readdir(root).unwrap();
+    assert_eq!(
+        names.iter().filter(|e| e.name.starts_with(b"n")).count(),
+        200
+    );
+    assert_eq!(fs.getattr(docs).unwrap().nlink, 3, "docs holds deep");
+    assert_eq!(
+        fs.getattr(root).unwrap().nlink,
+        4,
+        "root holds lost+found and docs"
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_and_change_nothing() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (f, _) = fs.create(root, b"file", 0o644, 0, 0, NOW).unwrap();
+    assert!(matches!(
+        fs.create(root, b"file", 0o644, 0, 0, NOW),
+        Err(DiskError::Exists)
+    ));
+    assert!(matches!(
+        fs.create(root, &[b'x'; 256], 0o644, 0, 0, NOW),
+        Err(DiskError::NameTooLong)
+    ));
+    assert!(matches!(
+        fs.create(root, b"a/b", 0o644, 0, 0, NOW),
+        Err(DiskError::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.create(f, b"x", 0o644, 0, 0, NOW),
+        Err(DiskError::NotDir)
+    ));
+    assert!(matches!(
+        fs.unlink(root, b"missing", NOW),
+        Err(DiskError::NotFound)
+    ));
+    assert!(matches!(
+        fs.unlink(root, b"lost+found", NOW),
+        Err(DiskError::IsDir)
+    ));
+    assert!(matches!(
+        fs.rmdir(root, b"file", NOW),
+        Err(DiskError::NotDir)
+    ));
+    assert!(matches!(
+        fs.write(f, u64::MAX - 3, b"abcd", NOW),
+        Err(DiskError::TooLarge)
+    ));
+    assert!(fs.read_inode(InodeNo(u32::MAX)).is_err());
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
+
+#[test]
+fn a_full_disk_says_enospc() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (f, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let mut written = 0u64;
+    // Fill the disk: the last write comes back short, the next one fails.
+    let err = loop {
+        match fs.write(f, written, &chunk, NOW) {
+            Ok((n, _)) => written += n as u64,
+            Err(e) => break e,
+        }
+        assert!(written < 80 << 20, "a 64 MiB disk never filled");
+    };
+    assert!(matches!(err, DiskError::NoSpace(_)), "{err}");
+    assert_eq!(fs.getattr(f).unwrap().size, written);
+    assert!(
+        written % (1 << 20) != 0,
+        "the last successful write was short"
+    );
+    // Freeing space makes room again.
+    fs.unlink(root, b"big", NOW).unwrap();
+    let (g, _) = fs.create(root, b"after", 0o644, 0, 0, NOW).unwrap();
+    assert_eq!(fs.write(g, 0, &chunk, NOW).unwrap().0, chunk.len());
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
