@@ -180,3 +180,60 @@ pub fn key_to_path(key: &[u8]) -> Path {
     let parts = key.split(|b| *b == b'/').filter(|c| !c.is_empty());
     Path(parts.map(|c| Name(c.to_vec())).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Limits, Op, Owner};
+
+    fn model_with_link() -> Model {
+        let mut m = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
+        let ops = [
+            Op::Create {
+                path: Path::parse("f"),
+                perm: 0o644,
+            },
+            Op::Write {
+                path: Path::parse("f"),
+                offset: 0,
+                data: b"abc".to_vec(),
+            },
+            Op::Link {
+                from: Path::parse("f"),
+                to: Path::parse("g"),
+            },
+        ];
+        for op in &ops {
+            m.apply(op).unwrap();
+        }
+        m
+    }
+
+    #[test]
+    fn diff_is_empty_only_for_equal_trees() {
+        let m = model_with_link();
+        assert!(m.snapshot().diff(&m.snapshot()).is_empty());
+        let mut other = m.clone();
+        let f = other.resolve(&Path::parse("f")).unwrap();
+        other.write(f, 1, b"X", 0).unwrap();
+        let diff = m.snapshot().diff(&other.snapshot());
+        assert_eq!(diff.len(), 2, "{diff:?}"); // both names of the inode
+        assert!(diff[0].contains("first at byte 1"), "{diff:?}");
+    }
+
+    #[test]
+    fn hard_links_are_recorded_by_first_path() {
+        let tree = model_with_link().snapshot();
+        assert_eq!(tree.nodes[&b"f".to_vec()].same_as, None);
+        assert_eq!(tree.nodes[&b"g".to_vec()].same_as, Some(b"f".to_vec()));
+        assert_eq!(tree.nodes[&b"g".to_vec()].meta.nlink, 2);
+    }
+
+    #[test]
+    fn mtime_only_on_request() {
+        let m = model_with_link();
+        assert_eq!(m.snapshot().nodes[&Vec::new()].mtime, None);
+        let with = m.snapshot_with(TreeOptions { mtime: true });
+        assert_eq!(with.nodes[&Vec::new()].mtime, Some(0));
+    }
+}
