@@ -56,6 +56,9 @@ impl DiskFs {
     /// Looks `name` up in directory `dir`.
     pub fn lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<Entry>> {
         let inode = self.dir_inode(dir)?;
+        if name.len() > MAX_NAME {
+            return Err(DiskError::NameTooLong);
+        }
         for b in self.dir_blocks(&inode)? {
             let block = self.m.read(BlockNo(u64::from(b)))?;
             if let Some(e) = fdir::lookup(block, name).map_err(|e| e.in_block(u64::from(b)))? {

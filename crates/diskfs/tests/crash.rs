@@ -47,8 +47,13 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
     let root = fs.root();
     let mut files: Vec<(InodeNo, InodeNo, String, u32, u64)> = Vec::new();
     let mut dirs = vec![root];
+    let trace = std::env::var_os("STITCH_TRACE").is_some();
     for step in 0..60u32 {
-        match rng.gen_range(0..10) {
+        let choice = rng.gen_range(0..10);
+        if trace {
+            eprintln!("step {step}: choice {choice}, log {}", rec.log().len());
+        }
+        match choice {
             0 => {
                 let name = format!("d{step}");
                 let (d, _) = fs
@@ -81,6 +86,9 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
             }
             7 if !files.is_empty() => {
                 let (parent, _, name, _, _) = files.swap_remove(rng.gen_range(0..files.len()));
+                if trace {
+                    eprintln!("  unlink {name} in {}", parent.0);
+                }
                 fs.unlink(parent, name.as_bytes(), NOW).unwrap();
             }
             8 if dirs.len() > 1 => {
@@ -100,6 +108,14 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                             .find(|e| e.ino == d)
                             .unwrap()
                             .name;
+                        if trace {
+                            eprintln!(
+                                "  rmdir {} in {} (inode {})",
+                                String::from_utf8_lossy(&name),
+                                p.0,
+                                d.0
+                            );
+                        }
                         fs.rmdir(p, &name, NOW).unwrap();
                         dirs.pop();
                     }
@@ -213,11 +229,13 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
 }
 
 /// Workload seeds: 4 by default; `STITCH_CRASH_SEEDS=N` for a long run.
+/// `STITCH_CRASH_SEED=S` runs one seed (to replay a failure).
 fn seeds() -> std::ops::Range<u64> {
-    0..std::env::var("STITCH_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4)
+    let var = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<u64>().ok());
+    match var("STITCH_CRASH_SEED") {
+        Some(s) => s..s + 1,
+        None => 0..var("STITCH_CRASH_SEEDS").unwrap_or(4),
+    }
 }
 
 #[test]
