@@ -103,7 +103,18 @@ impl DiskFs {
             .m
             .byte(BlockNo(u64::from(phys)), 0, &full, &[b], DATA)?;
         let mut out = vec![b, d];
-        match self.attach(ino, inode, logical, phys, &[b, d]) {
+        // e2fsck calls a mapped block past the size corruption, so the size
+        // covering the block goes first (a size over a hole only reads
+        // zeros); the pointer then waits for it as well as for the data.
+        let mut pointer_deps = vec![b, d];
+        let end = logical * self.bs as u64 + (in_block + chunk.len()) as u64;
+        if end > inode.size() {
+            inode.set_size(end);
+            let s = self.write_inode(ino, inode, &[])?;
+            pointer_deps.extend(&s);
+            out.extend(s);
+        }
+        match self.attach(ino, inode, logical, phys, &pointer_deps) {
             Ok(ps) => out.extend(ps),
             Err(e) => {
                 // No indirect block for it: nothing points at the data

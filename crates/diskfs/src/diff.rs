@@ -39,10 +39,33 @@ pub fn write(
     deps: &[PatchId],
     flags: PatchFlags,
 ) -> Result<Vec<PatchId>> {
+    write_covering(m, block, offset, new, None, deps, flags)
+}
+
+/// Like [`write`], but the patch also covers `read` (offsets into `new`):
+/// bytes the new value was computed from. Covering them gives the patch an
+/// overlap dependency on whatever wrote them last, so it can't reach the
+/// disk before the bytes it was derived from. (A directory entry's removal
+/// adds the removed entry's `rec_len` to the previous entry's: without this
+/// the new length could reach the disk before the entry it was read from,
+/// pointing into bytes never written; the crash tests found exactly that.)
+pub fn write_covering(
+    m: &mut Modes,
+    block: BlockNo,
+    offset: usize,
+    new: &[u8],
+    read: Option<(usize, usize)>,
+    deps: &[PatchId],
+    flags: PatchFlags,
+) -> Result<Vec<PatchId>> {
     let old = &m.read(block)?[offset..offset + new.len()];
-    let Some((s, e)) = changed_span(old, new) else {
+    let Some((mut s, mut e)) = changed_span(old, new) else {
         return Ok(Vec::new());
     };
+    if let Some((rs, re)) = read {
+        s = s.min(rs);
+        e = e.max(re.min(new.len()));
+    }
     Ok(vec![m.byte(block, offset + s, &new[s..e], deps, flags)?])
 }
 

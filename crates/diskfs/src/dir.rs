@@ -143,13 +143,23 @@ impl DiskFs {
         for b in self.dir_blocks(&inode)? {
             let blk = BlockNo(u64::from(b));
             let mut bytes = self.m.read(blk)?.to_vec();
-            let kind = fdir::lookup(&bytes, name)
-                .map_err(|e| e.in_block(u64::from(b)))?
-                .map(|e| e.file_type());
+            let found = fdir::lookup(&bytes, name).map_err(|e| e.in_block(u64::from(b)))?;
+            // The previous entry's new length is read from the removed
+            // entry's header: the patch covers it (`diff::write_covering`).
+            let header = found.as_ref().map(|e| (e.offset, e.offset + fdir::HEADER));
+            let kind = found.map(|e| e.file_type());
             if let Some(removed) =
                 fdir::remove(&mut bytes, name).map_err(|e| e.in_block(u64::from(b)))?
             {
-                out.extend(diff::write(&mut self.m, blk, 0, &bytes, &[], META)?);
+                out.extend(diff::write_covering(
+                    &mut self.m,
+                    blk,
+                    0,
+                    &bytes,
+                    header,
+                    &[],
+                    META,
+                )?);
                 out.extend(self.touch(dir, &mut inode, now)?);
                 let entry = Entry {
                     name: name.to_vec(),
