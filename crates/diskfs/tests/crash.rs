@@ -19,17 +19,11 @@ use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
 use stitch_patch::{CacheConfig, PatchCache};
 
-const NOW: u32 = 1_700_000_000;
+mod common;
+use common::NOW;
 
 fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
-    let path = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(16 << 20),
-        journal: None,
-        force: true,
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
+    common::fresh_image(dir, 16 << 20)
 }
 
 /// Byte `i` of file number `f`: never zero, different per file.

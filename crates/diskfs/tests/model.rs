@@ -6,8 +6,6 @@
 //! Only the operations this slice of diskfs offers are generated.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo};
 use stitch_model::errno::Errno;
 use stitch_model::gen::{ops, GenConfig};
@@ -15,9 +13,17 @@ use stitch_model::model::{Limits, Model};
 use stitch_model::op::{Op, Outcome};
 use stitch_model::tree::{Content, Node, Tree};
 use stitch_model::types::{Kind, Meta, Name, Owner, Path};
-use stitch_patch::{CacheConfig, PatchCache};
 
-const NOW: u32 = 1_700_000_000;
+mod common;
+use common::NOW;
+
+fn image(dir: &std::path::Path) -> Vec<u8> {
+    common::fresh_image(dir, 64 << 20)
+}
+
+fn mount(image: Vec<u8>) -> (std::sync::Arc<stitch_blockdev::MemDevice>, DiskFs) {
+    common::mount(image, Consistency::SoftUpdates)
+}
 
 fn errno(e: &DiskError) -> Errno {
     let raw = match e {
@@ -184,28 +190,6 @@ fn tree(fs: &mut DiskFs) -> Tree {
         );
     }
     Tree { nodes }
-}
-
-fn image(dir: &std::path::Path) -> Vec<u8> {
-    let path = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(64 << 20),
-        journal: None,
-        force: true,
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
-}
-
-fn mount(image: Vec<u8>) -> (Arc<MemDevice>, DiskFs) {
-    let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
-    (dev, fs)
 }
 
 fn run(seed: u64, n: usize) {

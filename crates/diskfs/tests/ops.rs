@@ -3,29 +3,13 @@
 //! mount must read back exactly what was written.
 
 use std::process::Command;
-use std::sync::Arc;
-use stitch_blockdev::MemDevice;
-use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo};
-use stitch_patch::{CacheConfig, PatchCache};
+use stitch_diskfs::{Consistency, DiskError, FileType, InodeNo};
 
-const NOW: u32 = 1_700_000_000;
+mod common;
+use common::{mount, NOW};
 
-/// A fresh 64 MiB ext2 image from our mkfs, in memory.
 fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
-    let path = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(64 << 20),
-        journal: None,
-        force: true,
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
-}
-
-fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
-    let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    (dev, DiskFs::mount(cache, mode, NOW).unwrap())
+    common::fresh_image(dir, 64 << 20)
 }
 
 /// Writes the image out and runs both checkers on it.

@@ -1,0 +1,29 @@
+//! Helpers shared by the diskfs tests: fresh images and mounts in memory.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use stitch_blockdev::MemDevice;
+use stitch_diskfs::{Consistency, DiskFs};
+use stitch_patch::{CacheConfig, PatchCache};
+
+pub const NOW: u32 = 1_700_000_000;
+
+/// A fresh ext2 image of `size` bytes from our mkfs, in memory.
+pub fn fresh_image(dir: &Path, size: u64) -> Vec<u8> {
+    let path = dir.join("fresh.img");
+    let opts = stitch_mkfs::MkfsOptions {
+        size: Some(size),
+        journal: None,
+        force: true,
+    };
+    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// Mounts `image` on a memory device; the device holds what reached "disk".
+pub fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
+    let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
+    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+    (dev, DiskFs::mount(cache, mode, NOW).unwrap())
+}
