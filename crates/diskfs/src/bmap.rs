@@ -76,6 +76,10 @@ impl DiskFs {
                 return Err(e);
             }
         }
+        if pos == 0 {
+            // A write of nothing changes nothing (POSIX), not even the size.
+            return Ok((0, out));
+        }
         let end = offset + pos as u64;
         if end > inode.size() {
             inode.set_size(end);
@@ -149,9 +153,8 @@ impl DiskFs {
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
         let path = map_path(logical, self.bs)?;
-        let sectors = (self.bs / 512) as u32;
         if path.depth == 0 {
-            inode.core.blocks_lo += sectors;
+            inode.core.blocks_lo += (self.bs / 512) as u32;
             inode.core.block[path.slot] = phys;
             return self.write_inode(ino, inode, deps);
         }
@@ -166,8 +169,11 @@ impl DiskFs {
                 let init =
                     self.m
                         .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[ib], META)?;
-                inode.core.blocks_lo += sectors;
                 out.extend([ib, init]);
+                let counted = self.count_block(ino, inode, parent.is_some())?;
+                let mut after = vec![ib, init];
+                after.extend(&counted);
+                out.extend(counted);
                 out.extend(self.set_ptr(
                     ino,
                     inode,
@@ -175,7 +181,7 @@ impl DiskFs {
                     path.slot,
                     levels.get(depth.wrapping_sub(1)).copied(),
                     ind,
-                    &[ib, init],
+                    &after,
                 )?);
                 ptr = ind;
             }
@@ -183,13 +189,43 @@ impl DiskFs {
             let block = self.m.read(BlockNo(u64::from(ptr)))?;
             let next = pointer(block, index).unwrap_or(0);
             if depth + 1 == levels.len() {
-                inode.core.blocks_lo += sectors;
-                out.extend(self.set_ptr(ino, inode, parent, path.slot, Some(index), phys, deps)?);
+                let counted = self.count_block(ino, inode, true)?;
+                let mut after = deps.to_vec();
+                after.extend(&counted);
+                out.extend(counted);
+                out.extend(self.set_ptr(
+                    ino,
+                    inode,
+                    parent,
+                    path.slot,
+                    Some(index),
+                    phys,
+                    &after,
+                )?);
             } else {
                 ptr = next;
             }
         }
         Ok(out)
+    }
+
+    /// Counts one more block in `i_blocks`. When the pointer to it will sit
+    /// in an indirect block (`separate`), the count is written first and
+    /// the pointer waits for it: a crash may leave the count too high, never
+    /// too low (as with link counts; fsck classes the former a leak).
+    /// Otherwise the count goes out with the pointer, in the inode's patch.
+    fn count_block(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        separate: bool,
+    ) -> Result<Vec<PatchId>> {
+        inode.core.blocks_lo += (self.bs / 512) as u32;
+        if separate {
+            self.write_inode(ino, inode, &[])
+        } else {
+            Ok(Vec::new())
+        }
     }
 
     /// Sets one pointer: in the inode (`parent` none) or at `index` of the
@@ -248,6 +284,16 @@ impl DiskFs {
 
     /// Every block the file owns (data and indirect), for freeing it.
     pub(crate) fn owned_blocks(&mut self, inode: &Inode) -> Result<Vec<u32>> {
+        // Device numbers and fast symlink targets live in `i_block`: those
+        // inodes own no blocks.
+        let maps_blocks = match inode.file_type() {
+            Some(stitch_format::FileType::Regular | stitch_format::FileType::Directory) => true,
+            Some(stitch_format::FileType::Symlink) => !stitch_format::symlink::is_fast(inode),
+            _ => false,
+        };
+        if !maps_blocks {
+            return Ok(Vec::new());
+        }
         let mut out: Vec<u32> = inode.core.block[..12]
             .iter()
             .copied()
@@ -259,7 +305,12 @@ impl DiskFs {
         Ok(out)
     }
 
-    fn collect_tree(&mut self, block: u32, depth: u32, out: &mut Vec<u32>) -> Result<()> {
+    pub(crate) fn collect_tree(
+        &mut self,
+        block: u32,
+        depth: u32,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         if block == 0 {
             return Ok(());
         }

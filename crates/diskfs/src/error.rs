@@ -22,6 +22,8 @@ pub enum DiskError {
     Invalid(&'static str),
     #[error("no space left on device ({0})")]
     NoSpace(&'static str),
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
     #[error("too many links")]
     TooManyLinks,
     #[error("file too large for ext2 block maps")]

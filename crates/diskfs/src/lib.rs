@@ -10,10 +10,10 @@
 //! encoded by the format crate, and changes become patches by diffing the
 //! encoded bytes (`diff`), so no layout is written twice.
 //!
-//! This is the first slice of the layer: mount and unmount, allocation,
-//! inodes, block maps with indirect blocks, directories, and create, mkdir,
-//! unlink, rmdir, write and read. Rename, link, symlink, mknod, truncate,
-//! attributes and orphan handling come next.
+//! Done so far: mount and unmount, allocation, inodes, block maps with
+//! indirect blocks, directories, and create, mkdir, unlink, rmdir, link,
+//! symlink, mknod, setattr, truncate, write and read. Rename and orphan
+//! handling come next.
 
 mod alloc;
 mod bmap;
@@ -22,11 +22,13 @@ mod dir;
 mod error;
 mod fs;
 mod inode;
+mod more_ops;
 mod ops;
 
 pub use dir::Entry;
 pub use error::{DiskError, Result};
 pub use fs::DiskFs;
+pub use more_ops::{SetAttr, Special};
 pub use ops::Attr;
 pub use stitch_format::{FileType, InodeNo};
 pub use stitch_modes::Consistency;

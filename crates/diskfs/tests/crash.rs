@@ -43,7 +43,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
     let mut dirs = vec![root];
     let trace = std::env::var_os("STITCH_TRACE").is_some();
     for step in 0..60u32 {
-        let choice = rng.gen_range(0..10);
+        let choice = rng.gen_range(0..13);
         if trace {
             eprintln!("step {step}: choice {choice}, log {}", rec.log().len());
         }
@@ -114,6 +114,38 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                         dirs.pop();
                     }
                 }
+            }
+            10 if !files.is_empty() => {
+                // Shrink (freeing blocks) or grow (a hole) a file.
+                let k = rng.gen_range(0..files.len());
+                let (_, ino, _, _, size) = files[k];
+                let new = rng.gen_range(0..=size + 10_000);
+                fs.truncate(ino, new, NOW).unwrap();
+                for f in files.iter_mut().filter(|f| f.1 == ino) {
+                    f.4 = new;
+                }
+            }
+            11 if !files.is_empty() => {
+                // A second name, in some directory.
+                let (_, ino, _, f, size) = files[rng.gen_range(0..files.len())];
+                let parent = dirs[rng.gen_range(0..dirs.len())];
+                let name = format!("l{step}");
+                fs.link(ino, parent, name.as_bytes(), NOW).unwrap();
+                files.push((parent, ino, name, f, size));
+            }
+            12 => {
+                // Symlinks, fast (target in the inode) and slow (a block).
+                let parent = dirs[rng.gen_range(0..dirs.len())];
+                let target = "t".repeat(if rng.gen_bool(0.5) { 20 } else { 300 });
+                fs.symlink(
+                    parent,
+                    format!("s{step}").as_bytes(),
+                    target.as_bytes(),
+                    0,
+                    0,
+                    NOW,
+                )
+                .unwrap();
             }
             _ => {
                 let cache = fs.modes_mut().cache_mut();

@@ -6,13 +6,13 @@
 //! Only the operations this slice of diskfs offers are generated.
 
 use std::collections::BTreeMap;
-use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo};
+use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo, SetAttr, Special};
 use stitch_model::errno::Errno;
 use stitch_model::gen::{ops, GenConfig};
 use stitch_model::model::{Limits, Model};
 use stitch_model::op::{Op, Outcome};
 use stitch_model::tree::{Content, Node, Tree};
-use stitch_model::types::{Kind, Meta, Name, Owner, Path};
+use stitch_model::types::{Kind, Meta, Name, Owner, Path, Rdev, Special as ModelSpecial};
 
 mod common;
 use common::NOW;
@@ -33,9 +33,12 @@ fn errno(e: &DiskError) -> Errno {
         DiskError::IsDir => libc::EISDIR,
         DiskError::NotEmpty => libc::ENOTEMPTY,
         DiskError::NameTooLong => libc::ENAMETOOLONG,
+        DiskError::Invalid("ELOOP") => libc::ELOOP,
+        DiskError::NotPermitted("ENXIO") => libc::ENXIO,
         DiskError::Invalid(_) => libc::EINVAL,
         DiskError::NoSpace(_) => libc::ENOSPC,
         DiskError::TooManyLinks => libc::EMLINK,
+        DiskError::NotPermitted(_) => libc::EPERM,
         DiskError::TooLarge => libc::EFBIG,
         other => panic!("diskfs failed: {other}"),
     };
@@ -43,9 +46,19 @@ fn errno(e: &DiskError) -> Errno {
 }
 
 fn supported(op: &Op) -> bool {
-    matches!(
+    !matches!(
         op,
-        Op::Create { .. }
+        Op::Rename { .. } | Op::Open { .. } | Op::WriteFd { .. } | Op::Close { .. }
+    ) && matches!(
+        op,
+        Op::Link { .. }
+            | Op::Symlink { .. }
+            | Op::Mknod { .. }
+            | Op::Truncate { .. }
+            | Op::Chmod { .. }
+            | Op::Chown { .. }
+            | Op::SetTimes { .. }
+            | Op::Create { .. }
             | Op::Mkdir { .. }
             | Op::Unlink { .. }
             | Op::Rmdir { .. }
@@ -56,34 +69,73 @@ fn supported(op: &Op) -> bool {
     )
 }
 
-/// Walks `path` from the root.
-fn resolve(fs: &mut DiskFs, path: &[Name]) -> Result<InodeNo, DiskError> {
+/// The error of following a symlink, which always dangles here (the
+/// generator's targets start with `~`, which no name does): the lookup of
+/// the target's first component fails.
+fn dangling(fs: &mut DiskFs, ino: InodeNo) -> DiskError {
+    let target = fs.readlink(ino).unwrap();
+    match target.split(|b| *b == b'/').find(|c| !c.is_empty()) {
+        Some(c) if c.len() > 255 => DiskError::NameTooLong,
+        _ => DiskError::NotFound,
+    }
+}
+
+fn kind_of(fs: &mut DiskFs, ino: InodeNo) -> Option<FileType> {
+    fs.read_inode(ino).unwrap().file_type()
+}
+
+/// Walks the directories of `parts` from the root, as the model does.
+fn resolve_dirs(fs: &mut DiskFs, parts: &[Name]) -> Result<InodeNo, DiskError> {
     let mut at = fs.root();
-    for name in path {
-        if !fs.read_inode(at)?.is_dir() {
-            return Err(DiskError::NotDir);
-        }
-        at = fs
+    for name in parts {
+        let ino = fs
             .lookup(at, name.as_bytes())?
             .ok_or(DiskError::NotFound)?
             .ino;
+        at = match kind_of(fs, ino) {
+            Some(FileType::Directory) => ino,
+            Some(FileType::Symlink) => return Err(dangling(fs, ino)),
+            _ => return Err(DiskError::NotDir),
+        };
     }
     Ok(at)
 }
 
-fn parent_of<'a>(fs: &mut DiskFs, path: &'a Path) -> Result<(InodeNo, &'a [u8]), DiskError> {
-    let (dirs, last) = path.split_last().ok_or(DiskError::Exists)?;
-    let dir = resolve(fs, dirs)?;
-    if !fs.read_inode(dir)?.is_dir() {
-        return Err(DiskError::NotDir);
+/// The inode `path` names, without following a final symlink.
+fn resolve(fs: &mut DiskFs, path: &[Name]) -> Result<InodeNo, DiskError> {
+    match path.split_last() {
+        None => Ok(fs.root()),
+        Some((name, dirs)) => {
+            let dir = resolve_dirs(fs, dirs)?;
+            Ok(fs
+                .lookup(dir, name.as_bytes())?
+                .ok_or(DiskError::NotFound)?
+                .ino)
+        }
     }
-    Ok((dir, last.as_bytes()))
 }
 
+fn parent_of<'a>(fs: &mut DiskFs, path: &'a Path) -> Result<(InodeNo, &'a [u8]), DiskError> {
+    let (dirs, last) = path.split_last().ok_or(DiskError::Exists)?;
+    Ok((resolve_dirs(fs, dirs)?, last.as_bytes()))
+}
+
+/// The inode of a data op: a regular file, else the model's errors.
 fn data_inode(fs: &mut DiskFs, path: &Path) -> Result<InodeNo, DiskError> {
     let ino = resolve(fs, &path.0)?;
-    if fs.read_inode(ino)?.is_dir() {
-        return Err(DiskError::IsDir);
+    match kind_of(fs, ino) {
+        Some(FileType::Regular) => Ok(ino),
+        Some(FileType::Directory) => Err(DiskError::IsDir),
+        Some(FileType::Symlink) => Err(DiskError::Invalid("ELOOP")),
+        _ => Err(DiskError::NotPermitted("ENXIO")),
+    }
+}
+
+/// `chmod` and `readdir` follow a final symlink, which dangles.
+fn resolve_follow(fs: &mut DiskFs, path: &Path) -> Result<InodeNo, DiskError> {
+    let ino = resolve(fs, &path.0)?;
+    if kind_of(fs, ino) == Some(FileType::Symlink) {
+        return Err(dangling(fs, ino));
     }
     Ok(ino)
 }
@@ -117,7 +169,7 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, DiskError> {
             fs.read(ino, *offset, *len).map(Outcome::Data)
         }
         Op::Readdir { path } => {
-            let ino = resolve(fs, &path.0)?;
+            let ino = resolve_follow(fs, path)?;
             let mut names: Vec<Name> = fs
                 .readdir(ino)?
                 .into_iter()
@@ -134,33 +186,127 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, DiskError> {
             let ino = resolve(fs, &path.0)?;
             Ok(Outcome::Stat(meta(fs, ino)?))
         }
+        Op::Link { from, to } => {
+            let ino = resolve(fs, &from.0)?;
+            let (dir, name) = parent_of(fs, to)?;
+            fs.link(ino, dir, name, NOW).map(|_| Outcome::Done)
+        }
+        Op::Symlink { path, target } => {
+            if target.is_empty() {
+                return Err(DiskError::NotFound);
+            }
+            if target.len() > 4095 {
+                return Err(DiskError::NameTooLong);
+            }
+            let (dir, name) = parent_of(fs, path)?;
+            fs.symlink(dir, name, target, 0, 0, NOW)
+                .map(|_| Outcome::Done)
+        }
+        Op::Mknod { path, kind, perm } => {
+            let (dir, name) = parent_of(fs, path)?;
+            let special = match kind {
+                ModelSpecial::Fifo => Special::Fifo,
+                ModelSpecial::Socket => Special::Socket,
+                ModelSpecial::Char(r) => Special::Char {
+                    major: r.major,
+                    minor: r.minor,
+                },
+                ModelSpecial::Block(r) => Special::Block {
+                    major: r.major,
+                    minor: r.minor,
+                },
+            };
+            fs.mknod(dir, name, special, *perm as u16, 0, 0, NOW)
+                .map(|_| Outcome::Done)
+        }
+        Op::Truncate { path, size } => {
+            let ino = data_inode(fs, path)?;
+            fs.truncate(ino, *size, NOW).map(|_| Outcome::Done)
+        }
+        Op::Chmod { path, perm } => {
+            let ino = resolve_follow(fs, path)?;
+            fs.setattr(
+                ino,
+                SetAttr {
+                    perm: Some(*perm as u16),
+                    ..SetAttr::default()
+                },
+                NOW,
+            )
+            .map(|_| Outcome::Done)
+        }
+        Op::Chown { path, uid, gid } => {
+            let ino = resolve(fs, &path.0)?;
+            // Linux clears setuid, and setgid when group-executable, on a
+            // chown of a non-directory (the model does the same).
+            let a = fs.getattr(ino)?;
+            let mut perm = a.perm;
+            if a.kind != Some(FileType::Directory) {
+                perm &= !0o4000;
+                if perm & 0o2010 == 0o2010 {
+                    perm &= !0o2000;
+                }
+            }
+            let set = SetAttr {
+                perm: Some(perm),
+                uid: Some(*uid),
+                gid: Some(*gid),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino, set, NOW).map(|_| Outcome::Done)
+        }
+        Op::SetTimes { path, atime, mtime } => {
+            let ino = resolve(fs, &path.0)?;
+            fs.setattr(
+                ino,
+                SetAttr {
+                    atime: Some(*atime),
+                    mtime: Some(*mtime),
+                    ..SetAttr::default()
+                },
+                NOW,
+            )
+            .map(|_| Outcome::Done)
+        }
         _ => unreachable!("filtered out"),
     }
 }
 
 fn meta(fs: &mut DiskFs, ino: InodeNo) -> Result<Meta, DiskError> {
     let a = fs.getattr(ino)?;
-    let dir = a.kind == Some(FileType::Directory);
+    let (major, minor) = fs.read_inode(ino)?.device();
+    let rdev = Rdev { major, minor };
+    let kind = match a.kind {
+        Some(FileType::Directory) => Kind::Dir,
+        Some(FileType::Symlink) => Kind::Symlink,
+        Some(FileType::Fifo) => Kind::Special(ModelSpecial::Fifo),
+        Some(FileType::Socket) => Kind::Special(ModelSpecial::Socket),
+        Some(FileType::CharDevice) => Kind::Special(ModelSpecial::Char(rdev)),
+        Some(FileType::BlockDevice) => Kind::Special(ModelSpecial::Block(rdev)),
+        _ => Kind::File,
+    };
     // The model has no lost+found: the root's count leaves its link out.
     let nlink = u32::from(a.nlink) - u32::from(ino == fs.root());
     Ok(Meta {
-        kind: if dir { Kind::Dir } else { Kind::File },
+        kind,
         perm: u32::from(a.perm),
         uid: a.uid,
         gid: a.gid,
         nlink,
-        size: (!dir).then_some(a.size),
+        size: (kind != Kind::Dir).then_some(a.size),
     })
 }
 
 /// The whole tree as diskfs holds it, in the model's terms.
 fn tree(fs: &mut DiskFs) -> Tree {
     let mut nodes = BTreeMap::new();
+    let mut paths = Vec::new();
     let mut stack = vec![(Vec::new(), fs.root())];
     while let Some((path, ino)) = stack.pop() {
         let m = meta(fs, ino).unwrap();
         let content = match m.kind {
             Kind::File => Content::Bytes(fs.read(ino, 0, m.size.unwrap() as usize).unwrap()),
+            Kind::Symlink => Content::Target(fs.readlink(ino).unwrap()),
             _ => Content::None,
         };
         if m.kind == Kind::Dir {
@@ -179,6 +325,7 @@ fn tree(fs: &mut DiskFs) -> Tree {
                 stack.push((p, e.ino));
             }
         }
+        paths.push((path.clone(), ino.0));
         nodes.insert(
             path,
             Node {
@@ -189,7 +336,9 @@ fn tree(fs: &mut DiskFs) -> Tree {
             },
         );
     }
-    Tree { nodes }
+    let mut tree = Tree { nodes };
+    tree.link_groups(paths.into_iter());
+    tree
 }
 
 fn run(seed: u64, n: usize) {

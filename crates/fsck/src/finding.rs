@@ -257,6 +257,15 @@ impl FindingKind {
             | GroupDirsWrong { .. }
             | FreeBlocksWrong { .. }
             | FreeInodesWrong { .. } => Class::Leak,
+            // A block count too high is what soft updates leaves when a crash
+            // falls between counting a block and pointing at it (a count
+            // goes up before a reference and down after it, like a link
+            // count); too low would mean a mapped block went uncounted.
+            BadBlockCount {
+                i_blocks,
+                should_be,
+                ..
+            } if i_blocks > should_be => Class::Leak,
             _ => Class::Corruption,
         }
     }

@@ -289,9 +289,15 @@ const DAMAGES: &[Damage] = &[
         finds("bad_size", Class::Corruption),
     ),
     (
-        "blocks-count-wrong",
+        "blocks-count-too-high",
         true,
         |p| dbg(p, &["sif /a/f1 blocks 64"]),
+        finds("bad_block_count", Class::Leak),
+    ),
+    (
+        "blocks-count-too-low",
+        true,
+        |p| dbg(p, &["sif /a/b/f2 blocks 8"]),
         finds("bad_block_count", Class::Corruption),
     ),
     (

@@ -101,7 +101,7 @@ impl Model {
 
 impl Tree {
     /// Fills `same_as` from (path, inode identity) pairs.
-    pub(crate) fn link_groups<K: Ord>(&mut self, paths: impl Iterator<Item = (Vec<u8>, K)>) {
+    pub fn link_groups<K: Ord>(&mut self, paths: impl Iterator<Item = (Vec<u8>, K)>) {
         let mut first: BTreeMap<K, Vec<u8>> = BTreeMap::new();
         let mut sorted: Vec<(Vec<u8>, K)> = paths.collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
