@@ -404,3 +404,106 @@ fn random_operations_agree_with_the_model() {
         run(seed, 250);
     }
 }
+
+/// The kernel's view of a mounted tree, in the model's terms: without
+/// lost+found (the model has none) and the root's link to it.
+fn kernel_tree(mnt: &std::path::Path) -> Tree {
+    let mut t = Tree::from_dir(mnt, Default::default()).unwrap();
+    t.nodes
+        .retain(|k, _| k.as_slice() != b"lost+found" && !k.starts_with(b"lost+found/"));
+    if let Some(root) = t.nodes.get_mut(&Vec::new()) {
+        root.meta.nlink -= 1;
+    }
+    t
+}
+
+/// The model after `ops`, and those ops, for one seed.
+fn model_after(seed: u64, n: usize) -> (Model, Vec<Op>) {
+    let mut model = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
+    model.set_now(NOW);
+    let cfg = GenConfig {
+        max_offset: 1 << 20,
+        max_write: 40 << 10,
+        ..GenConfig::default()
+    };
+    let ops: Vec<Op> = ops(seed, n * 3, &cfg)
+        .into_iter()
+        .filter(supported)
+        .take(n)
+        .collect();
+    for op in &ops {
+        let _ = model.apply(op);
+    }
+    (model, ops)
+}
+
+/// The Linux ext2 driver mounts an image diskfs wrote and sees exactly the
+/// model's tree, contents and attributes.
+#[test]
+fn the_kernel_reads_what_diskfs_wrote() {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED the_kernel_reads_what_diskfs_wrote: loop mounts need root");
+        return;
+    }
+    for seed in 100..104 {
+        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let (dev, mut fs) = mount(image(tmp.path()));
+        let (model, ops) = model_after(seed, 250);
+        for op in &ops {
+            let _ = apply(&mut fs, op);
+        }
+        fs.unmount(NOW).unwrap();
+        let img = tmp.path().join("ours.img");
+        std::fs::write(&img, dev.snapshot()).unwrap();
+        let mnt = tmp.path().join("mnt");
+        let m = stitch_testkit::LoopMount::new(&img, &mnt, "ro")
+            .unwrap_or_else(|e| panic!("mount: {e}"));
+        let diff = kernel_tree(&mnt).diff(&model.snapshot());
+        m.unmount();
+        assert!(
+            diff.is_empty(),
+            "seed {seed}: the kernel sees:\n{}",
+            diff.join("\n")
+        );
+    }
+}
+
+/// diskfs reads an image made by mke2fs and filled by the kernel.
+#[test]
+fn diskfs_reads_what_the_kernel_wrote() {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED diskfs_reads_what_the_kernel_wrote: loop mounts need root");
+        return;
+    }
+    for seed in 200..204 {
+        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let img = tmp.path().join("kernel.img");
+        let out = std::process::Command::new("mke2fs")
+            .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-I", "256"])
+            .arg(&img)
+            .arg("64M")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mke2fs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (model, ops) = model_after(seed, 250);
+        let mnt = tmp.path().join("mnt");
+        let m =
+            stitch_testkit::LoopMount::new(&img, &mnt, "").unwrap_or_else(|e| panic!("mount: {e}"));
+        let mut real = stitch_model::real::RealFs::new(&mnt);
+        for op in &ops {
+            let _ = real.apply(op);
+        }
+        m.unmount();
+        let (_, mut fs) = mount(std::fs::read(&img).unwrap());
+        let diff = tree(&mut fs).diff(&model.snapshot());
+        assert!(
+            diff.is_empty(),
+            "seed {seed}: diskfs reads:\n{}",
+            diff.join("\n")
+        );
+    }
+}
