@@ -136,6 +136,7 @@ impl DiskFs {
         &mut self,
         dir: InodeNo,
         name: &[u8],
+        deps: &[PatchId],
         now: u32,
     ) -> Result<(Entry, Vec<PatchId>)> {
         let mut inode = self.dir_inode(dir)?;
@@ -157,7 +158,7 @@ impl DiskFs {
                     0,
                     &bytes,
                     header,
-                    &[],
+                    deps,
                     META,
                 )?);
                 out.extend(self.touch(dir, &mut inode, now)?);
@@ -167,6 +168,32 @@ impl DiskFs {
                     kind: kind.flatten(),
                 };
                 return Ok((entry, out));
+            }
+        }
+        Err(DiskError::NotFound)
+    }
+
+    /// Points the existing entry `name` of `dir` at `ino` (rename over an
+    /// existing name: the entry changes in place, so the name is never
+    /// missing on disk); after `deps`.
+    pub(crate) fn retarget_entry(
+        &mut self,
+        dir: InodeNo,
+        name: &[u8],
+        ino: InodeNo,
+        ft: FileType,
+        deps: &[PatchId],
+        now: u32,
+    ) -> Result<Vec<PatchId>> {
+        let mut inode = self.dir_inode(dir)?;
+        let mut out = self.clear_index(dir, &mut inode)?;
+        for b in self.dir_blocks(&inode)? {
+            let blk = BlockNo(u64::from(b));
+            let mut bytes = self.m.read(blk)?.to_vec();
+            if fdir::set_inode(&mut bytes, name, ino, ft).map_err(|e| e.in_block(u64::from(b)))? {
+                out.extend(diff::write(&mut self.m, blk, 0, &bytes, deps, META)?);
+                out.extend(self.touch(dir, &mut inode, now)?);
+                return Ok(out);
             }
         }
         Err(DiskError::NotFound)

@@ -24,11 +24,13 @@ mod fs;
 mod inode;
 mod more_ops;
 mod ops;
+mod rename;
 
 pub use dir::Entry;
 pub use error::{DiskError, Result};
 pub use fs::DiskFs;
 pub use more_ops::{SetAttr, Special};
 pub use ops::Attr;
+pub use rename::RenameFlags;
 pub use stitch_format::{FileType, InodeNo};
 pub use stitch_modes::Consistency;

@@ -137,7 +137,7 @@ impl DiskFs {
         if self.read_inode(entry.ino)?.is_dir() {
             return Err(DiskError::IsDir);
         }
-        let (entry, removed) = self.remove_entry(parent, name, now)?;
+        let (entry, removed) = self.remove_entry(parent, name, &[], now)?;
         let dropped = self.drop_link(entry.ino, &removed, now)?;
         self.stands_for(&[&removed, &dropped])
     }
@@ -151,7 +151,7 @@ impl DiskFs {
         if !self.is_empty_dir(entry.ino)? {
             return Err(DiskError::NotEmpty);
         }
-        let (entry, removed) = self.remove_entry(parent, name, now)?;
+        let (entry, removed) = self.remove_entry(parent, name, &[], now)?;
         let gone = self.delete_inode(entry.ino, true, &removed, now)?;
         // The child's ".." no longer counts once the child is deleted.
         let mut pinode = self.read_inode(parent)?;
@@ -203,7 +203,12 @@ impl DiskFs {
     }
 
     /// One link fewer, after `removed`; the inode goes with its last link.
-    fn drop_link(&mut self, ino: InodeNo, removed: &[PatchId], now: u32) -> Result<Vec<PatchId>> {
+    pub(crate) fn drop_link(
+        &mut self,
+        ino: InodeNo,
+        removed: &[PatchId],
+        now: u32,
+    ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(ino)?;
         if inode.core.links_count > 1 {
             inode.core.links_count -= 1;
@@ -215,7 +220,7 @@ impl DiskFs {
 
     /// Marks an inode deleted (no links, deletion time) after `deps`, then
     /// frees its blocks and itself after that.
-    fn delete_inode(
+    pub(crate) fn delete_inode(
         &mut self,
         ino: InodeNo,
         dir: bool,

@@ -43,7 +43,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
     let mut dirs = vec![root];
     let trace = std::env::var_os("STITCH_TRACE").is_some();
     for step in 0..60u32 {
-        let choice = rng.gen_range(0..13);
+        let choice = rng.gen_range(0..15);
         if trace {
             eprintln!("step {step}: choice {choice}, log {}", rec.log().len());
         }
@@ -146,6 +146,67 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                     NOW,
                 )
                 .unwrap();
+            }
+            13 if !files.is_empty() => {
+                // Rename a file: a new name, or over another file's name.
+                let k = rng.gen_range(0..files.len());
+                let (sp, ino, sn, f, size) = files[k].clone();
+                let over = rng
+                    .gen_bool(0.4)
+                    .then(|| rng.gen_range(0..files.len()))
+                    .filter(|&j| files[j].1 != ino);
+                let (dp, dn) = match over {
+                    Some(j) => (files[j].0, files[j].2.clone()),
+                    None => (dirs[rng.gen_range(0..dirs.len())], format!("r{step}")),
+                };
+                fs.rename(
+                    sp,
+                    sn.as_bytes(),
+                    dp,
+                    dn.as_bytes(),
+                    Default::default(),
+                    NOW,
+                )
+                .unwrap();
+                files.retain(|e| !(e.0 == dp && e.2 == dn));
+                if let Some(e) = files.iter_mut().find(|e| e.0 == sp && e.2 == sn) {
+                    *e = (dp, ino, dn, f, size);
+                }
+            }
+            14 if dirs.len() > 1 => {
+                // Move a directory to the root under a new name.
+                let d = dirs[rng.gen_range(1..dirs.len())];
+                let parent = dirs.iter().copied().find(|&p| {
+                    fs.readdir(p)
+                        .unwrap()
+                        .iter()
+                        .any(|e| e.ino == d && e.name != b"." && e.name != b"..")
+                });
+                if let Some(p) = parent {
+                    let name = fs
+                        .readdir(p)
+                        .unwrap()
+                        .into_iter()
+                        .find(|e| e.ino == d)
+                        .unwrap()
+                        .name;
+                    let root = fs.root();
+                    fs.rename(
+                        p,
+                        &name,
+                        root,
+                        format!("m{step}").as_bytes(),
+                        Default::default(),
+                        NOW,
+                    )
+                    .unwrap();
+                    for e in files
+                        .iter_mut()
+                        .filter(|e| e.0 == p && e.2.as_bytes() == name.as_slice())
+                    {
+                        e.0 = root;
+                    }
+                }
             }
             _ => {
                 let cache = fs.modes_mut().cache_mut();

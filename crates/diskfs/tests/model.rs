@@ -6,7 +6,9 @@
 //! Only the operations this slice of diskfs offers are generated.
 
 use std::collections::BTreeMap;
-use stitch_diskfs::{Consistency, DiskError, DiskFs, FileType, InodeNo, SetAttr, Special};
+use stitch_diskfs::{
+    Consistency, DiskError, DiskFs, FileType, InodeNo, RenameFlags, SetAttr, Special,
+};
 use stitch_model::errno::Errno;
 use stitch_model::gen::{ops, GenConfig};
 use stitch_model::model::{Limits, Model};
@@ -46,27 +48,26 @@ fn errno(e: &DiskError) -> Errno {
 }
 
 fn supported(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Rename { .. } | Op::Open { .. } | Op::WriteFd { .. } | Op::Close { .. }
-    ) && matches!(
-        op,
-        Op::Link { .. }
-            | Op::Symlink { .. }
-            | Op::Mknod { .. }
-            | Op::Truncate { .. }
-            | Op::Chmod { .. }
-            | Op::Chown { .. }
-            | Op::SetTimes { .. }
-            | Op::Create { .. }
-            | Op::Mkdir { .. }
-            | Op::Unlink { .. }
-            | Op::Rmdir { .. }
-            | Op::Write { .. }
-            | Op::Read { .. }
-            | Op::Readdir { .. }
-            | Op::Stat { .. }
-    )
+    !matches!(op, Op::Open { .. } | Op::WriteFd { .. } | Op::Close { .. })
+        && matches!(
+            op,
+            Op::Link { .. }
+                | Op::Rename { .. }
+                | Op::Symlink { .. }
+                | Op::Mknod { .. }
+                | Op::Truncate { .. }
+                | Op::Chmod { .. }
+                | Op::Chown { .. }
+                | Op::SetTimes { .. }
+                | Op::Create { .. }
+                | Op::Mkdir { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+                | Op::Write { .. }
+                | Op::Read { .. }
+                | Op::Readdir { .. }
+                | Op::Stat { .. }
+        )
 }
 
 /// The error of following a symlink, which always dangles here (the
@@ -218,6 +219,18 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, DiskError> {
             };
             fs.mknod(dir, name, special, *perm as u16, 0, 0, NOW)
                 .map(|_| Outcome::Done)
+        }
+        Op::Rename { from, to, flags } => {
+            if flags.noreplace && flags.exchange {
+                return Err(DiskError::Invalid("flags"));
+            }
+            let (sp, sn) = parent_of(fs, from)?;
+            let (dp, dn) = parent_of(fs, to)?;
+            let f = RenameFlags {
+                noreplace: flags.noreplace,
+                exchange: flags.exchange,
+            };
+            fs.rename(sp, sn, dp, dn, f, NOW).map(|_| Outcome::Done)
         }
         Op::Truncate { path, size } => {
             let ino = data_inode(fs, path)?;
