@@ -59,8 +59,12 @@ pub fn write_covering(
     flags: PatchFlags,
 ) -> Result<Vec<PatchId>> {
     let old = &m.read(block)?[offset..offset + new.len()];
-    let Some((mut s, mut e)) = changed_span(old, new) else {
-        return Ok(Vec::new());
+    let (mut s, mut e) = match (changed_span(old, new), read) {
+        (Some(span), _) => span,
+        // Nothing changed, but what was read must still be ordered: a patch
+        // rewriting those bytes as they are carries the dependency.
+        (None, Some(r)) => r,
+        (None, None) => return Ok(Vec::new()),
     };
     if let Some((rs, re)) = read {
         s = s.min(rs);

@@ -13,7 +13,7 @@
 use crate::diff;
 use crate::error::{DiskError, Result};
 use stitch_format::group_desc::{decode_table, GroupDesc};
-use stitch_format::{Geometry, Superblock};
+use stitch_format::{Geometry, InodeNo, Superblock};
 use stitch_modes::{Consistency, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
 
@@ -30,6 +30,8 @@ pub struct DiskFs {
     pub(crate) geo: Geometry,
     pub(crate) gds: Vec<GroupDesc>,
     pub(crate) bs: usize,
+    /// Open counts of inodes the layer above holds open (in memory only).
+    pub(crate) open: std::collections::HashMap<InodeNo, u32>,
 }
 
 impl DiskFs {
@@ -60,6 +62,7 @@ impl DiskFs {
             geo,
             gds,
             bs,
+            open: Default::default(),
         };
         fs.sb.state &= !STATE_VALID;
         fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
@@ -67,6 +70,8 @@ impl DiskFs {
         let p = fs.write_super()?;
         // A crash from here on must find the file system marked in use.
         fs.sync_patches(&p)?;
+        // Files unlinked while open before a crash go now.
+        fs.free_orphans(now)?;
         Ok(fs)
     }
 
@@ -121,6 +126,14 @@ impl DiskFs {
         let mut bytes = self.m.read(blk)?[off..off + SUPERBLOCK_BYTES].to_vec();
         self.sb.encode_into(&mut bytes);
         Ok(diff::write(&mut self.m, blk, off, &bytes, &[], META)?)
+    }
+
+    /// Patches the cached superblock after `deps`.
+    pub(crate) fn write_super_after(&mut self, deps: &[PatchId]) -> Result<Vec<PatchId>> {
+        let (blk, off) = superblock_location(self.bs);
+        let mut bytes = self.m.read(blk)?[off..off + SUPERBLOCK_BYTES].to_vec();
+        self.sb.encode_into(&mut bytes);
+        Ok(diff::write(&mut self.m, blk, off, &bytes, deps, META)?)
     }
 
     /// Patches the cached descriptor of group `g` to match `self.gds[g]`.

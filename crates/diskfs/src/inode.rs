@@ -52,4 +52,29 @@ impl DiskFs {
             META,
         )?)
     }
+
+    /// Like `write_inode`, but the patch covers the whole slot even where
+    /// nothing changed: what depends on it then also follows every earlier
+    /// write of the inode (its initialization, first of all).
+    pub(crate) fn write_whole_inode(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let blk = BlockNo(u64::from(loc.block.0));
+        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
+        inode.encode_into(&mut slot);
+        Ok(diff::write_covering(
+            &mut self.m,
+            blk,
+            loc.offset,
+            &slot,
+            Some((0, size)),
+            deps,
+            META,
+        )?)
+    }
 }

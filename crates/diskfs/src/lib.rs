@@ -24,6 +24,7 @@ mod fs;
 mod inode;
 mod more_ops;
 mod ops;
+mod orphan;
 mod rename;
 
 pub use dir::Entry;

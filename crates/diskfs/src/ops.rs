@@ -215,6 +215,9 @@ impl DiskFs {
             inode.core.ctime = now;
             return self.write_inode(ino, &inode, removed);
         }
+        if self.open.get(&ino).is_some_and(|&n| n > 0) {
+            return self.orphan(ino, removed, now);
+        }
         self.delete_inode(ino, false, removed, now)
     }
 

@@ -43,7 +43,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
     let mut dirs = vec![root];
     let trace = std::env::var_os("STITCH_TRACE").is_some();
     for step in 0..60u32 {
-        let choice = rng.gen_range(0..15);
+        let choice = rng.gen_range(0..16);
         if trace {
             eprintln!("step {step}: choice {choice}, log {}", rec.log().len());
         }
@@ -208,6 +208,15 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                     }
                 }
             }
+            15 => {
+                // A file unlinked while open, never closed before the crash.
+                let name = format!("o{step}");
+                let (ino, _) = fs.create(root, name.as_bytes(), 0o600, 0, 0, NOW).unwrap();
+                let data: Vec<u8> = (0..9_000).map(|i| byte_of(ino.0, i)).collect();
+                fs.write(ino, 0, &data, NOW).unwrap();
+                fs.open(ino).unwrap();
+                fs.unlink(root, name.as_bytes(), NOW).unwrap();
+            }
             _ => {
                 let cache = fs.modes_mut().cache_mut();
                 cache.write_round(rng.gen_range(1..6)).unwrap();
@@ -254,6 +263,13 @@ fn files_hold_only_their_own_bytes(image: Vec<u8>) -> Result<(), String> {
                 _ => {}
             }
         }
+    }
+    // Mounting freed what the crash left on the orphan list.
+    if fs.superblock().last_orphan != 0 {
+        return Err(format!(
+            "orphan list still names inode {} after mount",
+            fs.superblock().last_orphan
+        ));
     }
     Ok(())
 }

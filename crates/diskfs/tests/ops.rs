@@ -189,3 +189,54 @@ fn a_full_disk_says_enospc() {
     fs.unmount(NOW).unwrap();
     judge(tmp.path(), &dev.snapshot());
 }
+
+#[test]
+fn an_open_file_outlives_its_last_name_until_released() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (f, _) = fs.create(root, b"tmp", 0o600, 0, 0, NOW).unwrap();
+    fs.write(f, 0, &pattern(9, 50_000), NOW).unwrap();
+    fs.open(f).unwrap();
+    fs.unlink(root, b"tmp", NOW).unwrap();
+    assert!(fs.lookup(root, b"tmp").unwrap().is_none());
+    assert_eq!(
+        fs.read(f, 0, 50_000).unwrap(),
+        pattern(9, 50_000),
+        "still readable while open"
+    );
+    assert_eq!(fs.superblock().last_orphan, f.0, "on the orphan list");
+    fs.release(f, NOW).unwrap();
+    assert_eq!(fs.superblock().last_orphan, 0);
+    assert_eq!(fs.getattr(f).unwrap().nlink, 0);
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
+
+#[test]
+fn orphans_left_by_a_crash_are_freed_at_mount() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let mut open = Vec::new();
+    for i in 0..3 {
+        let name = format!("o{i}");
+        let (f, _) = fs.create(root, name.as_bytes(), 0o600, 0, 0, NOW).unwrap();
+        fs.write(f, 0, &pattern(i, 70_000), NOW).unwrap();
+        fs.open(f).unwrap();
+        fs.unlink(root, name.as_bytes(), NOW).unwrap();
+        open.push(f);
+    }
+    // Everything reaches the disk, then the system stops with the files open.
+    fs.sync().unwrap();
+    let image = dev.snapshot();
+    drop(fs);
+    let (dev, fs) = mount(image, Consistency::SoftUpdates);
+    assert_eq!(
+        fs.superblock().last_orphan,
+        0,
+        "mount emptied the orphan list"
+    );
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}

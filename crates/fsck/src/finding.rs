@@ -64,6 +64,10 @@ pub enum FindingKind {
     InUseWithDtime {
         ino: u32,
         dtime: u32,
+        /// The dtime is an orphan-list link (below the inode count), not a
+        /// time: the list's own bookkeeping, which e2fsck -n names all the
+        /// same.
+        orphan_link: bool,
     },
     /// A deleted inode (links 0) with a mode but no deletion time, not on
     /// the orphan list.
@@ -266,6 +270,10 @@ impl FindingKind {
                 should_be,
                 ..
             } if i_blocks > should_be => Class::Leak,
+            // An in-use orphan's dtime links the orphan list onward.
+            InUseWithDtime {
+                orphan_link: true, ..
+            } => Class::Leak,
             _ => Class::Corruption,
         }
     }
@@ -321,7 +329,7 @@ impl fmt::Display for FindingKind {
             GroupDescriptorCorrupt { group, reason } => write!(f, "group {group} descriptor: {reason}"),
             JournalCorrupt { reason } => write!(f, "journal: {reason}"),
             BadInode { ino, reason } => write!(f, "inode {ino}: {reason}"),
-            InUseWithDtime { ino, dtime } => write!(f, "inode {ino} is in use but has dtime {dtime}"),
+            InUseWithDtime { ino, dtime, .. } => write!(f, "inode {ino} is in use but has dtime {dtime}"),
             DeletedWithoutDtime { ino } => write!(f, "deleted inode {ino} has zero dtime"),
             Orphan { ino } => write!(f, "inode {ino} is on the orphan list, its deletion unfinished"),
             IllegalBlock { ino, logical: Some(l), block } => write!(f, "illegal block #{l} ({block}) in inode {ino}"),

@@ -29,6 +29,8 @@ const CHUNK: usize = 1 << 20;
 struct Deleted {
     low_dtime: HashMap<u32, u32>,
     zero_dtime: Vec<u32>,
+    /// In-use inodes with a dtime, judged once the orphan list is known.
+    in_use_dtime: Vec<(u32, u32)>,
 }
 
 pub fn run(
@@ -106,10 +108,7 @@ fn inspect(fs: &Fs, st: &mut State, ino: u32, slot: &[u8], walk: &mut Walk, del:
     }
     mark_used(st, ino, ft);
     if !reserved && core.dtime != 0 {
-        st.report(FindingKind::InUseWithDtime {
-            ino,
-            dtime: core.dtime,
-        });
+        del.in_use_dtime.push((ino, core.dtime));
     }
     let inode = match Inode::decode(slot) {
         Ok(i) => i,
@@ -253,6 +252,17 @@ fn resolve_deleted(fs: &Fs, st: &mut State, del: Deleted) {
         // list" for a list that was cut; the inode itself is then judged
         // by its link count like any other.
         st.report(FindingKind::Orphan { ino });
+    }
+    for &(ino, dtime) in &del.in_use_dtime {
+        // A dtime below the inode count is an orphan-list link (e2fsck -n
+        // says "part of the orphaned inode list" first), whether or not the
+        // superblock's head still reaches it.
+        let orphan_link = dtime < fs.inodes_count();
+        st.report(FindingKind::InUseWithDtime {
+            ino,
+            dtime,
+            orphan_link,
+        });
     }
     for ino in del.zero_dtime {
         if !on_list.contains(&ino) {
