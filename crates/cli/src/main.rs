@@ -6,6 +6,7 @@
 mod bench;
 mod cmd;
 mod plot;
+mod repair;
 
 use clap::{Parser, Subcommand};
 

@@ -26,6 +26,7 @@ mod more_ops;
 mod ops;
 mod orphan;
 mod rename;
+mod repair;
 
 pub use dir::Entry;
 pub use error::{DiskError, Result};
@@ -33,5 +34,6 @@ pub use fs::DiskFs;
 pub use more_ops::{SetAttr, Special};
 pub use ops::Attr;
 pub use rename::RenameFlags;
+pub use repair::Leak;
 pub use stitch_format::{FileType, InodeNo};
 pub use stitch_modes::Consistency;

@@ -187,12 +187,24 @@ impl DiskFs {
             out.extend(&up);
         }
         let after: Vec<PatchId> = removed.iter().chain(&up).copied().collect();
+        // `..` changes while no entry names the directory (after the old
+        // entry went, before the new one comes): a crash in between leaves
+        // it unconnected (a leak), never named with the wrong `..`.
+        let dotdot = if sp != dp {
+            self.set_dotdot(src, dp, &after)?
+        } else {
+            Vec::new()
+        };
+        let before_entry: Vec<PatchId> = after.iter().chain(&dotdot).copied().collect();
         let set = match dst {
-            Some(_) => self.retarget_entry(dp, dn, src, FileType::Directory, &after, now)?,
-            None => match self.add_entry(dp, dn, src, FileType::Directory, &after, now) {
+            Some(_) => self.retarget_entry(dp, dn, src, FileType::Directory, &before_entry, now)?,
+            None => match self.add_entry(dp, dn, src, FileType::Directory, &before_entry, now) {
                 Ok(ps) => ps,
                 Err(e) => {
                     // No room for the new name: put the old one back.
+                    if sp != dp {
+                        self.set_dotdot(src, sp, &[])?;
+                    }
                     self.add_entry(sp, sn, src, FileType::Directory, &[], now)?;
                     return Err(e);
                 }
@@ -200,7 +212,6 @@ impl DiskFs {
         };
         out.extend(&set);
         if sp != dp {
-            let dotdot = self.set_dotdot(src, dp, &set)?;
             let mut p = self.read_inode(sp)?;
             p.core.links_count -= 1;
             out.extend(self.write_inode(sp, &p, &dotdot)?);
@@ -218,7 +229,7 @@ impl DiskFs {
     }
 
     /// Points directory `dir`'s `..` at `parent`, after `deps`.
-    fn set_dotdot(
+    pub(crate) fn set_dotdot(
         &mut self,
         dir: InodeNo,
         parent: InodeNo,

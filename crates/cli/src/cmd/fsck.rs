@@ -17,12 +17,21 @@ pub struct Args {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Reclaim soft-updates leaks (and nothing else): reconnect unattached
+    /// files and directories to lost+found, correct link and block counts,
+    /// clear leaked bitmap bits, fix free counts, finish orphans. Refuses
+    /// an image with corruption. Repeats until clean (at most 5 passes).
+    #[arg(long, conflicts_with = "no")]
+    pub repair_leaks: bool,
     /// Image file or block device.
     pub image: PathBuf,
 }
 
 /// Runs the check and returns the exit code for `main` to use.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.repair_leaks {
+        return crate::repair::run(&args.image);
+    }
     let bar = progress_bar()?;
     let result = stitch_fsck::check(
         &args.image,

@@ -1,0 +1,195 @@
+//! Reclaiming soft-updates leaks (DESIGN.md: `stitchfs fsck --repair-leaks`).
+//!
+//! The checker finds leaks; this module, part of the layer that modifies
+//! file systems, fixes them, so the checker stays an independent judge. It
+//! takes its own description of each leak ([`Leak`]) and repairs in
+//! e2fsck's order: counts first (set to what the bitmaps say, so every later
+//! bitmap change, made through the allocator, keeps them in step), then
+//! bitmaps, then inode fields, then connectivity and link counts. A leak is
+//! never a lost name: an unattached file or an unconnected directory is
+//! reconnected to `lost+found` as `#ino`, as e2fsck does. The caller checks
+//! again and repeats while leaks remain (one repair can reveal the next: a
+//! reconnected directory's old parent now counts one link too many).
+
+use crate::error::{DiskError, Result};
+use crate::fs::DiskFs;
+use stitch_format::{FileType, InodeNo};
+
+/// One soft-updates leak, as a checker reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leak {
+    /// The link count is above the `counted` entries naming the inode; with
+    /// none, the inode is reconnected to `lost+found`.
+    LinkCount {
+        ino: InodeNo,
+        counted: u32,
+    },
+    /// A directory no entry names.
+    UnconnectedDirectory {
+        ino: InodeNo,
+    },
+    /// Blocks marked used that nothing references.
+    BlocksLeaked {
+        first: u32,
+        last: u32,
+    },
+    /// Inodes marked used that are not in use.
+    InodesLeaked {
+        first: u32,
+        last: u32,
+    },
+    /// `i_blocks` above the blocks the inode maps (in 512-byte sectors).
+    BlockCount {
+        ino: InodeNo,
+        should_be: u64,
+    },
+    /// An in-use inode whose `i_dtime` is a stale orphan-list link.
+    OrphanLink {
+        ino: InodeNo,
+    },
+    GroupFreeBlocks {
+        group: u32,
+        counted: u32,
+    },
+    GroupFreeInodes {
+        group: u32,
+        counted: u32,
+    },
+    GroupDirs {
+        group: u32,
+        counted: u32,
+    },
+    FreeBlocks {
+        counted: u32,
+    },
+    FreeInodes {
+        counted: u32,
+    },
+}
+
+impl Leak {
+    /// The order repairs are made in (e2fsck's passes, counts first).
+    fn rank(&self) -> u8 {
+        match self {
+            Leak::GroupFreeBlocks { .. }
+            | Leak::GroupFreeInodes { .. }
+            | Leak::GroupDirs { .. } => 0,
+            Leak::FreeBlocks { .. } | Leak::FreeInodes { .. } => 0,
+            Leak::BlocksLeaked { .. } | Leak::InodesLeaked { .. } => 1,
+            Leak::BlockCount { .. } | Leak::OrphanLink { .. } => 2,
+            Leak::UnconnectedDirectory { .. } => 3,
+            Leak::LinkCount { .. } => 4,
+        }
+    }
+}
+
+impl DiskFs {
+    /// Repairs `leaks`; returns how many it repaired.
+    pub fn repair_leaks(&mut self, leaks: &[Leak], now: u32) -> Result<usize> {
+        let mut sorted = leaks.to_vec();
+        sorted.sort_by_key(Leak::rank);
+        // A reconnected directory gains an entry the report did not count:
+        // its link count is left for the next pass to recount.
+        let reconnected: Vec<InodeNo> = sorted
+            .iter()
+            .filter_map(|l| match l {
+                Leak::UnconnectedDirectory { ino } => Some(*ino),
+                _ => None,
+            })
+            .collect();
+        let mut done = 0;
+        for leak in &sorted {
+            if matches!(leak, Leak::LinkCount { ino, .. } if reconnected.contains(ino)) {
+                continue;
+            }
+            self.repair(*leak, now)?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    fn repair(&mut self, leak: Leak, now: u32) -> Result<()> {
+        match leak {
+            Leak::GroupFreeBlocks { group, counted } => {
+                self.set_group(group, |g| g.free_blocks_count = counted as u16)
+            }
+            Leak::GroupFreeInodes { group, counted } => {
+                self.set_group(group, |g| g.free_inodes_count = counted as u16)
+            }
+            Leak::GroupDirs { group, counted } => {
+                self.set_group(group, |g| g.used_dirs_count = counted as u16)
+            }
+            Leak::FreeBlocks { counted } => {
+                self.sb.free_blocks_count_lo = counted;
+                self.write_super().map(drop)
+            }
+            Leak::FreeInodes { counted } => {
+                self.sb.free_inodes_count = counted;
+                self.write_super().map(drop)
+            }
+            Leak::BlocksLeaked { first, last } => {
+                (first..=last).try_for_each(|b| self.free_block(b, &[]).map(drop))
+            }
+            Leak::InodesLeaked { first, last } => {
+                (first..=last).try_for_each(|i| self.free_inode(InodeNo(i), false, &[]).map(drop))
+            }
+            Leak::BlockCount { ino, should_be } => self.edit_inode(ino, |i| {
+                i.core.blocks_lo = should_be as u32;
+            }),
+            Leak::OrphanLink { ino } => self.edit_inode(ino, |i| i.core.dtime = 0),
+            Leak::UnconnectedDirectory { ino } => self.reconnect(ino, FileType::Directory, now),
+            Leak::LinkCount { ino, counted: 0 } => {
+                let ft = self
+                    .read_inode(ino)?
+                    .file_type()
+                    .unwrap_or(FileType::Regular);
+                self.edit_inode(ino, |i| i.core.links_count = 1)?;
+                self.reconnect(ino, ft, now)
+            }
+            Leak::LinkCount { ino, counted } => {
+                self.edit_inode(ino, |i| i.core.links_count = counted as u16)
+            }
+        }
+    }
+
+    fn set_group(
+        &mut self,
+        group: u32,
+        f: impl FnOnce(&mut stitch_format::GroupDesc),
+    ) -> Result<()> {
+        let g = group as usize;
+        let gd = self
+            .gds
+            .get_mut(g)
+            .ok_or(DiskError::Invalid("no such group"))?;
+        f(gd);
+        self.write_group(g).map(drop)
+    }
+
+    fn edit_inode(
+        &mut self,
+        ino: InodeNo,
+        f: impl FnOnce(&mut stitch_format::Inode),
+    ) -> Result<()> {
+        let mut inode = self.read_inode(ino)?;
+        f(&mut inode);
+        self.write_inode(ino, &inode, &[]).map(drop)
+    }
+
+    /// Names `ino` `#ino` in `lost+found` (a directory also gets its `..`
+    /// pointed there, and `lost+found` a link for it).
+    fn reconnect(&mut self, ino: InodeNo, ft: FileType, now: u32) -> Result<()> {
+        let root = self.root();
+        let lf = self
+            .lookup(root, b"lost+found")?
+            .ok_or(DiskError::Invalid("no lost+found to reconnect into"))?
+            .ino;
+        let name = format!("#{}", ino.0);
+        self.add_entry(lf, name.as_bytes(), ino, ft, &[], now)?;
+        if ft == FileType::Directory {
+            self.set_dotdot(ino, lf, &[])?;
+            self.edit_inode(lf, |i| i.core.links_count += 1)?;
+        }
+        Ok(())
+    }
+}
