@@ -4,3 +4,4 @@
 pub mod fsck;
 pub mod optimizations;
 mod synth;
+pub mod tree;

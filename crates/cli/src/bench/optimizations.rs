@@ -94,7 +94,8 @@ pub struct Row {
     pub undo_bytes: u64,
     pub cpu_seconds: f64,
     pub ops_per_cpu_second: f64,
-    pub peak_patch_memory_ratio: f64,
+    /// Sampled before each periodic write-back (synthetic loads only).
+    pub peak_patch_memory_ratio: Option<f64>,
     pub blocks_written: u64,
     pub reverts: u64,
     /// Overlap merges the chain search refused (or gave up on).
@@ -217,7 +218,7 @@ fn postmark(b: &mut Bench, scale: &Scale, rng: &mut ChaCha8Rng) -> Result<()> {
     b.sync()
 }
 
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
@@ -225,7 +226,7 @@ fn cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-fn row(
+pub(crate) fn row(
     workload: &'static str,
     setting: &'static str,
     before: &Stats,
@@ -243,7 +244,7 @@ fn row(
         undo_bytes: after.undo_bytes_allocated - before.undo_bytes_allocated,
         cpu_seconds: cpu,
         ops_per_cpu_second: (requests + commits) as f64 / cpu.max(1e-9),
-        peak_patch_memory_ratio: peak,
+        peak_patch_memory_ratio: (peak > 0.0).then_some(peak),
         blocks_written: after.blocks_written - before.blocks_written,
         reverts: after.reverts - before.reverts,
         merges_refused: after.overlap_merge_refused - before.overlap_merge_refused,

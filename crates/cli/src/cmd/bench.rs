@@ -51,6 +51,16 @@ struct OptArgs {
     /// Blocks the patch cache holds (Featherstitch used 160,000).
     #[arg(long, default_value_t = 160_000)]
     cache_blocks: usize,
+    /// A real source tree to untar and delete through diskfs (default: the
+    /// crate sources cargo keeps, $CARGO_HOME/registry/src).
+    #[arg(long, value_name = "DIR")]
+    tree: Option<PathBuf>,
+    /// Files of the tree to use (default: all; 1,500 with --quick).
+    #[arg(long)]
+    tree_files: Option<usize>,
+    /// Skip the diskfs rows on a real tree.
+    #[arg(long)]
+    no_tree: bool,
     /// Runs of each row; the median CPU time is reported.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -79,11 +89,12 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
     let steps = optimizations::WORKLOADS.len() * 4;
     let bar = ProgressBar::new(steps as u64)
         .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
-    let rows = optimizations::run(&scale, keep, |step| {
+    let mut rows = optimizations::run(&scale, keep, |step| {
         bar.set_message(step.to_string());
         bar.inc(1);
     })?;
     bar.finish_and_clear();
+    rows.extend(tree_rows(&a, &keep)?);
     if rows.is_empty() {
         anyhow::bail!("no workload and setting match the filters");
     }
@@ -98,6 +109,42 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Figure 9's untar and delete through diskfs on a real tree, per setting.
+fn tree_rows(a: &OptArgs, keep: &dyn Fn(&str, &str) -> bool) -> anyhow::Result<Vec<Row>> {
+    use crate::bench::tree;
+    let Some(root) = a
+        .tree
+        .clone()
+        .or_else(tree::default_tree)
+        .filter(|_| !a.no_tree)
+    else {
+        eprintln!("no source tree for the diskfs rows (give --tree DIR)");
+        return Ok(Vec::new());
+    };
+    let limit = a
+        .tree_files
+        .unwrap_or(if a.quick { 1_500 } else { usize::MAX });
+    let t =
+        tree::Tree::read(&root, limit).with_context(|| format!("reading {}", root.display()))?;
+    eprintln!(
+        "diskfs rows: {} files, {:.1} MB from {}",
+        t.files,
+        t.bytes as f64 / 1e6,
+        root.display()
+    );
+    let mut rows = Vec::new();
+    for (name, opts) in stitch_patch::Optimizations::figure9() {
+        if !keep("untar (diskfs)", name) && !keep("delete (diskfs)", name) {
+            continue;
+        }
+        rows.extend(tree::rows(&root, &t, name, opts)?);
+    }
+    Ok(rows
+        .into_iter()
+        .filter(|r| keep(r.workload, r.setting))
+        .collect())
+}
+
 fn table(rows: &[Row], scale: &Scale) -> String {
     let mut out = format!(
         "Featherstitch Figure 9 on stitchfs's patch cache ({} untar files; PostMark {} files, {} transactions; cache {} blocks)\n\n",
@@ -107,18 +154,25 @@ fn table(rows: &[Row], scale: &Scale) -> String {
     out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {:.2} MB | {:.2} | {:.2} M | {:.1}% |\n",
+            "| {} | {} | {} | {:.2} MB | {:.2} | {:.2} M | {} |\n",
             r.workload,
             r.setting,
             r.patches,
             r.undo_bytes as f64 / 1e6,
             r.cpu_seconds,
             r.ops_per_cpu_second / 1e6,
-            100.0 * r.peak_patch_memory_ratio
+            r.peak_patch_memory_ratio
+                .map_or("–".to_string(), |p| format!("{:.1}%", 100.0 * p))
         ));
     }
     out.push_str("\nReduction with both optimizations, against none:\n\n");
-    for w in ["untar", "delete", "postmark"] {
+    for w in [
+        "untar",
+        "delete",
+        "postmark",
+        "untar (diskfs)",
+        "delete (diskfs)",
+    ] {
         let find = |s: &str| rows.iter().find(|r| r.workload == w && r.setting == s);
         if let (Some(none), Some(both)) = (find("none"), find("both")) {
             out.push_str(&format!(
