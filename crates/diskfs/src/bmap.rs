@@ -165,7 +165,7 @@ impl DiskFs {
         let levels = path.levels().to_vec();
         for (depth, &index) in levels.iter().enumerate() {
             if ptr == 0 {
-                let (ind, ib) = self.alloc_block(phys + 1)?;
+                let (ind, ib) = self.alloc_block(self.indirect_goal(phys))?;
                 let init =
                     self.m
                         .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[ib], META)?;
@@ -207,6 +207,24 @@ impl DiskFs {
             }
         }
         Ok(out)
+    }
+
+    /// Where an indirect block goes: away from the data stream (three
+    /// quarters into the data block's group), so the file's data blocks stay
+    /// one contiguous run that can be written in one request (§4.5).
+    fn indirect_goal(&self, data: u32) -> u32 {
+        let g = self
+            .geo
+            .group_of_block(stitch_format::BlockNo(data))
+            .map_or(0, |g| g.0);
+        let gn = stitch_format::GroupNo(g);
+        self.geo.group_first_block(gn).0 + self.geo.blocks_in_group(gn) / 4 * 3
+    }
+
+    /// The physical block behind logical block `logical` of `ino`, if any.
+    pub fn physical_block(&mut self, ino: InodeNo, logical: u64) -> Result<Option<u32>> {
+        let inode = self.read_inode(ino)?;
+        self.bmap(&inode, logical)
     }
 
     /// Counts one more block in `i_blocks`. When the pointer to it will sit

@@ -109,7 +109,11 @@ impl DiskFs {
             let blk = BlockNo(u64::from(b));
             let mut bytes = self.m.read(blk)?.to_vec();
             if fdir::insert(&mut bytes, name, ino, ft).map_err(|e| e.in_block(u64::from(b)))? {
-                out.extend(diff::write(&mut self.m, blk, 0, &bytes, deps, META)?);
+                let added = diff::write(&mut self.m, blk, 0, &bytes, deps, META)?;
+                if let Some(&p) = added.first() {
+                    self.entry_adds.insert((dir, name.to_vec()), p);
+                }
+                out.extend(added);
                 out.extend(self.touch(dir, &mut inode, now)?);
                 return Ok(out);
             }
@@ -138,7 +142,7 @@ impl DiskFs {
         name: &[u8],
         deps: &[PatchId],
         now: u32,
-    ) -> Result<(Entry, Vec<PatchId>)> {
+    ) -> Result<(Entry, Vec<PatchId>, bool)> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
         for b in self.dir_blocks(&inode)? {
@@ -152,22 +156,16 @@ impl DiskFs {
             if let Some(removed) =
                 fdir::remove(&mut bytes, name).map_err(|e| e.in_block(u64::from(b)))?
             {
-                out.extend(diff::write_covering(
-                    &mut self.m,
-                    blk,
-                    0,
-                    &bytes,
-                    header,
-                    deps,
-                    META,
-                )?);
+                let gone = diff::write_covering(&mut self.m, blk, 0, &bytes, header, deps, META)?;
+                let never_on_disk = self.never_on_disk(dir, name, &gone);
+                out.extend(gone);
                 out.extend(self.touch(dir, &mut inode, now)?);
                 let entry = Entry {
                     name: name.to_vec(),
                     ino: removed,
                     kind: kind.flatten(),
                 };
-                return Ok((entry, out));
+                return Ok((entry, out, never_on_disk));
             }
         }
         Err(DiskError::NotFound)
@@ -197,6 +195,24 @@ impl DiskFs {
             }
         }
         Err(DiskError::NotFound)
+    }
+
+    /// Whether the entry `name` of `dir`, just removed by `gone`, never
+    /// reached the disk: its removal merged into the still uncommitted patch
+    /// that added it (Featherstitch §4.5). Then nothing need wait for the
+    /// removal: no state of the disk ever held the entry.
+    fn never_on_disk(&mut self, dir: InodeNo, name: &[u8], gone: &[PatchId]) -> bool {
+        let Some(add) = self.entry_adds.remove(&(dir, name.to_vec())) else {
+            return false;
+        };
+        let cache = self.m.cache();
+        let (Some(a), Some(g)) = (
+            cache.resolve(add),
+            gone.first().and_then(|&g| cache.resolve(g)),
+        ) else {
+            return false;
+        };
+        a == g && cache.state(a) == stitch_patch::PatchState::Uncommitted
     }
 
     /// Whether `dir` holds nothing but `.` and `..`.

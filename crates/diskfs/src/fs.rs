@@ -32,6 +32,10 @@ pub struct DiskFs {
     pub(crate) bs: usize,
     /// Open counts of inodes the layer above holds open (in memory only).
     pub(crate) open: std::collections::HashMap<InodeNo, u32>,
+    /// The patch that added each directory entry since mount, to tell at
+    /// removal whether the entry ever reached the disk (Featherstitch
+    /// §4.5): if the removal merged into it, it never did.
+    pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), stitch_patch::PatchId>,
 }
 
 impl DiskFs {
@@ -63,6 +67,7 @@ impl DiskFs {
             gds,
             bs,
             open: Default::default(),
+            entry_adds: Default::default(),
         };
         fs.sb.state &= !STATE_VALID;
         fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);

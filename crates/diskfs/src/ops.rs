@@ -137,8 +137,14 @@ impl DiskFs {
         if self.read_inode(entry.ino)?.is_dir() {
             return Err(DiskError::IsDir);
         }
-        let (entry, removed) = self.remove_entry(parent, name, &[], now)?;
-        let dropped = self.drop_link(entry.ino, &removed, now)?;
+        let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
+        // An entry that never reached the disk needs no waiting for (§4.5).
+        let after: &[PatchId] = if never_on_disk { &[] } else { &removed };
+        let dropped = self.drop_link(entry.ino, after, now)?;
+        if never_on_disk {
+            // On disk the removal is a no-op: the operation is the inode's.
+            return self.stands_for(&[&dropped]);
+        }
         self.stands_for(&[&removed, &dropped])
     }
 
@@ -151,8 +157,9 @@ impl DiskFs {
         if !self.is_empty_dir(entry.ino)? {
             return Err(DiskError::NotEmpty);
         }
-        let (entry, removed) = self.remove_entry(parent, name, &[], now)?;
-        let gone = self.delete_inode(entry.ino, true, &removed, now)?;
+        let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
+        let after: &[PatchId] = if never_on_disk { &[] } else { &removed };
+        let gone = self.delete_inode(entry.ino, true, after, now)?;
         // The child's ".." no longer counts once the child is deleted.
         let mut pinode = self.read_inode(parent)?;
         pinode.core.links_count -= 1;

@@ -148,7 +148,7 @@ impl DiskFs {
             Some(_) => self.retarget_entry(dp, dn, src, ft, &up, now)?,
             None => self.add_entry(dp, dn, src, ft, &up, now)?,
         };
-        let (_, removed) = self.remove_entry(sp, sn, &set, now)?;
+        let (_, removed, _) = self.remove_entry(sp, sn, &set, now)?;
         let mut inode = self.read_inode(src)?;
         inode.core.links_count -= 1;
         inode.core.ctime = now;
@@ -177,7 +177,7 @@ impl DiskFs {
         dst: Option<InodeNo>,
         now: u32,
     ) -> Result<Vec<PatchId>> {
-        let (_, removed) = self.remove_entry(sp, sn, &[], now)?;
+        let (_, removed, _) = self.remove_entry(sp, sn, &[], now)?;
         let mut out = removed.clone();
         let mut up = Vec::new();
         if sp != dp {

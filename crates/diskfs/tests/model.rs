@@ -397,6 +397,8 @@ fn run(seed: u64, n: usize) {
         "seed {seed}: {}",
         String::from_utf8_lossy(&e2.stdout)
     );
+    let ours = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
+    assert!(ours.is_clean(), "seed {seed}: stitchfs fsck:\n{ours}");
     let (_, mut fs) = mount(img);
     let diff = tree(&mut fs).diff(&want);
     assert!(

@@ -240,3 +240,43 @@ fn orphans_left_by_a_crash_are_freed_at_mount() {
     fs.unmount(NOW).unwrap();
     judge(tmp.path(), &dev.snapshot());
 }
+
+/// Featherstitch §4.5: a file created and removed before its entry reached
+/// the disk leaves nothing to wait for in the directory. Syncing the unlink
+/// writes the inode and bitmaps, not the directory block, so the create
+/// (whose entry is in that block) stays uncommitted. Without the elision
+/// the unlink would wait for the merged add-and-remove patch.
+#[test]
+fn an_entry_that_never_reached_the_disk_is_not_waited_for() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (f, created) = fs.create(root, b"brief", 0o644, 0, 0, NOW).unwrap();
+    fs.write(f, 0, b"short-lived", NOW).unwrap();
+    let gone = fs.unlink(root, b"brief", NOW).unwrap();
+    fs.sync_patch(gone).unwrap();
+    assert!(
+        !fs.modes().cache().is_committed(created),
+        "the directory block was written for nothing"
+    );
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
+
+/// §4.5: indirect blocks go away from the data, so a file's data blocks
+/// are one contiguous run across the direct/indirect boundary (and can be
+/// written in one request).
+#[test]
+fn data_blocks_stay_contiguous_across_the_indirect_boundary() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (_, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (f, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
+    fs.write(f, 0, &pattern(1, 100 * 4096), NOW).unwrap();
+    let blocks: Vec<u32> = (0..100)
+        .map(|l| fs.physical_block(f, l).unwrap().unwrap())
+        .collect();
+    for w in blocks.windows(2) {
+        assert_eq!(w[1], w[0] + 1, "data run broken: {blocks:?}");
+    }
+}
