@@ -16,6 +16,7 @@
 //! handling come next.
 
 mod alloc;
+mod batch;
 mod bmap;
 mod diff;
 mod dir;
@@ -28,6 +29,7 @@ mod orphan;
 mod rename;
 mod repair;
 
+pub use batch::{BatchError, Done, Op};
 pub use dir::Entry;
 pub use error::{DiskError, Result};
 pub use fs::DiskFs;

@@ -280,3 +280,65 @@ fn data_blocks_stay_contiguous_across_the_indirect_boundary() {
         assert_eq!(w[1], w[0] + 1, "data run broken: {blocks:?}");
     }
 }
+
+/// The batch interface: operations applied in order, each with the patch
+/// that stands for it; a failure stops the batch and says where.
+#[test]
+fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
+    use stitch_diskfs::Op;
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let ops = vec![
+        Op::Mkdir {
+            parent: root,
+            name: b"d".to_vec(),
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+        },
+        Op::Create {
+            parent: root,
+            name: b"f".to_vec(),
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+        },
+    ];
+    let done = fs.apply_batch(&ops, NOW).unwrap();
+    let (d, f) = (done[0].ino.unwrap(), done[1].ino.unwrap());
+    let more = vec![
+        Op::Write {
+            ino: f,
+            offset: 0,
+            data: b"hello".to_vec(),
+        },
+        Op::Rename {
+            from_dir: root,
+            from: b"f".to_vec(),
+            to_dir: d,
+            to: b"g".to_vec(),
+            flags: Default::default(),
+        },
+        Op::Unlink {
+            parent: root,
+            name: b"missing".to_vec(),
+        },
+        Op::Unlink {
+            parent: d,
+            name: b"g".to_vec(),
+        },
+    ];
+    let err = fs.apply_batch(&more, NOW).unwrap_err();
+    assert_eq!((err.index, err.applied.len()), (2, 2));
+    assert!(matches!(err.error, DiskError::NotFound));
+    assert_eq!(
+        fs.lookup(d, b"g").unwrap().unwrap().ino,
+        f,
+        "the operations before the failure stay applied"
+    );
+    fs.sync_patch(err.applied[1].patch).unwrap();
+    assert!(fs.modes().cache().is_committed(err.applied[1].patch));
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
