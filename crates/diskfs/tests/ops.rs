@@ -342,3 +342,25 @@ fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
     fs.unmount(NOW).unwrap();
     judge(tmp.path(), &dev.snapshot());
 }
+
+/// Mount durably marks the file system in use (a crash then finds it not
+/// clean) and counts the mount; unmount marks it clean again.
+#[test]
+fn mount_marks_the_file_system_in_use_and_unmount_clean() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = fresh_image(tmp.path());
+    let state_of = |img: &[u8]| u16::from_le_bytes([img[1024 + 0x3A], img[1024 + 0x3B]]);
+    let count_of = |img: &[u8]| u16::from_le_bytes([img[1024 + 0x34], img[1024 + 0x35]]);
+    assert_eq!(state_of(&image) & 1, 1, "mkfs leaves it clean");
+    let before = count_of(&image);
+    let (dev, fs) = mount(image, Consistency::SoftUpdates);
+    let on_disk = dev.snapshot();
+    assert_eq!(
+        state_of(&on_disk) & 1,
+        0,
+        "in use, on disk, before mount returns"
+    );
+    assert_eq!(count_of(&on_disk), before + 1);
+    fs.unmount(NOW).unwrap();
+    assert_eq!(state_of(&dev.snapshot()) & 1, 1, "clean after unmount");
+}
