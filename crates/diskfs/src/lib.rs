@@ -10,10 +10,10 @@
 //! encoded by the format crate, and changes become patches by diffing the
 //! encoded bytes (`diff`), so no layout is written twice.
 //!
-//! Done so far: mount and unmount, allocation, inodes, block maps with
-//! indirect blocks, directories, and create, mkdir, unlink, rmdir, link,
-//! symlink, mknod, setattr, truncate, write and read. Rename and orphan
-//! handling come next.
+//! Modules: `fs` (mount, unmount, superblock and descriptors), `alloc`,
+//! `inode`, `bmap` (block maps and data), `dir`, `ops` and `more_ops` (the
+//! operations), `rename`, `orphan`, `repair` (leak reclaiming), `batch`
+//! (the interface the layer above calls), `diff` (changes into patches).
 
 mod alloc;
 mod batch;
