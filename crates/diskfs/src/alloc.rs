@@ -162,6 +162,30 @@ impl DiskFs {
             .or_else(|| map.find_clear(0, start.min(end))))
     }
 
+    /// Whether block `block` is marked used in its group's bitmap.
+    pub(crate) fn block_marked(&mut self, block: u32) -> Result<bool> {
+        let g = self
+            .geo
+            .group_of_block(stitch_format::BlockNo(block))
+            .ok_or(DiskError::Invalid("block beyond the file system"))?
+            .0 as usize;
+        let bit = (block - self.group_first(g)) as usize;
+        let bytes = self.m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        Ok(Bitmap::new(bytes).get(bit) == Some(true))
+    }
+
+    /// Whether inode `ino` is marked used in its group's bitmap.
+    pub(crate) fn inode_marked(&mut self, ino: InodeNo) -> Result<bool> {
+        let (g, index) = self
+            .geo
+            .inode_group(ino)
+            .ok_or(DiskError::Invalid("inode out of range"))?;
+        let bytes = self
+            .m
+            .read(BlockNo(u64::from(self.gds[g.0 as usize].inode_bitmap)))?;
+        Ok(Bitmap::new(bytes).get(index as usize) == Some(true))
+    }
+
     fn expect_bit(&mut self, bitmap: u32, bit: usize, want: bool, what: &str) -> Result<()> {
         let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
         if Bitmap::new(bytes).get(bit) != Some(want) {

@@ -128,10 +128,21 @@ impl DiskFs {
                 self.write_super().map(drop)
             }
             Leak::BlocksLeaked { first, last } => {
-                (first..=last).try_for_each(|b| self.free_block(b, &[]).map(drop))
+                // Mounting may already have freed some (an orphan's blocks).
+                for b in first..=last {
+                    if self.block_marked(b)? {
+                        self.free_block(b, &[])?;
+                    }
+                }
+                Ok(())
             }
             Leak::InodesLeaked { first, last } => {
-                (first..=last).try_for_each(|i| self.free_inode(InodeNo(i), false, &[]).map(drop))
+                for i in (first..=last).map(InodeNo) {
+                    if self.inode_marked(i)? {
+                        self.free_inode(i, false, &[])?;
+                    }
+                }
+                Ok(())
             }
             Leak::BlockCount { ino, should_be } => self.edit_inode(ino, |i| {
                 i.core.blocks_lo = should_be as u32;
