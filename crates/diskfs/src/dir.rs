@@ -92,6 +92,27 @@ impl DiskFs {
         Ok(out)
     }
 
+    /// Tries `edit` on each block of directory `dir` in turn; the first
+    /// block it changes is written as one patch after `deps`, covering also
+    /// the bytes the edit says it read (see `diff::write_covering`). Returns
+    /// what the edit returned and that patch.
+    fn edit_dir_block<T>(
+        &mut self,
+        inode: &Inode,
+        deps: &[PatchId],
+        mut edit: impl FnMut(&mut [u8]) -> stitch_format::Result<Option<(T, Option<(usize, usize)>)>>,
+    ) -> Result<Option<(T, Vec<PatchId>)>> {
+        for b in self.dir_blocks(inode)? {
+            let blk = BlockNo(u64::from(b));
+            let mut bytes = self.m.read(blk)?.to_vec();
+            if let Some((value, read)) = edit(&mut bytes).map_err(|e| e.in_block(u64::from(b)))? {
+                let patch = diff::write_covering(&mut self.m, blk, 0, &bytes, read, deps, META)?;
+                return Ok(Some((value, patch)));
+            }
+        }
+        Ok(None)
+    }
+
     /// Adds an entry; it depends on `deps` (the initialized inode it names:
     /// soft-updates rule 1).
     pub(crate) fn add_entry(
@@ -105,18 +126,16 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        for b in self.dir_blocks(&inode)? {
-            let blk = BlockNo(u64::from(b));
-            let mut bytes = self.m.read(blk)?.to_vec();
-            if fdir::insert(&mut bytes, name, ino, ft).map_err(|e| e.in_block(u64::from(b)))? {
-                let added = diff::write(&mut self.m, blk, 0, &bytes, deps, META)?;
-                if let Some(&p) = added.first() {
-                    self.entry_adds.insert((dir, name.to_vec()), p);
-                }
-                out.extend(added);
-                out.extend(self.touch(dir, &mut inode, now)?);
-                return Ok(out);
+        let inserted = self.edit_dir_block(&inode, deps, |bytes| {
+            Ok(fdir::insert(bytes, name, ino, ft)?.then_some(((), None)))
+        })?;
+        if let Some(((), added)) = inserted {
+            if let Some(&p) = added.first() {
+                self.entry_adds.insert((dir, name.to_vec()), p);
             }
+            out.extend(added);
+            out.extend(self.touch(dir, &mut inode, now)?);
+            return Ok(out);
         }
         // No room: a new block, holding just this entry.
         let mut bytes = fdir::empty_block(self.bs);
@@ -134,8 +153,9 @@ impl DiskFs {
         Ok(out)
     }
 
-    /// Removes the entry `name` from `dir`; returns the inode it named and
-    /// the patches that removed it (what the inode's unlinking must follow).
+    /// Removes the entry `name` from `dir`; returns the inode it named, the
+    /// patches that removed it (what the inode's unlinking must follow), and
+    /// whether the entry never reached the disk.
     pub(crate) fn remove_entry(
         &mut self,
         dir: InodeNo,
@@ -145,30 +165,31 @@ impl DiskFs {
     ) -> Result<(Entry, Vec<PatchId>, bool)> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        for b in self.dir_blocks(&inode)? {
-            let blk = BlockNo(u64::from(b));
-            let mut bytes = self.m.read(blk)?.to_vec();
-            let found = fdir::lookup(&bytes, name).map_err(|e| e.in_block(u64::from(b)))?;
+        let removed = self.edit_dir_block(&inode, deps, |bytes| {
+            let Some(found) = fdir::lookup(bytes, name)? else {
+                return Ok(None);
+            };
             // The previous entry's new length is read from the removed
-            // entry's header: the patch covers it (`diff::write_covering`).
-            let header = found.as_ref().map(|e| (e.offset, e.offset + fdir::HEADER));
-            let kind = found.map(|e| e.file_type());
-            if let Some(removed) =
-                fdir::remove(&mut bytes, name).map_err(|e| e.in_block(u64::from(b)))?
-            {
-                let gone = diff::write_covering(&mut self.m, blk, 0, &bytes, header, deps, META)?;
-                let never_on_disk = self.never_on_disk(dir, name, &gone);
-                out.extend(gone);
-                out.extend(self.touch(dir, &mut inode, now)?);
-                let entry = Entry {
-                    name: name.to_vec(),
-                    ino: removed,
-                    kind: kind.flatten(),
-                };
-                return Ok((entry, out, never_on_disk));
-            }
-        }
-        Err(DiskError::NotFound)
+            // entry's header: the patch covers it.
+            let header = (found.offset, found.offset + fdir::HEADER);
+            let kind = found.file_type();
+            Ok(fdir::remove(bytes, name)?.map(|ino| ((ino, kind), Some(header))))
+        })?;
+        let Some(((ino, kind), gone)) = removed else {
+            return Err(DiskError::NotFound);
+        };
+        let never_on_disk = self.never_on_disk(dir, name, &gone);
+        out.extend(gone);
+        out.extend(self.touch(dir, &mut inode, now)?);
+        Ok((
+            Entry {
+                name: name.to_vec(),
+                ino,
+                kind,
+            },
+            out,
+            never_on_disk,
+        ))
     }
 
     /// Points the existing entry `name` of `dir` at `ino` (rename over an
@@ -185,16 +206,15 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        for b in self.dir_blocks(&inode)? {
-            let blk = BlockNo(u64::from(b));
-            let mut bytes = self.m.read(blk)?.to_vec();
-            if fdir::set_inode(&mut bytes, name, ino, ft).map_err(|e| e.in_block(u64::from(b)))? {
-                out.extend(diff::write(&mut self.m, blk, 0, &bytes, deps, META)?);
-                out.extend(self.touch(dir, &mut inode, now)?);
-                return Ok(out);
-            }
-        }
-        Err(DiskError::NotFound)
+        let set = self.edit_dir_block(&inode, deps, |bytes| {
+            Ok(fdir::set_inode(bytes, name, ino, ft)?.then_some(((), None)))
+        })?;
+        let Some(((), patch)) = set else {
+            return Err(DiskError::NotFound);
+        };
+        out.extend(patch);
+        out.extend(self.touch(dir, &mut inode, now)?);
+        Ok(out)
     }
 
     /// Whether the entry `name` of `dir`, just removed by `gone`, never

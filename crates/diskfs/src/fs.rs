@@ -127,10 +127,7 @@ impl DiskFs {
 
     /// Patches the cached superblock to match `self.sb`.
     pub(crate) fn write_super(&mut self) -> Result<Vec<PatchId>> {
-        let (blk, off) = superblock_location(self.bs);
-        let mut bytes = self.m.read(blk)?[off..off + SUPERBLOCK_BYTES].to_vec();
-        self.sb.encode_into(&mut bytes);
-        Ok(diff::write(&mut self.m, blk, off, &bytes, &[], META)?)
+        self.write_super_after(&[])
     }
 
     /// Patches the cached superblock after `deps`.

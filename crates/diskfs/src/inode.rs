@@ -30,27 +30,15 @@ impl DiskFs {
         Ok(inode)
     }
 
-    /// Patches the fields of `inode` that differ from the cached slot; each
-    /// changed run is one patch depending on `deps`.
+    /// Patches the fields of `inode` that differ from the cached slot, as
+    /// one patch depending on `deps`.
     pub(crate) fn write_inode(
         &mut self,
         ino: InodeNo,
         inode: &Inode,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
-        let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let blk = BlockNo(u64::from(loc.block.0));
-        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
-        inode.encode_into(&mut slot);
-        Ok(diff::write(
-            &mut self.m,
-            blk,
-            loc.offset,
-            &slot,
-            deps,
-            META,
-        )?)
+        self.encode_inode(ino, inode, deps, false)
     }
 
     /// Like `write_inode`, but the patch covers the whole slot even where
@@ -62,17 +50,28 @@ impl DiskFs {
         inode: &Inode,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
+        self.encode_inode(ino, inode, deps, true)
+    }
+
+    fn encode_inode(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+        whole: bool,
+    ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
         let blk = BlockNo(u64::from(loc.block.0));
         let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);
+        let cover = whole.then_some((0, size));
         Ok(diff::write_covering(
             &mut self.m,
             blk,
             loc.offset,
             &slot,
-            Some((0, size)),
+            cover,
             deps,
             META,
         )?)

@@ -31,6 +31,17 @@ fn byte_of(f: u32, i: u64) -> u8 {
     (((f as u64 * 131 + i * 7) % 251) + 1) as u8
 }
 
+/// The directory among `dirs` that names `d`, and the name.
+fn parent_and_name(fs: &mut DiskFs, dirs: &[InodeNo], d: InodeNo) -> Option<(InodeNo, Vec<u8>)> {
+    dirs.iter().copied().find_map(|p| {
+        let entries = fs.readdir(p).unwrap();
+        entries
+            .into_iter()
+            .find(|e| e.ino == d && e.name != b"." && e.name != b"..")
+            .map(|e| (p, e.name))
+    })
+}
+
 /// Runs the workload; returns the recording.
 fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
@@ -88,20 +99,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
             8 if dirs.len() > 1 => {
                 let d = dirs[dirs.len() - 1];
                 if files.iter().all(|f| f.0 != d) && fs.readdir(d).unwrap().len() == 2 {
-                    let parent = dirs.iter().copied().find(|&p| {
-                        fs.readdir(p)
-                            .unwrap()
-                            .iter()
-                            .any(|e| e.ino == d && e.name != b"." && e.name != b"..")
-                    });
-                    if let Some(p) = parent {
-                        let name = fs
-                            .readdir(p)
-                            .unwrap()
-                            .into_iter()
-                            .find(|e| e.ino == d)
-                            .unwrap()
-                            .name;
+                    if let Some((p, name)) = parent_and_name(&mut fs, &dirs, d) {
                         if trace {
                             eprintln!(
                                 "  rmdir {} in {} (inode {})",
@@ -176,20 +174,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
             14 if dirs.len() > 1 => {
                 // Move a directory to the root under a new name.
                 let d = dirs[rng.gen_range(1..dirs.len())];
-                let parent = dirs.iter().copied().find(|&p| {
-                    fs.readdir(p)
-                        .unwrap()
-                        .iter()
-                        .any(|e| e.ino == d && e.name != b"." && e.name != b"..")
-                });
-                if let Some(p) = parent {
-                    let name = fs
-                        .readdir(p)
-                        .unwrap()
-                        .into_iter()
-                        .find(|e| e.ino == d)
-                        .unwrap()
-                        .name;
+                if let Some((p, name)) = parent_and_name(&mut fs, &dirs, d) {
                     let root = fs.root();
                     fs.rename(
                         p,
