@@ -240,6 +240,16 @@ impl PatchCache {
         let opts = self.cfg.optimizations;
         let block = self.blocks.get(b);
         let has_soft = block.patches.iter().any(|&p| !self.arena.get(p).hard);
+        let epoch = self.merge_epoch;
+        if block
+            .patches
+            .iter()
+            .any(|&p| self.arena.get(p).epoch != epoch)
+        {
+            // An older epoch's patches wait here: neither merge with them
+            // nor gate them behind a hard patch of this epoch.
+            return self.create_soft(b, kind, change, deps, flags);
+        }
         let target = if block.patches.is_empty() || !opts.hard_merging {
             None
         } else if !has_soft || opts.soft_to_hard {
@@ -365,6 +375,10 @@ impl PatchCache {
         let mut all = deps;
         let (newest_overlap, sibling) = self.overlap_scan(b, &kind, &mut all);
         if self.cfg.optimizations.overlap_merging {
+            let epoch = self.merge_epoch;
+            let same_epoch = |c: &PatchCache, p: PatchId| c.arena.get(p).epoch == epoch;
+            let newest_overlap = newest_overlap.filter(|&t| same_epoch(self, t));
+            let sibling = sibling.filter(|&s| same_epoch(self, s));
             if let Some(t) = newest_overlap {
                 if let Some(id) = self.try_overlap_merge(b, t, kind, change, &all) {
                     return id;
@@ -566,6 +580,7 @@ impl PatchCache {
     ) -> PatchId {
         let mut patch = Patch::new(b, kind, flags);
         patch.hard = hard;
+        patch.epoch = self.merge_epoch;
         if let (false, Kind::Byte { offset, len }) = (hard, kind) {
             let old = &self.blocks.get(b).data[offset as usize..(offset + len) as usize];
             patch.undo = Some(old.into());

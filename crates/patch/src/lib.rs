@@ -107,6 +107,8 @@ pub struct PatchCache {
     /// Live held empty patches (they can hold write-back back).
     held: usize,
     mark_epoch: u32,
+    /// Patches are created in this merge epoch (see [`PatchCache::set_merge_epoch`]).
+    merge_epoch: u32,
     stats: Stats,
     /// Set by the first device failure or violated invariant.
     stopped: Option<String>,
@@ -125,6 +127,7 @@ impl PatchCache {
             inflight_blocks: Vec::new(),
             held: 0,
             mark_epoch: 0,
+            merge_epoch: 0,
             stats: Stats::default(),
             stopped: None,
         }
@@ -140,6 +143,22 @@ impl PatchCache {
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
         &self.dev
+    }
+
+    /// Starts a new merge epoch: no patch created from now on merges with
+    /// one created before (hard, soft-to-hard, overlap or sibling merging),
+    /// though overlap dependencies still link them. The journal starts one
+    /// per transaction, so a transaction's home writes never wait on a later
+    /// transaction's commit (Featherstitch §6.2 gets the same effect with a
+    /// temporary dependency of each transaction's hold on the previous one's
+    /// completion). Epochs only ever grow.
+    pub fn set_merge_epoch(&mut self, epoch: u32) {
+        debug_assert!(epoch >= self.merge_epoch, "merge epochs only grow");
+        self.merge_epoch = epoch;
+    }
+
+    pub fn merge_epoch(&self) -> u32 {
+        self.merge_epoch
     }
 
     /// The current contents of a block, with every uncommitted patch applied.

@@ -93,6 +93,9 @@ pub(crate) struct Patch {
     pub in_ready: bool,
     /// Slots forwarded to this patch by merges; freed when it commits.
     pub forwards: Vec<PatchId>,
+    /// The merge epoch it was created in: patches of different epochs are
+    /// never merged (the journal's transactions).
+    pub epoch: u32,
 }
 
 impl Patch {
@@ -113,6 +116,7 @@ impl Patch {
             mark: 0,
             in_ready: false,
             forwards: Vec::new(),
+            epoch: 0,
         }
     }
 
