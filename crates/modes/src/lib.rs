@@ -6,11 +6,16 @@
 //! - `SoftUpdates` passes them through;
 //! - `Async` drops every dependency (the control case: after a crash
 //!   anything may be on disk in any order);
-//! - the journal (a later milestone) will turn them into transactions.
+//! - `Journal` turns them into JBD2 transactions ([`journal`]).
 //!
 //! Architecture invariant: this crate knows patches and flags, never the
-//! ext2 layout, and sits strictly between diskfs and the patch cache.
+//! ext2 layout (diskfs hands the journal its blocks), and sits strictly
+//! between diskfs and the patch cache.
 
+pub mod journal;
+
+pub use journal::{DataMode, Journal, JournalConfig, JournalError, JournalStats};
+pub use stitch_format::jbd2::JournalSuperblock;
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, Result};
 
 /// Which dependency transform is in force.
@@ -20,6 +25,18 @@ pub enum Consistency {
     Async,
     /// The soft-updates rules, as diskfs states them.
     SoftUpdates,
+    /// JBD2 transactions, with this treatment of file data.
+    Journal(DataMode),
+}
+
+impl std::fmt::Display for Consistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Consistency::Async => f.write_str("async"),
+            Consistency::SoftUpdates => f.write_str("softupdates"),
+            Consistency::Journal(d) => write!(f, "journal (data={d})"),
+        }
+    }
 }
 
 impl std::str::FromStr for Consistency {
@@ -28,33 +45,97 @@ impl std::str::FromStr for Consistency {
         match s {
             "async" => Ok(Consistency::Async),
             "softupdates" | "soft-updates" => Ok(Consistency::SoftUpdates),
-            other => Err(format!(
-                "unknown consistency mode {other:?} (async, softupdates)"
-            )),
+            "journal" => Ok(Consistency::Journal(DataMode::Ordered)),
+            other => match other.strip_prefix("journal-") {
+                Some(d) => Ok(Consistency::Journal(d.parse()?)),
+                None => Err(format!(
+                    "unknown consistency mode {other:?} (async, softupdates, journal, \
+                     journal-writeback, journal-ordered, journal-journal)"
+                )),
+            },
         }
     }
 }
 
 /// The patch cache seen through a consistency mode.
+///
+/// In `Journal` consistency, patches pass through unchanged (as in soft
+/// updates) until [`Modes::start_journal`], and again after
+/// [`Modes::stop_journal`]: mount and unmount write the superblocks that
+/// way, outside any transaction.
 pub struct Modes {
     cache: PatchCache,
     consistency: Consistency,
+    journal: Option<Journal>,
 }
 
 impl Modes {
     pub fn new(cache: PatchCache, consistency: Consistency) -> Self {
-        Modes { cache, consistency }
+        Modes {
+            cache,
+            consistency,
+            journal: None,
+        }
+    }
+
+    /// Starts journaling into `area` (the journal's blocks in logical
+    /// order) whose replayed superblock is `jsb`: writes the superblock
+    /// with an empty log and makes it durable. Patches made before this
+    /// call must already be durable or independent of the journal.
+    pub fn start_journal(
+        &mut self,
+        area: Vec<BlockNo>,
+        jsb: JournalSuperblock,
+        cfg: JournalConfig,
+    ) -> std::result::Result<(), JournalError> {
+        let Consistency::Journal(data) = self.consistency else {
+            return Err(JournalError::Superblock(format!(
+                "consistency {} has no journal",
+                self.consistency
+            )));
+        };
+        let (j, block) = Journal::open(&self.cache, area, jsb, data, cfg)?;
+        let at = j.superblock_block();
+        let sb = self
+            .cache
+            .create_byte(at, 0, &block, &[], PatchFlags::default())
+            .map_err(|e| JournalError::Superblock(e.to_string()))?;
+        self.cache
+            .sync_patch(sb)
+            .map_err(|e| JournalError::Superblock(e.to_string()))?;
+        self.journal = Some(j);
+        Ok(())
+    }
+
+    /// Commits and checkpoints everything, marks the log empty in the
+    /// journal superblock, makes it durable and stops journaling.
+    pub fn stop_journal(&mut self) -> Result<()> {
+        let Some(mut j) = self.journal.take() else {
+            return Ok(());
+        };
+        j.sync(&mut self.cache)?;
+        let bytes = j.closing_superblock();
+        let p =
+            self.cache
+                .create_byte(j.superblock_block(), 0, &bytes, &[], PatchFlags::default())?;
+        self.cache.sync_patch(p)
+    }
+
+    /// The journal, while journaling.
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
     }
 
     pub fn consistency(&self) -> Consistency {
         self.consistency
     }
 
-    /// The dependencies this mode keeps of those diskfs stated.
+    /// The dependencies this mode keeps of those diskfs stated (the
+    /// journal replaces them instead, see [`journal`]).
     fn keep<'a>(&self, deps: &'a [PatchId]) -> &'a [PatchId] {
         match self.consistency {
             Consistency::Async => &[],
-            Consistency::SoftUpdates => deps,
+            Consistency::SoftUpdates | Consistency::Journal(_) => deps,
         }
     }
 
@@ -66,6 +147,11 @@ impl Modes {
         deps: &[PatchId],
         flags: PatchFlags,
     ) -> Result<PatchId> {
+        if let Some(j) = &mut self.journal {
+            return j.change(&mut self.cache, block, flags, |c, d| {
+                c.create_byte(block, offset, data, d, flags)
+            });
+        }
         let deps = self.keep(deps);
         self.cache.create_byte(block, offset, data, deps, flags)
     }
@@ -78,13 +164,84 @@ impl Modes {
         deps: &[PatchId],
         flags: PatchFlags,
     ) -> Result<PatchId> {
+        if let Some(j) = &mut self.journal {
+            return j.change(&mut self.cache, block, flags, |c, d| {
+                c.create_bit(block, offset, mask, d, flags)
+            });
+        }
         let deps = self.keep(deps);
         self.cache.create_bit(block, offset, mask, deps, flags)
     }
 
-    /// An empty patch standing for a set of patches (an operation's result).
+    /// An empty patch standing for a set of patches: an operation's result.
+    /// The end of an operation is a boundary where the journal may commit.
     pub fn group(&mut self, deps: &[PatchId]) -> Result<PatchId> {
-        self.cache.create_empty(deps)
+        match &mut self.journal {
+            Some(j) => {
+                let g = j.group(&mut self.cache, deps)?;
+                j.boundary(&mut self.cache)?;
+                Ok(g)
+            }
+            None => self.cache.create_empty(deps),
+        }
+    }
+
+    /// Opens an atomic section: the journal commits nothing until the
+    /// matching [`Modes::end_atomic`] (a batch of operations becomes one
+    /// transaction). Sections nest.
+    pub fn begin_atomic(&mut self) {
+        if let Some(j) = &mut self.journal {
+            j.begin_atomic();
+        }
+    }
+
+    pub fn end_atomic(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.end_atomic(&mut self.cache),
+            None => Ok(()),
+        }
+    }
+
+    /// A point inside a long operation (between the blocks of a large
+    /// write) where the journal may commit if the transaction would
+    /// otherwise outgrow the log.
+    pub fn safe_point(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.safe_point(&mut self.cache),
+            None => Ok(()),
+        }
+    }
+
+    /// Commits the running transaction now (journal mode; otherwise nothing).
+    pub fn commit(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.commit(&mut self.cache),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes `p` durable. In journal mode that is its transaction's commit
+    /// (every transaction before it commits first); the home writes may
+    /// follow later.
+    pub fn sync_patch(&mut self, p: PatchId) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.sync_patch(&mut self.cache, p),
+            None => self.cache.sync_patch(p),
+        }
+    }
+
+    /// Makes everything durable; in journal mode also checkpoints, so the
+    /// log is empty afterwards.
+    pub fn sync(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.sync(&mut self.cache),
+            None => self.cache.sync(),
+        }
+    }
+
+    /// Whether changes with these flags are journaled now.
+    pub fn journals(&self, flags: PatchFlags) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.journals(flags))
     }
 
     /// A block's current contents, every uncommitted patch applied.

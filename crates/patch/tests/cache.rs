@@ -252,15 +252,27 @@ fn patch_memory_is_counted() {
 fn patches_of_different_merge_epochs_never_merge() {
     let (_dev, mut c) = cache(8, CacheConfig::default());
     let hold1 = c.create_held(&[]).unwrap();
-    let a = c.create_byte(BlockNo(1), 0, &[1; 8], &[hold1], META).unwrap();
-    let a2 = c.create_byte(BlockNo(1), 4, &[2; 8], &[hold1], META).unwrap();
+    let a = c
+        .create_byte(BlockNo(1), 0, &[1; 8], &[hold1], META)
+        .unwrap();
+    let a2 = c
+        .create_byte(BlockNo(1), 4, &[2; 8], &[hold1], META)
+        .unwrap();
     assert_eq!(c.resolve(a), c.resolve(a2), "one epoch: merged");
     c.set_merge_epoch(1);
     let hold2 = c.create_held(&[]).unwrap();
-    let b = c.create_byte(BlockNo(1), 0, &[3; 8], &[hold2], META).unwrap();
+    let b = c
+        .create_byte(BlockNo(1), 0, &[3; 8], &[hold2], META)
+        .unwrap();
     assert_ne!(c.resolve(a), c.resolve(b), "two epochs: kept apart");
-    let b2 = c.create_byte(BlockNo(1), 2, &[4; 2], &[hold2], META).unwrap();
-    assert_eq!(c.resolve(b), c.resolve(b2), "the new epoch merges with itself");
+    let b2 = c
+        .create_byte(BlockNo(1), 2, &[4; 2], &[hold2], META)
+        .unwrap();
+    assert_eq!(
+        c.resolve(b),
+        c.resolve(b2),
+        "the new epoch merges with itself"
+    );
     // Releasing the first hold writes the first epoch's patch alone, with
     // the second rolled back.
     c.release(hold1).unwrap();

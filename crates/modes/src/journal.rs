@@ -1,0 +1,704 @@
+//! The journal mode: soft-updates patches become JBD2 transactions
+//! (Featherstitch §3.4 Figure 2c and §6.2; the log format is ext3's, so
+//! `e2fsck` and the kernel replay what we leave, see `stitch_format::jbd2`).
+//!
+//! A transaction's life:
+//!
+//! 1. **Running.** Every metadata patch diskfs makes (and, with data mode
+//!    `journal`, every data patch) is created depending only on the
+//!    transaction's *hold*, an empty patch held in memory; the soft-updates
+//!    dependencies diskfs stated are dropped, because the transaction makes
+//!    its changes atomic. All patches of a transaction share one merge epoch,
+//!    so within it a block's changes merge into one hard patch (no undo
+//!    data), and they never merge with another transaction's.
+//!    Unjournaled data patches (data modes `writeback`, `ordered`) keep no
+//!    dependencies; `ordered` remembers them for the commit.
+//! 2. **Commit** (at an operation boundary, when asked or when the running
+//!    transaction is old or big): a copy of each changed block goes into the
+//!    log behind descriptor blocks, then revoke records, then a commit block
+//!    that depends on every log block, on the previous commit block
+//!    (transactions commit in sequence), and in `ordered` mode on the
+//!    transaction's data patches. The hold then depends on the commit block
+//!    and is released: the home writes may go.
+//! 3. **Checkpoint.** Once every home write of the oldest transactions is
+//!    durable, the journal superblock's tail moves past them (lazily: when
+//!    log space is needed, at `sync` and at unmount), and log blocks written
+//!    into the freed space depend on that superblock write.
+//!
+//! Log space is reserved before a commit writes anything; when the log is
+//! full the commit waits (writing home blocks of the oldest transactions and
+//! moving the tail) rather than overwrite a live transaction.
+//!
+//! Revokes: a block whose copy is still in the live log and that is now
+//! written as unjournaled data gets a revoke record in the running
+//! transaction, so replay never puts the old copy over the new data (JBD2
+//! revokes copies with a sequence up to and including the revoke's own).
+//!
+//! Checksums: the log uses `COMPAT_CHECKSUM` (a CRC32 of every descriptor
+//! and log data block in the commit block). Replay by the kernel, by e2fsck
+//! and by us ignores a transaction whose checksum does not match, so a torn
+//! transaction is never half replayed.
+//!
+//! Which data is journaled is a policy ([`DataMode`], [`Journal::journals`]);
+//! ccfs's selective data journaling (overwrites journaled, appends home
+//! first) will be another arm of it.
+
+use crate::Result;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use stitch_format::jbd2::blocks::{commit_csum, encode_descriptor, tag_flags, tags_per_descriptor};
+use stitch_format::jbd2::checksum::crc32_be;
+use stitch_format::jbd2::superblock::features;
+use stitch_format::jbd2::{
+    CommitBlock, DescriptorTag, JournalSuperblock, RevokeBlock, TagFormat, JBD2_MAGIC,
+};
+use stitch_patch::{BlockNo, PatchCache, PatchError, PatchFlags, PatchId};
+
+/// What the journal does with file data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DataMode {
+    /// Data is not journaled and not ordered against metadata.
+    Writeback,
+    /// Data is not journaled, but a transaction's data reaches its home
+    /// before the transaction's commit block (ext3's default).
+    Ordered,
+    /// Data is journaled with the metadata: every transaction is atomic.
+    Journal,
+}
+
+impl std::str::FromStr for DataMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "writeback" => Ok(DataMode::Writeback),
+            "ordered" => Ok(DataMode::Ordered),
+            "journal" => Ok(DataMode::Journal),
+            other => Err(format!(
+                "unknown data mode {other:?} (writeback, ordered, journal)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DataMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DataMode::Writeback => "writeback",
+            DataMode::Ordered => "ordered",
+            DataMode::Journal => "journal",
+        })
+    }
+}
+
+/// When the running transaction commits on its own.
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// Commit a transaction at the first operation boundary after it is this
+    /// old (ext3's commit interval).
+    pub max_age: Duration,
+    /// Commit at the first boundary after the transaction changed this many
+    /// blocks; `None` means a quarter of the log (as JBD2).
+    pub max_blocks: Option<u32>,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            max_age: Duration::from_secs(5),
+            max_blocks: None,
+        }
+    }
+}
+
+/// Counters for benchmarks and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions that wrote a commit block.
+    pub commits: u64,
+    /// Transactions with only unjournaled data (no log record).
+    pub data_only: u64,
+    /// Log blocks written: descriptors, copies, revoke and commit blocks.
+    pub log_blocks: u64,
+    /// Block copies in the log.
+    pub copies: u64,
+    /// Revoke records written.
+    pub revokes: u64,
+    /// Journal superblock writes moving the tail.
+    pub tail_moves: u64,
+    /// Commits that had to wait for log space.
+    pub space_waits: u64,
+}
+
+/// Why the journal refused.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("a transaction of {need} log blocks does not fit a journal of {capacity}")]
+    TooBig { need: u32, capacity: u32 },
+    #[error("the journal superblock: {0}")]
+    Superblock(String),
+}
+
+struct Running {
+    epoch: u32,
+    hold: PatchId,
+    started: Instant,
+    /// Journaled blocks, in first-change order, and as a set.
+    blocks: Vec<BlockNo>,
+    block_set: HashSet<u64>,
+    /// The home patches (for the checkpoint).
+    homes: HashSet<PatchId>,
+    /// Unjournaled data patches.
+    data: Vec<PatchId>,
+    revokes: BTreeSet<u64>,
+}
+
+struct Closed {
+    epoch: u32,
+    /// Log position and length; `None` for a data-only transaction.
+    log: Option<(u32, u32)>,
+    seq: u32,
+    /// Durable once this commits: the commit block (and unordered data).
+    durable: PatchId,
+    /// Checkpointed once this commits: every home write.
+    homes: PatchId,
+    blocks: Vec<u64>,
+}
+
+/// The journal's state while mounted in journal mode.
+pub struct Journal {
+    data: DataMode,
+    cfg: JournalConfig,
+    /// Logical journal block → file-system block.
+    area: Vec<BlockNo>,
+    jsb: JournalSuperblock,
+    fmt: TagFormat,
+    bs: usize,
+    /// Next log block to write, and the tail the newest superblock write says.
+    head: u32,
+    tail: u32,
+    /// Sequence the next logged transaction takes.
+    next_seq: u32,
+    running: Option<Running>,
+    closed: VecDeque<Closed>,
+    /// The newest superblock write; log blocks wait for it while uncommitted.
+    tail_patch: Option<PatchId>,
+    prev_commit: Option<PatchId>,
+    /// Home block → sequence of its newest copy in the live log.
+    live_copies: HashMap<u64, u32>,
+    /// Operation patches (groups) → epoch of their transaction.
+    tx_of: HashMap<PatchId, u32>,
+    /// Nesting of atomic sections: no commit inside one.
+    depth: u32,
+    want_commit: bool,
+    last_commit_time: (u64, u32),
+    stats: JournalStats,
+}
+
+/// The block size-independent bytes of the superblock's `sequence` and `start`.
+const JSB_SEQ_START: usize = 0x18;
+
+impl Journal {
+    /// Prepares the journal of `area` (the journal inode's blocks in logical
+    /// order) whose superblock is `jsb`, already replayed (its `start` 0).
+    /// Returns the journal and the bytes to write over block 0 of the
+    /// journal before the first transaction (features we write, and an empty
+    /// log starting at `first`).
+    pub fn open(
+        cache: &PatchCache,
+        area: Vec<BlockNo>,
+        mut jsb: JournalSuperblock,
+        data: DataMode,
+        cfg: JournalConfig,
+    ) -> std::result::Result<(Journal, Vec<u8>), JournalError> {
+        if jsb.start != 0 {
+            return Err(JournalError::Superblock(
+                "the journal needs recovery".into(),
+            ));
+        }
+        if (jsb.maxlen as usize) > area.len() || jsb.first == 0 || jsb.first >= jsb.maxlen {
+            return Err(JournalError::Superblock(format!(
+                "maxlen {} first {} for a journal of {} blocks",
+                jsb.maxlen,
+                jsb.first,
+                area.len()
+            )));
+        }
+        // We write COMPAT_CHECKSUM logs with 32-bit tags and revoke records,
+        // as the kernel's ext3 does with journal_checksum; the journal is
+        // empty, so its features may change (the kernel does so at mount).
+        jsb.blocktype = stitch_format::jbd2::BlockType::SuperblockV2 as u32;
+        jsb.feature_compat = features::COMPAT_CHECKSUM.bit;
+        jsb.feature_incompat = features::INCOMPAT_REVOKE.bit;
+        jsb.feature_ro_compat = 0;
+        jsb.checksum_type = 0;
+        jsb.checksum = 0;
+        jsb.start = jsb.first;
+        let bs = cache.block_size();
+        let mut block = vec![0u8; bs];
+        block[..JournalSuperblock::SIZE].copy_from_slice(&jsb.to_bytes());
+        let j = Journal {
+            data,
+            cfg,
+            fmt: jsb.tag_format(),
+            bs,
+            head: jsb.first,
+            tail: jsb.first,
+            next_seq: jsb.sequence,
+            jsb,
+            area,
+            running: None,
+            closed: VecDeque::new(),
+            tail_patch: None,
+            prev_commit: None,
+            live_copies: HashMap::new(),
+            tx_of: HashMap::new(),
+            depth: 0,
+            want_commit: false,
+            last_commit_time: (0, 0),
+            stats: JournalStats::default(),
+        };
+        Ok((j, block))
+    }
+
+    pub fn data_mode(&self) -> DataMode {
+        self.data
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        self.stats.clone()
+    }
+
+    /// The journal superblock block (physical), for the final reset.
+    pub(crate) fn superblock_block(&self) -> BlockNo {
+        self.area[0]
+    }
+
+    /// Whether a patch with these flags is journaled (the data policy).
+    pub fn journals(&self, flags: PatchFlags) -> bool {
+        !flags.data || self.data == DataMode::Journal
+    }
+
+    /// Blocks in the log area, less one kept free so a full log is never
+    /// mistaken for an empty one.
+    fn capacity(&self) -> u32 {
+        self.jsb.maxlen - self.jsb.first - 1
+    }
+
+    fn used(&self) -> u32 {
+        let span = self.jsb.maxlen - self.jsb.first;
+        (self.head + span - self.tail) % span
+    }
+
+    fn next_pos(&self, p: u32) -> u32 {
+        if p + 1 >= self.jsb.maxlen {
+            self.jsb.first
+        } else {
+            p + 1
+        }
+    }
+
+    fn max_blocks(&self) -> u32 {
+        self.cfg.max_blocks.unwrap_or(self.capacity() / 4).max(1)
+    }
+
+    fn ensure_running(&mut self, cache: &mut PatchCache) -> Result<&mut Running> {
+        if self.running.is_none() {
+            let epoch = cache.merge_epoch() + 1;
+            cache.set_merge_epoch(epoch);
+            let hold = cache.create_held(&[])?;
+            self.running = Some(Running {
+                epoch,
+                hold,
+                started: Instant::now(),
+                blocks: Vec::new(),
+                block_set: HashSet::new(),
+                homes: HashSet::new(),
+                data: Vec::new(),
+                revokes: BTreeSet::new(),
+            });
+        }
+        Ok(self.running.as_mut().expect("just made"))
+    }
+
+    /// A change diskfs asks for, transformed: journaled changes wait on the
+    /// running transaction's hold; unjournaled data waits on nothing.
+    pub(crate) fn change(
+        &mut self,
+        cache: &mut PatchCache,
+        block: BlockNo,
+        flags: PatchFlags,
+        make: impl FnOnce(&mut PatchCache, &[PatchId]) -> Result<PatchId>,
+    ) -> Result<PatchId> {
+        let journaled = self.journals(flags);
+        let live_copy = self.live_copies.contains_key(&block.0);
+        let r = self.ensure_running(cache)?;
+        if journaled {
+            let id = make(cache, &[r.hold])?;
+            r.homes.insert(id);
+            if r.block_set.insert(block.0) {
+                r.blocks.push(block);
+            }
+            if r.blocks.len() as u32 >= self.max_blocks() {
+                self.want_commit = true;
+            }
+            Ok(id)
+        } else {
+            let id = make(cache, &[])?;
+            if r.data.last() != Some(&id) {
+                r.data.push(id);
+            }
+            if live_copy && !r.block_set.contains(&block.0) {
+                r.revokes.insert(block.0);
+            }
+            Ok(id)
+        }
+    }
+
+    /// An operation's empty patch: remembered with its transaction, so a
+    /// sync of it waits for that transaction's commit only.
+    pub(crate) fn group(&mut self, cache: &mut PatchCache, deps: &[PatchId]) -> Result<PatchId> {
+        let g = cache.create_empty(deps)?;
+        if let Some(r) = &self.running {
+            if !cache.is_committed(g) {
+                self.tx_of.insert(g, r.epoch);
+            }
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn begin_atomic(&mut self) {
+        self.depth += 1;
+    }
+
+    pub(crate) fn end_atomic(&mut self, cache: &mut PatchCache) -> Result<()> {
+        self.depth = self.depth.saturating_sub(1);
+        self.boundary(cache)
+    }
+
+    /// An operation boundary: commit if the running transaction is due.
+    pub(crate) fn boundary(&mut self, cache: &mut PatchCache) -> Result<()> {
+        if self.depth > 0 {
+            return Ok(());
+        }
+        let due = self.want_commit
+            || self
+                .running
+                .as_ref()
+                .is_some_and(|r| r.started.elapsed() >= self.cfg.max_age);
+        if due {
+            self.commit(cache)?;
+        }
+        Ok(())
+    }
+
+    /// A point inside a long operation: commit only if the transaction
+    /// would otherwise outgrow the log (half of it), since a commit here
+    /// splits the operation across two transactions.
+    pub(crate) fn safe_point(&mut self, cache: &mut PatchCache) -> Result<()> {
+        let big = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.blocks.len() as u32 >= self.capacity() / 2);
+        if self.depth == 0 && big {
+            self.commit(cache)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the running transaction: log record, commit block, release.
+    pub fn commit(&mut self, cache: &mut PatchCache) -> Result<()> {
+        self.want_commit = false;
+        let Some(r) = self.running.take() else {
+            return Ok(());
+        };
+        let revokes: Vec<u64> = r
+            .revokes
+            .iter()
+            .copied()
+            .filter(|b| !r.block_set.contains(b))
+            .collect();
+        let data: Vec<PatchId> = r
+            .data
+            .iter()
+            .filter_map(|&d| cache.resolve(d))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if r.blocks.is_empty() && revokes.is_empty() {
+            // Only unjournaled data (or nothing): no log record, no sequence.
+            cache.release(r.hold)?;
+            let durable = cache.create_empty(&data)?;
+            let homes = cache.create_empty(&[])?;
+            self.stats.data_only += u64::from(!data.is_empty());
+            self.closed.push_back(Closed {
+                epoch: r.epoch,
+                log: None,
+                seq: self.next_seq,
+                durable,
+                homes,
+                blocks: Vec::new(),
+            });
+            return Ok(());
+        }
+        let per_desc = tags_per_descriptor(self.fmt, self.bs).max(1);
+        let per_revoke = RevokeBlock::capacity(self.fmt, self.bs).max(1);
+        let need = (revokes.len().div_ceil(per_revoke)
+            + r.blocks.len().div_ceil(per_desc)
+            + r.blocks.len()
+            + 1) as u32;
+        self.make_space(cache, need)?;
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let space_dep: Vec<PatchId> = self
+            .tail_patch
+            .filter(|&p| !cache.is_committed(p))
+            .into_iter()
+            .collect();
+        let start = self.head;
+        let mut log = Vec::with_capacity(need as usize);
+        for chunk in revokes.chunks(per_revoke) {
+            let rb = RevokeBlock {
+                sequence: seq,
+                blocks: chunk.to_vec(),
+            };
+            let bytes = rb
+                .encode(self.fmt, self.bs)
+                .map_err(|e| PatchError::Invariant(format!("revoke block: {e}")))?;
+            log.push(self.write_log(cache, &bytes, &space_dep)?);
+            self.stats.revokes += chunk.len() as u64;
+        }
+        let mut crc = !0u32;
+        for chunk in r.blocks.chunks(per_desc) {
+            let mut tags = Vec::with_capacity(chunk.len());
+            let mut copies = Vec::with_capacity(chunk.len());
+            for (i, &b) in chunk.iter().enumerate() {
+                let mut copy = cache.read(b)?.to_vec();
+                let mut flags = if i == 0 { 0 } else { tag_flags::SAME_UUID };
+                if copy[..4] == JBD2_MAGIC.to_be_bytes() {
+                    flags |= tag_flags::ESCAPE;
+                    copy[..4].fill(0);
+                }
+                if i + 1 == chunk.len() {
+                    flags |= tag_flags::LAST_TAG;
+                }
+                tags.push(DescriptorTag {
+                    blocknr: b.0,
+                    flags,
+                    checksum: 0,
+                    uuid: (i == 0).then_some(self.jsb.uuid),
+                });
+                copies.push(copy);
+            }
+            let desc = encode_descriptor(seq, &tags, self.fmt, self.bs)
+                .map_err(|e| PatchError::Invariant(format!("descriptor block: {e}")))?;
+            crc = crc32_be(crc, &desc);
+            log.push(self.write_log(cache, &desc, &space_dep)?);
+            for copy in copies {
+                crc = crc32_be(crc, &copy);
+                log.push(self.write_log(cache, &copy, &space_dep)?);
+                self.stats.copies += 1;
+            }
+        }
+        let (sec, nsec) = self.commit_time();
+        let mut cb = CommitBlock::new(seq, sec, nsec);
+        cb.chksum_type = commit_csum::CRC32;
+        cb.chksum_size = commit_csum::CRC32_SIZE;
+        cb.chksum[0] = crc;
+        let mut deps = log;
+        deps.extend(self.prev_commit);
+        if self.data == DataMode::Ordered {
+            deps.extend(&data);
+        }
+        deps.extend(&space_dep);
+        let commit = self.write_log(cache, &cb.encode_block(self.bs, None), &deps)?;
+        self.prev_commit = Some(commit);
+        cache.add_dependency(r.hold, commit)?;
+        cache.release(r.hold)?;
+        let durable = if self.data == DataMode::Writeback && !data.is_empty() {
+            let mut d = data.clone();
+            d.push(commit);
+            cache.create_empty(&d)?
+        } else {
+            commit
+        };
+        let homes: Vec<PatchId> = r.homes.iter().filter_map(|&h| cache.resolve(h)).collect();
+        let homes = cache.create_empty(&homes)?;
+        let blocks: Vec<u64> = r.blocks.iter().map(|b| b.0).collect();
+        for &b in &blocks {
+            self.live_copies.insert(b, seq);
+        }
+        for b in &revokes {
+            self.live_copies.remove(b);
+        }
+        self.stats.commits += 1;
+        self.closed.push_back(Closed {
+            epoch: r.epoch,
+            log: Some((start, need)),
+            seq,
+            durable,
+            homes,
+            blocks,
+        });
+        Ok(())
+    }
+
+    /// Writes one log block at the head and advances it.
+    fn write_log(
+        &mut self,
+        cache: &mut PatchCache,
+        bytes: &[u8],
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
+        let at = self.area[self.head as usize];
+        let p = cache.create_byte(at, 0, bytes, deps, PatchFlags::default())?;
+        self.head = self.next_pos(self.head);
+        self.stats.log_blocks += 1;
+        Ok(p)
+    }
+
+    /// A strictly increasing commit time (replay treats a bad checksum on
+    /// a commit older than the previous one as the end of the log).
+    fn commit_time(&mut self) -> (u64, u32) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut t = (now.as_secs(), now.subsec_nanos());
+        if t <= self.last_commit_time {
+            let (s, n) = self.last_commit_time;
+            t = if n + 1 >= 1_000_000_000 {
+                (s + 1, 0)
+            } else {
+                (s, n + 1)
+            };
+        }
+        self.last_commit_time = t;
+        t
+    }
+
+    /// Waits until `need` log blocks are free: moves the tail past
+    /// checkpointed transactions, writing the oldest ones' home blocks when
+    /// that is not enough. A full journal blocks the commit, never corrupts.
+    fn make_space(&mut self, cache: &mut PatchCache, need: u32) -> Result<()> {
+        if need > self.capacity() {
+            return Err(PatchError::Invariant(
+                JournalError::TooBig {
+                    need,
+                    capacity: self.capacity(),
+                }
+                .to_string(),
+            ));
+        }
+        if self.capacity() - self.used() < need + self.capacity() / 2 {
+            // Over half full: move the tail past what is already home.
+            self.advance_tail(cache)?;
+        }
+        let mut waited = false;
+        while self.capacity() - self.used() < need {
+            let Some(oldest) = self.closed.front() else {
+                return Err(PatchError::Invariant(format!(
+                    "journal: {} blocks used with no live transaction",
+                    self.used()
+                )));
+            };
+            let homes = oldest.homes;
+            let durable = oldest.durable;
+            cache.sync_patch(durable)?;
+            cache.sync_patch(homes)?;
+            waited = true;
+            self.advance_tail(cache)?;
+        }
+        self.stats.space_waits += u64::from(waited);
+        Ok(())
+    }
+
+    /// Drops checkpointed transactions from the front of the log and, if
+    /// the tail moved, writes it in the journal superblock.
+    fn advance_tail(&mut self, cache: &mut PatchCache) -> Result<()> {
+        let mut moved = false;
+        while let Some(c) = self.closed.front() {
+            if !(cache.is_committed(c.homes) && cache.is_committed(c.durable)) {
+                break;
+            }
+            let c = self.closed.pop_front().expect("front exists");
+            for b in &c.blocks {
+                if self.live_copies.get(b) == Some(&c.seq) {
+                    self.live_copies.remove(b);
+                }
+            }
+            self.tx_of.retain(|_, e| *e != c.epoch);
+            moved |= c.log.is_some();
+        }
+        if !moved {
+            return Ok(());
+        }
+        let (tail, seq) = match self
+            .closed
+            .iter()
+            .find_map(|c| c.log.map(|(s, _)| (s, c.seq)))
+        {
+            Some(t) => t,
+            None => (self.head, self.next_seq),
+        };
+        self.write_tail(cache, tail, seq)
+    }
+
+    fn write_tail(&mut self, cache: &mut PatchCache, start: u32, seq: u32) -> Result<()> {
+        self.tail = start;
+        self.jsb.start = start;
+        self.jsb.sequence = seq;
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&seq.to_be_bytes());
+        bytes[4..].copy_from_slice(&start.to_be_bytes());
+        let p = cache.create_byte(
+            self.area[0],
+            JSB_SEQ_START,
+            &bytes,
+            &[],
+            PatchFlags::default(),
+        )?;
+        self.tail_patch = Some(p);
+        self.stats.tail_moves += 1;
+        Ok(())
+    }
+
+    /// Makes `p` durable: commits its transaction (and every earlier one)
+    /// and waits for the commit block, not for the home writes.
+    pub fn sync_patch(&mut self, cache: &mut PatchCache, p: PatchId) -> Result<()> {
+        if cache.is_committed(p) {
+            return Ok(());
+        }
+        let epoch = self.tx_of.get(&p).copied();
+        let running = self.running.as_ref().map(|r| r.epoch);
+        if epoch.is_none() || epoch == running {
+            self.commit(cache)?;
+        }
+        let target = match epoch {
+            Some(e) => self.closed.iter().find(|c| c.epoch == e),
+            None => self.closed.back(),
+        };
+        match target.map(|c| c.durable) {
+            Some(d) => cache.sync_patch(d)?,
+            None => cache.sync_patch(p)?,
+        }
+        Ok(())
+    }
+
+    /// Commits, writes every home block, and moves the tail to the head:
+    /// the log is empty afterwards.
+    pub fn sync(&mut self, cache: &mut PatchCache) -> Result<()> {
+        self.commit(cache)?;
+        cache.sync()?;
+        self.advance_tail(cache)?;
+        cache.sync()?;
+        Ok(())
+    }
+
+    /// After [`Journal::sync`]: the bytes that mark the journal empty
+    /// (`start` 0), for unmount.
+    pub(crate) fn closing_superblock(&self) -> Vec<u8> {
+        let mut jsb = self.jsb.clone();
+        jsb.start = 0;
+        jsb.sequence = self.next_seq;
+        jsb.to_bytes()
+    }
+}

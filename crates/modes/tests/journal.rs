@@ -1,0 +1,168 @@
+//! The journal mode's shapes, seen through the patch cache and a recording
+//! device: what reaches the disk before what.
+
+use std::sync::Arc;
+use stitch_blockdev::record::LogEntry;
+use stitch_blockdev::{MemDevice, RecordingDevice};
+use stitch_modes::{Consistency, DataMode, JournalConfig, JournalSuperblock, Modes};
+use stitch_patch::{BlockNo, CacheConfig, PatchCache, PatchFlags};
+
+const BS: usize = 4096;
+const META: PatchFlags = PatchFlags { data: false };
+const DATA: PatchFlags = PatchFlags { data: true };
+const AREA: std::ops::Range<u64> = 1000..2024;
+
+fn journaled(data: DataMode) -> (Arc<RecordingDevice<MemDevice>>, Modes) {
+    let mem = MemDevice::new(BS, 4096).unwrap();
+    let rec = Arc::new(RecordingDevice::new(mem).unwrap());
+    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
+    let mut m = Modes::new(cache, Consistency::Journal(data));
+    let jsb = JournalSuperblock::new_v2(BS as u32, 1024, [9; 16]);
+    let area = AREA.map(BlockNo).collect();
+    m.start_journal(area, jsb, JournalConfig::default())
+        .unwrap();
+    (rec, m)
+}
+
+/// Log positions of the writes of `block`.
+fn writes_of(rec: &RecordingDevice<MemDevice>, block: u64) -> Vec<usize> {
+    rec.log()
+        .entries()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            LogEntry::Write { block: b, .. } if b.0 == block => Some(i),
+            _ => None,
+        })
+        .collect()
+}
+
+fn flush_between(rec: &RecordingDevice<MemDevice>, a: usize, b: usize) -> bool {
+    rec.log().entries()[a..b]
+        .iter()
+        .any(|e| matches!(e, LogEntry::Flush { .. }))
+}
+
+#[test]
+fn ordered_data_is_durable_before_the_commit_block() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let d = m.byte(BlockNo(50), 0, &[7; 4096], &[], DATA).unwrap();
+    let i = m.byte(BlockNo(20), 128, &[1; 64], &[d], META).unwrap();
+    let op = m.group(&[d, i]).unwrap();
+    m.sync_patch(op).unwrap();
+    assert!(m.cache().is_committed(d), "fsync left the data behind");
+    assert!(!m.cache().is_committed(i), "the home write need not wait");
+    // Log: superblock, descriptor, copy of block 20, commit.
+    let data_w = writes_of(&rec, 50)[0];
+    let commit_w = writes_of(&rec, AREA.start + 3)[0];
+    assert!(
+        flush_between(&rec, data_w, commit_w),
+        "the commit block may reach the disk before the data"
+    );
+    m.sync().unwrap();
+    let home = writes_of(&rec, 20)[0];
+    assert!(
+        flush_between(&rec, commit_w, home),
+        "home write before commit"
+    );
+}
+
+#[test]
+fn writeback_fsync_still_makes_data_durable() {
+    let (_rec, mut m) = journaled(DataMode::Writeback);
+    let d = m.byte(BlockNo(50), 0, &[7; 4096], &[], DATA).unwrap();
+    let i = m.byte(BlockNo(20), 128, &[1; 64], &[d], META).unwrap();
+    let op = m.group(&[d, i]).unwrap();
+    m.sync_patch(op).unwrap();
+    assert!(m.cache().is_committed(d));
+}
+
+#[test]
+fn data_journal_mode_copies_data_into_the_log() {
+    let (rec, mut m) = journaled(DataMode::Journal);
+    let d = m.byte(BlockNo(50), 0, &[7; 4096], &[], DATA).unwrap();
+    let op = m.group(&[d]).unwrap();
+    m.sync_patch(op).unwrap();
+    assert!(
+        writes_of(&rec, 50).is_empty(),
+        "data went home before its commit was needed"
+    );
+    assert_eq!(rec.log().entries().iter().filter(|e| matches!(e, LogEntry::Write { block, data } if block.0 == AREA.start + 2 && data[0] == 7)).count(), 1, "no copy of the data in the log");
+    let s = m.journal().unwrap().stats();
+    assert_eq!((s.commits, s.copies), (1, 1));
+}
+
+#[test]
+fn a_block_starting_with_the_journal_magic_is_escaped() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let mut block = vec![0u8; BS];
+    block[..4].copy_from_slice(&0xC03B_3998u32.to_be_bytes());
+    block[4] = 1;
+    let i = m.byte(BlockNo(20), 0, &block, &[], META).unwrap();
+    m.sync_patch(i).unwrap();
+    let copy = rec
+        .log()
+        .entries()
+        .iter()
+        .find_map(|e| match e {
+            LogEntry::Write { block, data } if block.0 == AREA.start + 2 => Some(data.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        &copy[..5],
+        &[0, 0, 0, 0, 1],
+        "the copy must not look like a journal block"
+    );
+}
+
+#[test]
+fn transactions_never_merge_and_commit_in_sequence() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let a = m.byte(BlockNo(20), 0, &[1; 8], &[], META).unwrap();
+    let ga = m.group(&[a]).unwrap();
+    m.commit().unwrap();
+    let b = m.byte(BlockNo(20), 0, &[2; 8], &[], META).unwrap();
+    let gb = m.group(&[b]).unwrap();
+    assert_ne!(m.cache().resolve(a), m.cache().resolve(b));
+    m.sync_patch(gb).unwrap();
+    assert!(m.cache().is_committed(ga) || !m.cache().is_committed(a));
+    let s = m.journal().unwrap().stats();
+    assert_eq!(s.commits, 2);
+    // Second commit block after the first one's flush.
+    let c1 = writes_of(&rec, AREA.start + 3)[0];
+    let c2 = writes_of(&rec, AREA.start + 6)[0];
+    assert!(flush_between(&rec, c1, c2));
+}
+
+#[test]
+fn a_full_log_waits_for_checkpoints_and_wraps() {
+    let (_rec, mut m) = journaled(DataMode::Ordered);
+    // 300 transactions of 10 blocks each: three laps of a 1023-block log.
+    for t in 0..300u64 {
+        let mut ps = Vec::new();
+        for k in 0..10u64 {
+            ps.push(
+                m.byte(
+                    BlockNo(10 + (t * 10 + k) % 900),
+                    0,
+                    &[t as u8; 16],
+                    &[],
+                    META,
+                )
+                .unwrap(),
+            );
+        }
+        let g = m.group(&ps).unwrap();
+        m.commit().unwrap();
+        if t % 7 == 0 {
+            m.sync_patch(g).unwrap();
+        }
+    }
+    m.sync().unwrap();
+    let s = m.journal().unwrap().stats();
+    assert_eq!(s.commits, 300);
+    assert!(s.log_blocks > 3 * 1023, "the log did not wrap: {s:?}");
+    assert!(s.space_waits > 0 && s.tail_moves > 0, "{s:?}");
+    m.cache().check_graph().unwrap();
+}
