@@ -20,9 +20,11 @@
 
 pub mod blocks;
 pub mod checksum;
+pub mod recovery;
 pub mod superblock;
 
 pub use blocks::{BlockHeader, BlockType, CommitBlock, DescriptorTag, RevokeBlock, TagFormat};
+pub use recovery::{recover, RecoverError, Recovery};
 pub use superblock::JournalSuperblock;
 
 /// `h_magic` of every journal block.
