@@ -10,9 +10,16 @@
 //! it is cleared on disk) needs no code here: allocating a bit that a free
 //! flipped overlaps the free's bit patch, so the cache makes the allocation
 //! depend on the free, which depends on the cleared pointer.
+//!
+//! The journal drops those dependencies, and unjournaled data (data modes
+//! `writeback` and `ordered`) goes home before its transaction commits. So,
+//! as ext3 does, a block freed in journal mode is not reused until its free
+//! is durable (`pending_frees`); otherwise the old owner, still owning it
+//! after a crash, would show the new owner's data. When only such blocks
+//! are left, allocation commits and checkpoints, then tries again.
 
 use crate::error::{DiskError, Result};
-use crate::fs::{DiskFs, META};
+use crate::fs::{DiskFs, DATA, META};
 use stitch_format::bitmap::Bitmap;
 use stitch_format::{GroupNo, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -20,6 +27,32 @@ use stitch_patch::{BlockNo, PatchId};
 impl DiskFs {
     /// Allocates a block, preferably at or after `goal`.
     pub(crate) fn alloc_block(&mut self, goal: u32) -> Result<(u32, PatchId)> {
+        match self.alloc_block_once(goal) {
+            Err(DiskError::NoSpace(_)) if !self.pending_frees.is_empty() => {
+                self.m.sync()?;
+                self.prune_pending_frees();
+                self.alloc_block_once(goal)
+            }
+            other => other,
+        }
+    }
+
+    fn prune_pending_frees(&mut self) {
+        let cache = self.m.cache();
+        self.pending_frees.retain(|_, p| !cache.is_committed(*p));
+    }
+
+    /// Whether block `b` was freed and the free is not durable yet.
+    fn reuse_blocked(&self, b: u32) -> bool {
+        self.pending_frees
+            .get(&b)
+            .is_some_and(|&p| !self.m.cache().is_committed(p))
+    }
+
+    fn alloc_block_once(&mut self, goal: u32) -> Result<(u32, PatchId)> {
+        if self.pending_frees.len() > 65_536 {
+            self.prune_pending_frees();
+        }
         let groups = self.gds.len();
         let goal = goal.clamp(self.geo.first_data_block, self.geo.blocks_count - 1);
         let g0 = self
@@ -36,8 +69,8 @@ impl DiskFs {
             } else {
                 0
             };
-            if let Some(bit) = self.find_clear(
-                self.gds[g].block_bitmap,
+            if let Some(bit) = self.find_clear_block(
+                g,
                 start,
                 self.geo.blocks_in_group(GroupNo(g as u32)) as usize,
             )? {
@@ -65,6 +98,9 @@ impl DiskFs {
         let bit = (block - self.group_first(g)) as usize;
         self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
         let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
+        if self.m.journal().is_some() && !self.m.journals(DATA) {
+            self.pending_frees.insert(block, p);
+        }
         self.gds[g].free_blocks_count += 1;
         self.sb.free_blocks_count_lo += 1;
         self.write_group(g)?;
@@ -152,6 +188,28 @@ impl DiskFs {
             .filter(|&g| u64::from(self.gds[g].free_blocks_count) >= avg)
             .max_by_key(|&g| self.gds[g].free_inodes_count)
             .unwrap_or(0)
+    }
+
+    /// A free block of group `g` at or after `start` (wrapping), skipping
+    /// blocks whose free is not durable yet.
+    fn find_clear_block(&mut self, g: usize, start: usize, end: usize) -> Result<Option<usize>> {
+        let bitmap = self.gds[g].block_bitmap;
+        if self.pending_frees.is_empty() {
+            return self.find_clear(bitmap, start, end);
+        }
+        let first = self.group_first(g);
+        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?.to_vec();
+        let map = Bitmap::new(&bytes);
+        for (lo, hi) in [(start, end), (0, start.min(end))] {
+            let mut at = lo;
+            while let Some(bit) = map.find_clear(at, hi) {
+                if !self.reuse_blocked(first + bit as u32) {
+                    return Ok(Some(bit));
+                }
+                at = bit + 1;
+            }
+        }
+        Ok(None)
     }
 
     fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {

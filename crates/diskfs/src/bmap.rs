@@ -63,7 +63,17 @@ impl DiskFs {
                 Err(e) => Err(e),
             };
             match step {
-                Ok(ps) => out.extend(ps),
+                Ok(ps) => {
+                    out.extend(ps);
+                    // Between blocks a large write may let a full journal
+                    // transaction commit (each block is whole on its own:
+                    // data, pointer and size).
+                    if let Err(e) = self.m.safe_point() {
+                        failure = Some(e.into());
+                        pos += len;
+                        break;
+                    }
+                }
                 Err(e) => {
                     failure = Some(e);
                     break;

@@ -34,6 +34,8 @@ pub enum DiskError {
     Format(#[from] FormatError),
     #[error(transparent)]
     Patch(#[from] PatchError),
+    #[error("journal: {0}")]
+    Journal(#[from] stitch_modes::JournalError),
 }
 
 pub type Result<T> = std::result::Result<T, DiskError>;

@@ -12,9 +12,11 @@
 
 use crate::diff;
 use crate::error::{DiskError, Result};
+use crate::journal::Replayed;
+use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
 use stitch_format::{Geometry, InodeNo, Superblock};
-use stitch_modes::{Consistency, Modes};
+use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
 
 /// ext2's `s_state` bit meaning "cleanly unmounted".
@@ -36,27 +38,36 @@ pub struct DiskFs {
     /// removal whether the entry ever reached the disk (Featherstitch
     /// §4.5): if the removal merged into it, it never did.
     pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), stitch_patch::PatchId>,
+    /// Blocks freed while their data is not journaled, with the patch that
+    /// freed them: not reused until that free is durable (ext3's rule; see
+    /// `alloc`).
+    pub(crate) pending_frees: std::collections::HashMap<u32, PatchId>,
+    pub(crate) replayed: Option<Replayed>,
 }
 
 impl DiskFs {
     /// Mounts the file system on `cache`: reads and validates the superblock
-    /// and descriptors, refuses what it can't handle, and durably marks the
-    /// file system in use.
+    /// and descriptors, refuses what it can't handle, replays the journal if
+    /// it holds transactions, and durably marks the file system in use.
     pub fn mount(cache: PatchCache, consistency: Consistency, now: u32) -> Result<DiskFs> {
+        Self::mount_with(cache, consistency, JournalConfig::default(), now)
+    }
+
+    /// [`DiskFs::mount`] with the journal's commit policy.
+    pub fn mount_with(
+        cache: PatchCache,
+        consistency: Consistency,
+        jcfg: JournalConfig,
+        now: u32,
+    ) -> Result<DiskFs> {
         let mut m = Modes::new(cache, consistency);
         let bs_dev = m.cache().block_size();
-        let (blk, off) = superblock_location(bs_dev);
-        let sb = Superblock::decode(&m.read(blk)?[off..off + SUPERBLOCK_BYTES])?;
+        let sb = read_super(&mut m, bs_dev)?;
         let geo = Geometry::from_superblock(&sb)?;
         let bs = geo.block_size.bytes() as usize;
         if bs != bs_dev {
             return Err(DiskError::Invalid(
                 "file system block size differs from the device's",
-            ));
-        }
-        if sb.needs_recovery() {
-            return Err(DiskError::Invalid(
-                "the journal needs recovery; replay it first",
             ));
         }
         let gds = read_descriptors(&mut m, &geo)?;
@@ -68,22 +79,53 @@ impl DiskFs {
             bs,
             open: Default::default(),
             entry_adds: Default::default(),
+            pending_frees: Default::default(),
+            replayed: None,
+        };
+        fs.replayed = fs.replay_journal()?;
+        if fs.replayed.is_some() {
+            // Replay may have rewritten the superblock and descriptors.
+            fs.sb = read_super(&mut fs.m, bs)?;
+            fs.sb.feature_incompat &= !incompat::RECOVER.bit;
+            fs.geo = Geometry::from_superblock(&fs.sb)?;
+            fs.gds = read_descriptors(&mut fs.m, &fs.geo)?;
+        }
+        let area = match consistency {
+            Consistency::Journal(_) => {
+                fs.sb.feature_incompat |= incompat::RECOVER.bit;
+                Some(fs.journal_area()?)
+            }
+            _ => None,
         };
         fs.sb.state &= !STATE_VALID;
         fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
         fs.sb.mtime = now;
         let p = fs.write_super()?;
-        // A crash from here on must find the file system marked in use.
+        // A crash from here on must find the file system marked in use
+        // (and, journaled, needing recovery before the log names anything).
         fs.sync_patches(&p)?;
+        if let Some(area) = area {
+            let jsb = fs.read_journal_superblock(&area)?;
+            fs.m.start_journal(area, jsb, jcfg)?;
+        }
         // Files unlinked while open before a crash go now.
         fs.free_orphans(now)?;
         Ok(fs)
     }
 
+    /// What the journal replay at mount did, if there was one.
+    pub fn replayed(&self) -> Option<&Replayed> {
+        self.replayed.as_ref()
+    }
+
     /// Makes everything durable, marks the file system clean, and returns
-    /// the cache.
+    /// the cache. A journal is checkpointed and left empty first.
     pub fn unmount(mut self, now: u32) -> Result<PatchCache> {
         self.sync()?;
+        if self.m.journal().is_some() {
+            self.m.stop_journal()?;
+            self.sb.feature_incompat &= !incompat::RECOVER.bit;
+        }
         self.sb.state |= STATE_VALID;
         self.sb.wtime = now;
         self.write_super()?;
@@ -91,14 +133,16 @@ impl DiskFs {
         Ok(self.m.into_cache())
     }
 
-    /// Writes and flushes everything.
+    /// Writes and flushes everything (in journal mode: commits, then
+    /// checkpoints, leaving the log empty).
     pub fn sync(&mut self) -> Result<()> {
-        Ok(self.m.cache_mut().sync()?)
+        Ok(self.m.sync()?)
     }
 
-    /// Writes and flushes what `p` needs, and `p`.
+    /// Makes `p` durable: what it needs and itself in soft updates; its
+    /// transaction's commit in journal mode.
     pub fn sync_patch(&mut self, p: PatchId) -> Result<()> {
-        Ok(self.m.cache_mut().sync_patch(p)?)
+        Ok(self.m.sync_patch(p)?)
     }
 
     fn sync_patches(&mut self, ps: &[PatchId]) -> Result<()> {
@@ -156,6 +200,13 @@ fn superblock_location(bs: usize) -> (BlockNo, usize) {
     } else {
         (BlockNo(1), 0)
     }
+}
+
+fn read_super(m: &mut Modes, bs: usize) -> Result<Superblock> {
+    let (blk, off) = superblock_location(bs);
+    Ok(Superblock::decode(
+        &m.read(blk)?[off..off + SUPERBLOCK_BYTES],
+    )?)
 }
 
 fn read_descriptors(m: &mut Modes, geo: &Geometry) -> Result<Vec<GroupDesc>> {

@@ -108,7 +108,10 @@ impl DiskFs {
                 0,
                 &symlink::slow_block(target, self.bs)?,
                 &[bb],
-                DATA,
+                // A target is part of the namespace, not file data: the
+                // journal journals it in every data mode (as e2fsck checks
+                // it like any metadata).
+                META,
             )?;
             inode.core.block[0] = blk;
             inode.core.blocks_lo = (self.bs / 512) as u32;
