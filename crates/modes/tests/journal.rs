@@ -198,3 +198,52 @@ fn data_over_a_journaled_block_is_revoked() {
     );
     assert_eq!(&img[20 * BS..20 * BS + 4], &[7; 4]);
 }
+
+/// Group commit: fsyncs of operations that arrived before one commit are
+/// all served by it.
+#[test]
+fn one_commit_serves_every_earlier_fsync() {
+    let (_rec, mut m) = journaled(DataMode::Ordered);
+    let mut ops = Vec::new();
+    for k in 0..10u64 {
+        let p = m
+            .byte(BlockNo(20 + k), 0, &[k as u8; 32], &[], META)
+            .unwrap();
+        ops.push(m.group(&[p]).unwrap());
+    }
+    for g in ops {
+        m.sync_patch(g).unwrap();
+    }
+    assert_eq!(m.journal().unwrap().stats().commits, 1);
+}
+
+/// The age trigger: a transaction older than `max_age` commits at the next
+/// operation boundary; inside an atomic section nothing commits.
+#[test]
+fn an_old_transaction_commits_at_the_next_boundary() {
+    let mem = MemDevice::new(BS, 4096).unwrap();
+    let cache = PatchCache::new(Arc::new(mem), CacheConfig::default());
+    let mut m = Modes::new(cache, Consistency::Journal(DataMode::Ordered));
+    let jsb = JournalSuperblock::new_v2(BS as u32, 1024, [9; 16]);
+    let cfg = JournalConfig {
+        max_age: std::time::Duration::ZERO,
+        ..Default::default()
+    };
+    m.start_journal(AREA.map(BlockNo).collect(), jsb, cfg)
+        .unwrap();
+    m.begin_atomic();
+    for k in 0..3u64 {
+        let p = m.byte(BlockNo(20 + k), 0, &[1; 8], &[], META).unwrap();
+        m.group(&[p]).unwrap();
+    }
+    assert_eq!(
+        m.journal().unwrap().stats().commits,
+        0,
+        "committed inside an atomic section"
+    );
+    m.end_atomic().unwrap();
+    assert_eq!(m.journal().unwrap().stats().commits, 1);
+    let p = m.byte(BlockNo(30), 0, &[1; 8], &[], META).unwrap();
+    m.group(&[p]).unwrap();
+    assert_eq!(m.journal().unwrap().stats().commits, 2);
+}
