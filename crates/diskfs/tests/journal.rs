@@ -798,3 +798,80 @@ fn freed_blocks_come_back_after_a_commit_on_a_full_disk() {
     let (code, out) = e2fsck(&["-fn"], &path);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A device that fails a write or a flush in the middle of journaled work:
+/// the error reaches the caller, every later write refuses, and what the
+/// device holds recovers to a clean file system.
+#[test]
+fn a_failing_device_loses_nothing_silently() {
+    use stitch_blockdev::{FaultDevice, FaultKind};
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let base = journaled_image(tmp.path());
+    for (n, flush) in [(5, false), (40, false), (3, true), (12, true)] {
+        let mem = MemDevice::from_image(4096, base.clone()).unwrap();
+        let dev = Arc::new(FaultDevice::new(mem).unwrap());
+        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+        let mut fs = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), NOW).unwrap();
+        let (w, f, _) = dev.counts();
+        if flush {
+            dev.fail_nth_flush(f + n, FaultKind::Io);
+        } else {
+            dev.fail_nth_write(w + n, FaultKind::Io);
+        }
+        let root = fs.root();
+        let mut failed = None;
+        let mut synced = Vec::new();
+        for i in 0..200u32 {
+            let step = (|| -> Result<bool, stitch_diskfs::DiskError> {
+                let (ino, _) = fs.create(root, format!("f{i}").as_bytes(), 0o644, 0, 0, NOW)?;
+                let (_, p) = fs.write(ino, 0, &vec![i as u8 + 1; 5000], NOW)?;
+                if i % 3 == 0 {
+                    fs.sync_patch(p)?;
+                    return Ok(true);
+                }
+                Ok(false)
+            })();
+            match step {
+                Ok(true) => synced.push(i),
+                Ok(false) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = failed.unwrap_or_else(|| panic!("fault {n} (flush {flush}) never surfaced"));
+        assert!(
+            e.to_string().contains("I/O")
+                || e.to_string().contains("stopped")
+                || e.to_string().contains("device"),
+            "{e}"
+        );
+        assert!(fs.sync().is_err(), "a write after the failure was accepted");
+        let image = dev.inner().snapshot();
+        let (recovered, _) = {
+            let d = Arc::new(MemDevice::from_image(4096, image).unwrap());
+            let mut fs = DiskFs::mount(
+                PatchCache::new(d.clone(), CacheConfig::default()),
+                Consistency::SoftUpdates,
+                NOW,
+            )
+            .unwrap();
+            let tree = snapshot(&mut fs).unwrap();
+            for i in &synced {
+                let n = tree.get(&format!("/f{i}"));
+                assert_eq!(
+                    n.map(|n| n.bytes.clone()),
+                    Some(vec![*i as u8 + 1; 5000]),
+                    "fsynced file f{i} lost after fault {n:?}"
+                );
+            }
+            fs.unmount(NOW).unwrap();
+            (d.snapshot(), ())
+        };
+        let path = tmp.path().join("failed.img");
+        std::fs::write(&path, recovered).unwrap();
+        let (code, out) = e2fsck(&["-fn"], &path);
+        assert_eq!(code, 0, "fault {n} (flush {flush}):\n{out}");
+    }
+}
