@@ -21,7 +21,8 @@ struct Cli {
 enum Command {
     /// Make an ext2 (or, with --journal, ext3) file system.
     Mkfs(cmd::mkfs::Args),
-    /// Check an image read-only, like e2fsck -fn (exit 0 clean, 4 problems, 8 error).
+    /// Check an image like e2fsck -fn (exit 0 clean, 4 problems, 8 error);
+    /// one needing recovery is checked as replayed (--recover writes it).
     Fsck(cmd::fsck::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),

@@ -1,5 +1,5 @@
-//! Errors that stop a check: the image cannot be read, or it is not a file
-//! system this checker understands. Problems *inside* a readable file system
+//! Errors that stop a check: the image cannot be read (or, replaying the
+//! journal, written), or it is not a file system this checker understands. Problems *inside* a readable file system
 //! are never errors; they are [`crate::Finding`]s.
 
 use std::path::PathBuf;
@@ -20,6 +20,18 @@ pub enum FsckError {
         #[source]
         source: std::io::Error,
     },
+    #[error("write of block {block} ({len} bytes) failed: {source}")]
+    Write {
+        block: u64,
+        len: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("fdatasync failed: {0}")]
+    Sync(#[source] std::io::Error),
+    /// `--recover` cannot be done safely; nothing was written.
+    #[error("journal recovery refused: {0}")]
+    RecoverRefused(String),
     /// Neither the primary superblock nor a backup describes a file system.
     #[error("no valid superblock: {primary}")]
     NoSuperblock { primary: FormatError },

@@ -55,6 +55,12 @@ pub enum FindingKind {
     JournalCorrupt {
         reason: String,
     },
+    /// The journal holds transactions from log block `start`, but the
+    /// superblock does not ask for recovery: the kernel discards them
+    /// unread (e2fsck -n names it and exits 0).
+    JournalDataIgnored {
+        start: u32,
+    },
     // --- inodes and block maps (pass 1) ---
     /// The mode names no file type, or a field e2fsck requires zero is set.
     BadInode {
@@ -282,14 +288,16 @@ impl FindingKind {
     /// superblock's totals are only hints (the kernel recomputes them at
     /// mount), so e2fsck reports them but exits 0 (`PR_NO_OK` in its
     /// problem table); a bad primary superblock it replaces by a backup in
-    /// memory and, not allowed to write, exits 0 as well. The findings stay
-    /// in the report either way.
+    /// memory and, not allowed to write, exits 0 as well; journal data
+    /// without the needs_recovery flag it declines to replay or clear, and
+    /// exits 0 too. The findings stay in the report either way.
     pub fn is_error(&self) -> bool {
         !matches!(
             self,
             FindingKind::FreeBlocksWrong { .. }
                 | FindingKind::FreeInodesWrong { .. }
                 | FindingKind::SuperblockCorrupt { .. }
+                | FindingKind::JournalDataIgnored { .. }
         )
     }
 }
@@ -328,6 +336,7 @@ impl fmt::Display for FindingKind {
             SuperblockCorrupt { reason } => write!(f, "primary superblock is corrupt ({reason}); checked with a backup"),
             GroupDescriptorCorrupt { group, reason } => write!(f, "group {group} descriptor: {reason}"),
             JournalCorrupt { reason } => write!(f, "journal: {reason}"),
+            JournalDataIgnored { start } => write!(f, "journal holds transactions (from block {start}) but the superblock does not ask for recovery; the kernel discards them"),
             BadInode { ino, reason } => write!(f, "inode {ino}: {reason}"),
             InUseWithDtime { ino, dtime, .. } => write!(f, "inode {ino} is in use but has dtime {dtime}"),
             DeletedWithoutDtime { ino } => write!(f, "deleted inode {ino} has zero dtime"),

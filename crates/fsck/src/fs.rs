@@ -1,6 +1,6 @@
 //! Pass 0: the superblock (primary, or a backup as e2fsck falls back to),
-//! the group descriptors, the metadata blocks they place, and the journal's
-//! state. Everything later passes need to find things is here.
+//! the group descriptors and the metadata blocks they place (the journal is
+//! [`crate::journal`]). Everything later passes need to find things is here.
 //!
 //! Invariant: a group whose descriptor is invalid is listed in `valid` as
 //! false and no later pass reads its bitmaps or inode table.
@@ -11,10 +11,8 @@ use crate::image::Image;
 use crate::state::State;
 use stitch_format::features::{compat, incompat};
 use stitch_format::group_desc::GroupDesc;
-use stitch_format::inode::JOURNAL_INO;
-use stitch_format::jbd2::JournalSuperblock;
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
-use stitch_format::{FormatError, Geometry, GroupNo, Inode, Superblock};
+use stitch_format::{FormatError, Geometry, GroupNo, Superblock};
 
 pub struct Fs {
     pub sb: Superblock,
@@ -160,56 +158,4 @@ pub fn claim_metadata(fs: &Fs, st: &mut State) {
             st.claim(b, Owner::Metadata);
         }
     }
-}
-
-/// Decodes the journal superblock of an ext3 file system; a problem is a
-/// finding, an unsupported journal feature an error.
-pub fn check_journal(img: &Image, fs: &Fs, st: &mut State) -> Result<(), FsckError> {
-    if !fs.sb.has_journal() {
-        return Ok(());
-    }
-    if fs.sb.journal_inum != JOURNAL_INO.0 {
-        return Err(FsckError::Unsupported(FormatError::unsupported(
-            stitch_format::Structure::JournalSuperblock,
-            format!(
-                "journal in inode {} (only inode 8 is supported)",
-                fs.sb.journal_inum
-            ),
-        )));
-    }
-    let problem = match journal_superblock(img, fs)? {
-        Ok(_) => return Ok(()),
-        Err(e @ FormatError::UnsupportedFeature { .. }) => return Err(FsckError::Unsupported(e)),
-        Err(e) => e.to_string(),
-    };
-    st.report(FindingKind::JournalCorrupt { reason: problem });
-    Ok(())
-}
-
-fn journal_superblock(
-    img: &Image,
-    fs: &Fs,
-) -> Result<Result<JournalSuperblock, FormatError>, FsckError> {
-    let s = stitch_format::Structure::JournalSuperblock;
-    let gd = &fs.groups[0];
-    let Some(loc) = fs.geo.inode_location(JOURNAL_INO, gd.inode_table_block()) else {
-        return Ok(Err(FormatError::corrupt(s, "no journal inode")));
-    };
-    let blk = img.read_blocks(loc.block.0, 1)?;
-    let slot = &blk[loc.offset..loc.offset + usize::from(fs.geo.inode_size)];
-    let inode = match Inode::decode(slot) {
-        Ok(i) => i,
-        Err(e) => return Ok(Err(e)),
-    };
-    let first = inode.core.block[0];
-    if !fs.in_range(first) {
-        return Ok(Err(FormatError::corrupt(
-            s,
-            format!("journal block 0 is {first}"),
-        )));
-    }
-    let buf = img.read_blocks(first, 1)?;
-    let jblocks = (inode.size() / fs.bs() as u64).min(u64::from(u32::MAX)) as u32;
-    Ok(JournalSuperblock::decode(&buf, fs.bs() as u32, jblocks)
-        .map_err(|e| e.in_block(u64::from(first))))
 }

@@ -5,10 +5,17 @@
 //! blocks sorted by number), so [`Image::read_sorted`] coalesces adjacent
 //! blocks into one `pread` and a run never costs a seek per block.
 //!
+//! An image needing recovery is checked as if its journal were replayed:
+//! [`Image::set_overlay`] lays the replayed blocks over every read. Writes
+//! ([`Image::write_at`]) exist only for `--recover`, on an image opened for
+//! writing.
+//!
 //! Invariant: reads past the end of the file are zero-filled, as a sparse
-//! image reads; only an I/O error from the OS is an error.
+//! image reads; only an I/O error from the OS is an error. Every read sees
+//! the overlay.
 
 use crate::error::FsckError;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -20,21 +27,57 @@ pub struct Image {
     file: File,
     len: u64,
     block_size: usize,
+    /// Replayed blocks by number, in blocks of `overlay_bs` bytes.
+    overlay: BTreeMap<u64, Vec<u8>>,
+    overlay_bs: u64,
 }
 
 impl Image {
-    pub fn open(path: &Path) -> Result<Image, FsckError> {
+    /// Opens the image read-only, or for writing too (`--recover`).
+    pub fn open(path: &Path, write: bool) -> Result<Image, FsckError> {
         let open_err = |source| FsckError::Open {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(open_err)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(path)
+            .map_err(open_err)?;
         let len = file.metadata().map_err(open_err)?.len();
         Ok(Image {
             file,
             len,
             block_size: 1024,
+            overlay: BTreeMap::new(),
+            overlay_bs: 1024,
         })
+    }
+
+    /// Makes every later read see `blocks` (whole blocks of the current
+    /// block size) in place of what the file holds.
+    pub fn set_overlay(&mut self, blocks: BTreeMap<u64, Vec<u8>>) {
+        assert!(blocks.values().all(|b| b.len() == self.block_size));
+        self.overlay = blocks;
+        self.overlay_bs = self.block_size as u64;
+    }
+
+    /// Writes `data` at byte `offset` (the image must be open for writing).
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), FsckError> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|source| FsckError::Write {
+                block: offset / self.block_size as u64,
+                len: data.len(),
+                source,
+            })?;
+        self.len = self.len.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    /// `fdatasync`: every write so far is durable.
+    pub fn sync(&self) -> Result<(), FsckError> {
+        self.file.sync_data().map_err(FsckError::Sync)
     }
 
     pub fn set_block_size(&mut self, bs: usize) {
@@ -51,7 +94,21 @@ impl Image {
                 block: offset / self.block_size as u64,
                 len: buf.len(),
                 source,
-            })
+            })?;
+        self.apply_overlay(offset, buf);
+        Ok(())
+    }
+
+    /// Copies the overlay's bytes in `offset..offset + buf.len()` into `buf`.
+    fn apply_overlay(&self, offset: u64, buf: &mut [u8]) {
+        let bs = self.overlay_bs;
+        let end = offset + buf.len() as u64;
+        for (&b, data) in self.overlay.range(offset / bs..end.div_ceil(bs)) {
+            let start = b * bs;
+            let (from, to) = (start.max(offset), (start + bs).min(end));
+            let dst = (from - offset) as usize..(to - offset) as usize;
+            buf[dst].copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
+        }
     }
 
     /// Reads `count` blocks starting at `first` into a fresh buffer.
@@ -88,5 +145,37 @@ impl Image {
             i = j + 1;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads of any offset and length see the overlay's bytes exactly
+    /// where its blocks lie, and the file's elsewhere.
+    #[test]
+    fn overlay_covers_exactly_its_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        std::fs::write(&path, vec![1u8; 4 * 4096]).unwrap();
+        let mut img = Image::open(&path, false).unwrap();
+        img.set_block_size(4096);
+        let mut over = BTreeMap::new();
+        over.insert(0, (0..4096).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        over.insert(2, vec![3u8; 4096]);
+        img.set_overlay(over.clone());
+        let mut sb = vec![0u8; 1024];
+        img.read_at(1024, &mut sb).unwrap();
+        assert_eq!(sb, over[&0][1024..2048]);
+        let all = img.read_blocks(0, 4).unwrap();
+        assert_eq!(all[..4096], over[&0][..]);
+        assert!(all[4096..8192].iter().all(|&b| b == 1));
+        assert!(all[8192..12288].iter().all(|&b| b == 3));
+        assert!(all[12288..].iter().all(|&b| b == 1));
+        let mut straddle = vec![0u8; 8];
+        img.read_at(3 * 4096 - 4, &mut straddle).unwrap();
+        assert_eq!(straddle, [3, 3, 3, 3, 1, 1, 1, 1]);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 4 * 4096]);
     }
 }

@@ -6,13 +6,17 @@
 //! for what counts as a problem, and classifies each finding as corruption
 //! or soft-updates leak ([`finding`]).
 //!
-//! Passes: 0 superblock, descriptors, metadata blocks, journal ([`fs`]);
+//! Passes: 0 superblock, descriptors, metadata blocks ([`fs`]) and the
+//! journal ([`journal`]), replayed in memory if the file system needs
+//! recovery, so the passes judge what the kernel would mount;
 //! 1 inodes and block maps ([`pass1`], [`blockmap`]); 2 directories
 //! ([`pass2`]); 3 connectivity ([`pass3`]); 4 link counts ([`pass4`]);
 //! 5 bitmaps and counts ([`pass5`]).
 //!
 //! Architecture invariants:
-//! - Read-only: the image is opened read-only and nothing is ever written.
+//! - Read-only, but for `CheckOptions::recover`: then the image is opened
+//!   for writing and the journal replay ([`journal::replay`]) is the only
+//!   code that writes, before any pass runs. The checker never repairs.
 //! - Every block is read at most once per pass, in increasing order (inode
 //!   tables in one sweep; indirect and directory blocks sorted), so a check
 //!   costs a few sequential sweeps, never a seek per inode.
@@ -26,6 +30,7 @@ pub mod error;
 pub mod finding;
 mod fs;
 mod image;
+mod journal;
 mod pass1;
 mod pass2;
 mod pass3;
@@ -36,15 +41,20 @@ mod state;
 
 pub use error::FsckError;
 pub use finding::{BitmapKind, Class, Finding, FindingKind, Owner};
-pub use report::{Report, Summary, EXIT_CLEAN, EXIT_ERROR, EXIT_UNCORRECTED};
+pub use report::{RecoverySummary, Report, Summary, EXIT_CLEAN, EXIT_ERROR, EXIT_UNCORRECTED};
 
 use serde::Serialize;
 use std::path::Path;
 
-/// What the caller asks for. Checking is always read-only for now; a
-/// leak-repair mode will add an option here.
+/// What the caller asks for.
 #[derive(Clone, Debug, Default)]
-pub struct CheckOptions {}
+pub struct CheckOptions {
+    /// Replay the journal into the image before checking (the kernel's
+    /// recovery at mount), then empty it and clear `needs_recovery`.
+    /// Without it an image that needs recovery is checked as if replayed,
+    /// in memory, and left as it is.
+    pub recover: bool,
+}
 
 /// The phase a progress report is about; `(done, total)` are in the
 /// phase's own units (groups, blocks).
@@ -52,6 +62,7 @@ pub struct CheckOptions {}
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Superblock,
+    Journal,
     Inodes,
     IndirectBlocks,
     Directories,
@@ -64,6 +75,7 @@ impl Phase {
     pub fn label(self) -> &'static str {
         match self {
             Phase::Superblock => "superblock",
+            Phase::Journal => "journal",
             Phase::Inodes => "inodes",
             Phase::IndirectBlocks => "indirect blocks",
             Phase::Directories => "directories",
@@ -77,20 +89,23 @@ impl Phase {
 /// Checks the image at `image` and reports what is wrong with it.
 pub fn check(
     image: &Path,
-    _opts: &CheckOptions,
+    opts: &CheckOptions,
     progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> Result<Report, FsckError> {
-    let mut img = image::Image::open(image)?;
+    let mut img = image::Image::open(image, opts.recover)?;
     progress(Phase::Superblock, 0, 1);
     let mut early = Vec::new();
     let fs = fs::load(&mut img, &mut early)?;
+    progress(Phase::Superblock, 1, 1);
+    let needs_recovery = fs.sb.needs_recovery();
+    progress(Phase::Journal, 0, 1);
+    let (fs, recovery) = with_journal(&mut img, fs, opts, &mut early)?;
+    progress(Phase::Journal, 1, 1);
     let mut st = state::State::new(fs.inodes_count(), fs.geo.blocks_count);
     for k in early {
         st.report(k);
     }
     fs::claim_metadata(&fs, &mut st);
-    fs::check_journal(&img, &fs, &mut st)?;
-    progress(Phase::Superblock, 1, 1);
     pass1::run(&img, &fs, &mut st, progress)?;
     report_dups(&mut st);
     pass2::run(&img, &fs, &mut st, progress)?;
@@ -99,7 +114,38 @@ pub fn check(
     progress(Phase::LinkCounts, 0, 1);
     pass4::run(&fs, &mut st);
     let totals = pass5::run(&img, &fs, &mut st, progress)?;
-    Ok(finish(&fs, st, totals))
+    let applied = recovery.as_ref().is_some_and(|r| r.applied);
+    let mut report = finish(&fs, st, totals);
+    report.needs_recovery = needs_recovery && !applied;
+    report.recovery = recovery;
+    Ok(report)
+}
+
+/// Replays the journal if the file system needs it: in memory, or into
+/// the image with `opts.recover`. Then the file system is loaded again
+/// (the superblock and descriptors may be among the replayed blocks) and
+/// its findings replace `early`'s; the journal's own are added.
+fn with_journal(
+    img: &mut image::Image,
+    fs: fs::Fs,
+    opts: &CheckOptions,
+    early: &mut Vec<FindingKind>,
+) -> Result<(fs::Fs, Option<RecoverySummary>), FsckError> {
+    let mut found = Vec::new();
+    let Some(replay) = journal::examine(img, &fs, &mut found)? else {
+        early.append(&mut found);
+        return Ok((fs, None));
+    };
+    let summary = replay.summary(opts.recover);
+    if opts.recover {
+        journal::replay(img, &fs, &replay)?;
+    } else {
+        img.set_overlay(replay.recovery.blocks);
+    }
+    early.clear();
+    let fs = fs::load(img, early)?;
+    early.append(&mut found);
+    Ok((fs, Some(summary)))
 }
 
 fn report_dups(st: &mut state::State) {
@@ -120,7 +166,8 @@ fn finish(fs: &fs::Fs, st: state::State, t: pass5::Totals) -> Report {
             directories: t.dirs,
             ..Summary::default()
         },
-        needs_recovery: fs.sb.needs_recovery(),
+        needs_recovery: false,
+        recovery: None,
         orphans_in_use: st.orphans_in_use,
     };
     r.finish();

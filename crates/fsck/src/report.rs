@@ -2,7 +2,8 @@
 //! e2fsck would give.
 //!
 //! Exit codes follow e2fsck(8): 0 clean, 4 errors left uncorrected (this
-//! checker never corrects), 8 operational error. Leaks are "not clean" too
+//! checker corrects nothing but, with `--recover`, replays the journal), 8
+//! operational error. Leaks are "not clean" too
 //! (4), as `e2fsck -n` says; the class of each finding is in the text and in
 //! the JSON, so callers that accept leaks decide by class, not by code.
 
@@ -26,13 +27,35 @@ pub struct Summary {
     pub leaks: usize,
 }
 
+/// What replaying the journal wrote, or would write (then the check ran on
+/// the image as if replayed, in memory).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecoverySummary {
+    /// Committed transactions replayed.
+    pub transactions: u32,
+    /// Distinct home blocks written.
+    pub blocks: usize,
+    /// Journal copies skipped because a revoke record covered them.
+    pub revoked: u32,
+    /// A transaction whose commit checksum failed: neither it nor any
+    /// later one is replayed.
+    pub failed_commit: Option<u32>,
+    /// Written to the image (`--recover`), not just laid over it.
+    pub applied: bool,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub findings: Vec<Finding>,
     pub summary: Summary,
     /// The superblock says the journal must be replayed before the file
-    /// system is consistent (e2fsck -n then skips replay and warns).
+    /// system is consistent (e2fsck -n then skips replay and warns), and
+    /// `--recover` did not replay it.
     pub needs_recovery: bool,
+    /// The journal replay the check was made under; `None` if nothing
+    /// asked for one or the journal could not be replayed (a finding says
+    /// why).
+    pub recovery: Option<RecoverySummary>,
     /// Inodes on the orphan list that are still in use (truncations the
     /// kernel finishes at mount; not a problem for e2fsck -n).
     pub orphans_in_use: Vec<u32>,
@@ -70,11 +93,22 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.needs_recovery {
-            writeln!(
+        match &self.recovery {
+            Some(r) if r.applied => writeln!(
+                f,
+                "journal recovered: {} transaction(s), {} block(s) written; journal reset",
+                r.transactions, r.blocks
+            )?,
+            Some(r) => writeln!(
+                f,
+                "journal needs recovery: {} transaction(s), {} block(s); checked as replayed",
+                r.transactions, r.blocks
+            )?,
+            None if self.needs_recovery => writeln!(
                 f,
                 "warning: the journal needs recovery; checked without replaying it"
-            )?;
+            )?,
+            None => {}
         }
         for x in &self.findings {
             let tag = match x.class {

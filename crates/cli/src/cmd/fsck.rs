@@ -1,7 +1,9 @@
-//! `stitchfs fsck [-n] [--json] IMAGE`: check an image read-only with the
-//! independent checker (crate `stitch-fsck`) and exit with e2fsck's codes:
-//! 0 clean, 4 problems left uncorrected (leaks too; the class of each
-//! finding is printed), 8 the check could not run.
+//! `stitchfs fsck [-n] [--json] [--recover] IMAGE`: check an image with
+//! the independent checker (crate `stitch-fsck`) and exit with e2fsck's
+//! codes: 0 clean, 4 problems left uncorrected (leaks too; the class of
+//! each finding is printed), 8 the check could not run. An image whose
+//! journal needs recovery is checked as if replayed; `--recover` replays it
+//! into the image first.
 
 use anyhow::Context;
 use std::io::IsTerminal;
@@ -10,8 +12,9 @@ use stitch_fsck::{CheckOptions, Phase};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Open read-only and answer "no" to every question (always the case
-    /// for now; accepted for e2fsck compatibility).
+    /// Open read-only and answer "no" to every question (the default
+    /// unless --recover or --repair-leaks is given; accepted for e2fsck
+    /// compatibility).
     #[arg(short = 'n')]
     pub no: bool,
     /// Print the report as JSON on stdout.
@@ -23,6 +26,14 @@ pub struct Args {
     /// an image with corruption. Repeats until clean (at most 5 passes).
     #[arg(long, conflicts_with = "no")]
     pub repair_leaks: bool,
+    /// Replay the journal into the image first, as the kernel does at
+    /// mount: write the blocks of every committed transaction to their
+    /// home locations (revoked copies skipped), flush, empty the journal,
+    /// flush, clear the needs_recovery flag, flush; then check. Without
+    /// it, an image that needs recovery is checked as if replayed, in
+    /// memory, and left unchanged. Do not use on a mounted image.
+    #[arg(long, conflicts_with_all = ["no", "repair_leaks"])]
+    pub recover: bool,
     /// Image file or block device.
     pub image: PathBuf,
 }
@@ -33,15 +44,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return crate::repair::run(&args.image);
     }
     let bar = progress_bar()?;
-    let result = stitch_fsck::check(
-        &args.image,
-        &CheckOptions::default(),
-        &mut |phase, done, total| {
-            if let Some(bar) = &bar {
-                show(bar, phase, done, total);
-            }
-        },
-    );
+    let opts = CheckOptions {
+        recover: args.recover,
+    };
+    let result = stitch_fsck::check(&args.image, &opts, &mut |phase, done, total| {
+        if let Some(bar) = &bar {
+            show(bar, phase, done, total);
+        }
+    });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }

@@ -72,6 +72,10 @@ pub const TABLE: &[(&str, &[&str])] = &[
     ("has invalid mode", &["bad_inode"]),
     ("Superblock invalid, trying backup", &["superblock_corrupt"]),
     ("Padding at end of", &["bitmap_padding_clear"]),
+    (
+        "needs_recovery flag is clear, but journal has data",
+        &["journal_data_ignored"],
+    ),
 ];
 
 /// Lines that carry no problem of their own (prompts, headers, the
@@ -99,6 +103,8 @@ const CONTEXT: &[&str] = &[
     "files (",
     "IGNORED",
     "Too many illegal blocks",
+    "Run journal anyway? no",
+    "Clear journal? no",
 ];
 
 /// A problem e2fsck named, and the kinds of ours that may name it.
