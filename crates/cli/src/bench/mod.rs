@@ -3,5 +3,6 @@
 
 pub mod fsck;
 pub mod optimizations;
+mod postmark;
 mod synth;
 pub mod tree;

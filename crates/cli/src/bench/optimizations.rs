@@ -5,6 +5,7 @@
 //! CPU seconds, patch operations per CPU second and peak patch memory as a
 //! share of dirty block bytes.
 
+use super::postmark;
 use super::synth::{File, SynthFs};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -84,6 +85,17 @@ impl Scale {
     };
 }
 
+impl Scale {
+    /// The PostMark part of the scale.
+    pub fn postmark(&self) -> postmark::Shape {
+        postmark::Shape {
+            files: self.postmark_files,
+            transactions: self.postmark_transactions,
+            max_size: self.postmark_max_size,
+        }
+    }
+}
+
 /// One row of Figure 9.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
@@ -103,7 +115,7 @@ pub struct Row {
 }
 
 /// Write-back every this many file operations, like a periodic flush.
-const WRITEBACK_EVERY: u64 = 500;
+pub(super) const WRITEBACK_EVERY: u64 = 500;
 
 struct Bench {
     cache: PatchCache,
@@ -191,30 +203,25 @@ fn delete(b: &mut Bench, files: Vec<File>) -> Result<()> {
     b.sync()
 }
 
+impl postmark::Target for Bench {
+    type File = File;
+    type Error = stitch_patch::PatchError;
+    fn create(&mut self, size: u64) -> Result<File> {
+        self.fs.create(&mut self.cache, size)
+    }
+    fn delete(&mut self, f: File) -> Result<()> {
+        self.fs.delete(&mut self.cache, f)
+    }
+    fn append(&mut self, f: &mut File, len: usize) -> Result<()> {
+        self.fs.append(&mut self.cache, f, len)
+    }
+    fn tick(&mut self) -> Result<()> {
+        self.maybe_writeback()
+    }
+}
+
 fn postmark(b: &mut Bench, scale: &Scale, rng: &mut ChaCha8Rng) -> Result<()> {
-    let size = |rng: &mut ChaCha8Rng| rng.gen_range(500..=scale.postmark_max_size);
-    let mut pool = Vec::new();
-    for _ in 0..scale.postmark_files {
-        pool.push(b.fs.create(&mut b.cache, size(rng))?);
-        b.maybe_writeback()?;
-    }
-    for _ in 0..scale.postmark_transactions {
-        if rng.gen_bool(0.5) {
-            pool.push(b.fs.create(&mut b.cache, size(rng))?);
-        } else if !pool.is_empty() {
-            let f = pool.swap_remove(rng.gen_range(0..pool.len()));
-            b.fs.delete(&mut b.cache, f)?;
-        }
-        if rng.gen_bool(0.5) && !pool.is_empty() {
-            let i = rng.gen_range(0..pool.len());
-            b.fs.append(&mut b.cache, &mut pool[i], rng.gen_range(1..=4096))?;
-        }
-        b.maybe_writeback()?;
-    }
-    for f in pool {
-        b.fs.delete(&mut b.cache, f)?;
-        b.maybe_writeback()?;
-    }
+    postmark::run(b, &scale.postmark(), rng)?;
     b.sync()
 }
 

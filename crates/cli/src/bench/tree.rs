@@ -13,7 +13,7 @@ use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskFs, InodeNo};
 use stitch_patch::{CacheConfig, Optimizations, PatchCache};
 
-const NOW: u32 = 1_700_000_000;
+pub(super) const NOW: u32 = 1_700_000_000;
 const IMAGE: u64 = 256 << 20;
 
 /// The default tree, if there is one.
@@ -82,22 +82,36 @@ fn fresh_fs(opts: Optimizations) -> anyhow::Result<(Arc<MemDevice>, DiskFs)> {
     Ok((dev, fs))
 }
 
-fn mount(dev: &Arc<MemDevice>, opts: Optimizations) -> anyhow::Result<DiskFs> {
-    let cfg = CacheConfig {
+/// The cache the diskfs benchmarks run on: Featherstitch's 160,000 blocks,
+/// all of which may be dirty (write-back is the load's periodic one).
+pub(super) fn cache_config(opts: Optimizations) -> CacheConfig {
+    CacheConfig {
         optimizations: opts,
         max_blocks: 160_000,
         max_dirty_blocks: 160_000,
         check_invariants: false,
-    };
+    }
+}
+
+fn mount(dev: &Arc<MemDevice>, opts: Optimizations) -> anyhow::Result<DiskFs> {
     Ok(DiskFs::mount(
-        PatchCache::new(dev.clone(), cfg),
+        PatchCache::new(dev.clone(), cache_config(opts)),
         Consistency::SoftUpdates,
         NOW,
     )?)
 }
 
+/// The periodic write-back the loads do every 500 files, as a kernel's
+/// flusher would: everything ready is written, then flushed.
+pub(super) fn writeback(fs: &mut DiskFs) -> anyhow::Result<()> {
+    let c = fs.modes_mut().cache_mut();
+    c.write_round(usize::MAX)?;
+    c.flush()?;
+    Ok(())
+}
+
 /// Replays the tree; returns the inode of each entry.
-fn untar(fs: &mut DiskFs, root: &Path, tree: &Tree) -> anyhow::Result<Vec<InodeNo>> {
+pub(super) fn untar(fs: &mut DiskFs, root: &Path, tree: &Tree) -> anyhow::Result<Vec<InodeNo>> {
     let mut inos: std::collections::HashMap<PathBuf, InodeNo> = Default::default();
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -121,9 +135,7 @@ fn untar(fs: &mut DiskFs, root: &Path, tree: &Tree) -> anyhow::Result<Vec<InodeN
         inos.insert(path.clone(), ino);
         out.push(ino);
         if i % 500 == 499 {
-            let c = fs.modes_mut().cache_mut();
-            c.write_round(usize::MAX)?;
-            c.flush()?;
+            writeback(fs)?;
         }
     }
     fs.sync()?;
@@ -131,7 +143,7 @@ fn untar(fs: &mut DiskFs, root: &Path, tree: &Tree) -> anyhow::Result<Vec<InodeN
 }
 
 /// Deletes the tree, children before parents.
-fn delete(fs: &mut DiskFs, tree: &Tree) -> anyhow::Result<()> {
+pub(super) fn delete(fs: &mut DiskFs, tree: &Tree) -> anyhow::Result<()> {
     let mut inos: std::collections::HashMap<PathBuf, InodeNo> = Default::default();
     for (path, _) in &tree.entries {
         let parent = path
@@ -155,9 +167,7 @@ fn delete(fs: &mut DiskFs, tree: &Tree) -> anyhow::Result<()> {
             fs.unlink(parent, name, NOW)?;
         }
         if i % 500 == 0 {
-            let c = fs.modes_mut().cache_mut();
-            c.write_round(usize::MAX)?;
-            c.flush()?;
+            writeback(fs)?;
         }
     }
     fs.sync()?;
