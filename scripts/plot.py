@@ -33,8 +33,38 @@ def optimizations(data, out):
     fig.savefig(out, dpi=110)
 
 
+def modes(data, out):
+    cells = data["cells"]
+    loads = list(dict.fromkeys(c["load"] for c in cells))
+    modes = list(dict.fromkeys(c["mode"] for c in cells))
+    metrics = [("vs_async", "time relative to async"),
+               ("writes_vs_async", "blocks written relative to async")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(13, 4.5))
+    width = 0.8 / len(modes)
+    for ax, (key, label) in zip(axes, metrics):
+        for i, m in enumerate(modes):
+            vals = [next(c[key] for c in cells if c["load"] == w and c["mode"] == m)
+                    for w in loads]
+            xs = [x + i * width for x in range(len(loads))]
+            # A failed cell has no figure (null): an empty slot marked "failed".
+            ax.bar(xs, [v or 0 for v in vals], width, label=m)
+            for x, v in zip(xs, vals):
+                if v is None:
+                    ax.text(x, 0.05, "failed", rotation=90, ha="center", va="bottom", fontsize=8)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(loads))])
+        ax.set_xticklabels(loads)
+        ax.set_title(label)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(modes), frameon=False)
+    runs = data["settings"]["runs"]
+    fig.suptitle(f"Consistency modes (Featherstitch Figure 10) on stitchfs, median of {runs} run(s)")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(out, dpi=110)
+
+
 if __name__ == "__main__" or True:
     kind, path, out = sys.argv[1:4]
     with open(path) as f:
         data = json.load(f)
-    {"optimizations": optimizations}[kind](data, out)
+    {"optimizations": optimizations, "modes": modes}[kind](data, out)

@@ -122,3 +122,25 @@ fn bench_optimizations_quick_prints_its_table() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("| delete | both |"), "{text}");
 }
+
+#[test]
+fn bench_modes_quick_prints_every_mode_and_the_goals() {
+    // The crate's own sources: a small tree that is always there.
+    let tree = env!("CARGO_MANIFEST_DIR");
+    let out = stitchfs(&["bench", "modes", "--quick", "--tree", tree]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "| untar | async |",
+        "| delete | soft updates |",
+        "| postmark | data=ordered |",
+        "| fsync | data=journal |",
+    ] {
+        assert!(text.contains(row), "{row} missing:\n{text}");
+    }
+    assert!(text.contains("Goals:"), "{text}");
+}

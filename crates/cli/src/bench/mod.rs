@@ -2,6 +2,7 @@
 //! timings (tests never do).
 
 pub mod fsck;
+pub mod modes;
 pub mod optimizations;
 mod postmark;
 mod synth;

@@ -4,7 +4,7 @@
 use crate::bench::optimizations::{self, Row, Scale};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,6 +18,12 @@ enum Suite {
     /// delete- and PostMark-shaped loads under the four combinations of hard
     /// patches and overlap merging, run on the patch cache in memory.
     Optimizations(OptArgs),
+    /// Featherstitch Figure 10 and Seltzer Tables 4–5: wall time and writes
+    /// of untar, delete, PostMark and fsync loads under async, soft updates
+    /// and the three journal data modes, on real image files (made in --out
+    /// DIR, so the disk measured is that directory's; without --out, in the
+    /// system's temporary directory).
+    Modes(ModesArgs),
     /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
     /// (needs root for the loop mount that fills it).
     Fsck(FsckArgs),
@@ -36,18 +42,46 @@ struct FsckArgs {
     dir: PathBuf,
 }
 
+/// What every suite that reports results takes.
 #[derive(clap::Args)]
-struct OptArgs {
+struct Output {
     /// Small sizes, for a smoke run (seconds instead of minutes).
     #[arg(long)]
     quick: bool,
-    /// Print the rows as JSON instead of a table.
+    /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Write optimizations.{md,json,png} here (the plot needs python3 with
+    /// Write SUITE.{md,json,png} here (the plot needs python3 with
     /// matplotlib).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ModesArgs {
+    #[command(flatten)]
+    output: Output,
+    /// Runs of each load and mode; medians are reported (default 3, 1 with
+    /// --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// The source tree to untar and delete (default: as `bench
+    /// optimizations`, $CARGO_HOME/registry/src).
+    #[arg(long, value_name = "DIR")]
+    tree: Option<PathBuf>,
+    /// Files of the tree to use (default: all; 300 with --quick).
+    #[arg(long)]
+    tree_files: Option<usize>,
+    /// Journal size (as for mkfs; default as mke2fs picks, 64 MiB for the
+    /// 4 GiB image).
+    #[arg(long, value_name = "SIZE", value_parser = crate::cmd::mkfs::parse_size)]
+    journal_size: Option<u64>,
+}
+
+#[derive(clap::Args)]
+struct OptArgs {
+    #[command(flatten)]
+    output: Output,
     /// Blocks the patch cache holds (Featherstitch used 160,000).
     #[arg(long, default_value_t = 160_000)]
     cache_blocks: usize,
@@ -75,20 +109,81 @@ struct OptArgs {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.suite {
         Suite::Optimizations(a) => run_optimizations(a),
+        Suite::Modes(a) => run_modes(a),
         Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
     }
 }
 
+impl Output {
+    /// Prints the results: `json` with --json, else the table.
+    fn show(&self, json: &impl serde::Serialize, table: &str) -> anyhow::Result<()> {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(json)?);
+        } else {
+            print!("{table}");
+        }
+        Ok(())
+    }
+
+    /// With --out, writes SUITE.json, SUITE.md and SUITE.png there.
+    fn write(&self, suite: &str, json: &impl serde::Serialize, table: &str) -> anyhow::Result<()> {
+        let Some(dir) = &self.out else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("{suite}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(json)?)?;
+        std::fs::write(dir.join(format!("{suite}.md")), table)?;
+        crate::plot::plot(&path, &dir.join(format!("{suite}.png")), suite)
+    }
+}
+
+/// A progress bar of `steps` steps, on stderr.
+fn progress(steps: usize) -> anyhow::Result<ProgressBar> {
+    Ok(ProgressBar::new(steps as u64)
+        .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?))
+}
+
+fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
+    use crate::bench::modes;
+    let out = &a.output;
+    let tree = a
+        .tree
+        .or_else(crate::bench::tree::default_tree)
+        .context("no source tree to untar (give --tree DIR)")?;
+    let scratch = out.out.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let cfg = modes::Config {
+        quick: out.quick,
+        tree_files: a.tree_files,
+        runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
+        tree,
+        journal: a.journal_size.map_or(
+            stitch_mkfs::JournalSize::Default,
+            stitch_mkfs::JournalSize::Bytes,
+        ),
+        scratch,
+    };
+    let bar = progress(cfg.runs * modes::STEPS)?;
+    let report = modes::run(&cfg, |step| {
+        bar.set_message(step.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let table = modes::table(&report);
+    out.show(&report, &table)?;
+    out.write("modes", &report, &table)
+}
+
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
-    let mut scale = if a.quick { Scale::QUICK } else { Scale::FULL };
+    let out = &a.output;
+    let mut scale = if out.quick { Scale::QUICK } else { Scale::FULL };
     scale.cache_blocks = a.cache_blocks;
     scale.runs = a.runs;
     let keep = |w: &str, s: &str| {
         a.workload.as_deref().is_none_or(|x| x == w) && a.setting.as_deref().is_none_or(|x| x == s)
     };
-    let steps = optimizations::WORKLOADS.len() * 4;
-    let bar = ProgressBar::new(steps as u64)
-        .with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
+    let bar = progress(optimizations::WORKLOADS.len() * 4)?;
     let mut rows = optimizations::run(&scale, keep, |step| {
         bar.set_message(step.to_string());
         bar.inc(1);
@@ -98,15 +193,13 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
     if rows.is_empty() {
         anyhow::bail!("no workload and setting match the filters");
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        print!("{}", table(&rows, &scale));
-    }
-    if let Some(dir) = a.out {
-        write_outputs(&dir, &rows, &scale)?;
-    }
-    Ok(())
+    let table = table(&rows, &scale);
+    out.show(&rows, &table)?;
+    out.write(
+        "optimizations",
+        &serde_json::json!({ "scale": scale, "rows": rows }),
+        &table,
+    )
 }
 
 /// Figure 9's untar and delete through diskfs on a real tree, per setting.
@@ -123,7 +216,7 @@ fn tree_rows(a: &OptArgs, keep: &dyn Fn(&str, &str) -> bool) -> anyhow::Result<V
     };
     let limit = a
         .tree_files
-        .unwrap_or(if a.quick { 1_500 } else { usize::MAX });
+        .unwrap_or(if a.output.quick { 1_500 } else { usize::MAX });
     let t =
         tree::Tree::read(&root, limit).with_context(|| format!("reading {}", root.display()))?;
     eprintln!(
@@ -191,15 +284,4 @@ fn reduction(before: u64, after: u64) -> f64 {
     } else {
         100.0 * (1.0 - after as f64 / before as f64)
     }
-}
-
-fn write_outputs(dir: &Path, rows: &[Row], scale: &Scale) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let json = dir.join("optimizations.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(&serde_json::json!({ "scale": scale, "rows": rows }))?,
-    )?;
-    std::fs::write(dir.join("optimizations.md"), table(rows, scale))?;
-    crate::plot::plot(&json, &dir.join("optimizations.png"), "optimizations")
 }
