@@ -20,6 +20,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
+use std::collections::{HashMap, VecDeque};
 use stitch_format::bitmap::Bitmap;
 use stitch_format::{GroupNo, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -30,29 +31,15 @@ impl DiskFs {
         match self.alloc_block_once(goal) {
             Err(DiskError::NoSpace(_)) if !self.pending_frees.is_empty() => {
                 self.m.sync()?;
-                self.prune_pending_frees();
+                self.pending_frees.release_durable(self.m.cache());
                 self.alloc_block_once(goal)
             }
             other => other,
         }
     }
 
-    fn prune_pending_frees(&mut self) {
-        let cache = self.m.cache();
-        self.pending_frees.retain(|_, p| !cache.is_committed(*p));
-    }
-
-    /// Whether block `b` was freed and the free is not durable yet.
-    fn reuse_blocked(&self, b: u32) -> bool {
-        self.pending_frees
-            .get(&b)
-            .is_some_and(|&p| !self.m.cache().is_committed(p))
-    }
-
     fn alloc_block_once(&mut self, goal: u32) -> Result<(u32, PatchId)> {
-        if self.pending_frees.len() > 65_536 {
-            self.prune_pending_frees();
-        }
+        self.pending_frees.release_durable(self.m.cache());
         let groups = self.gds.len();
         let goal = goal.clamp(self.geo.first_data_block, self.geo.blocks_count - 1);
         let g0 = self
@@ -99,7 +86,7 @@ impl DiskFs {
         self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
         let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
         if self.m.journal().is_some() && !self.m.journals(DATA) {
-            self.pending_frees.insert(block, p);
+            self.pending_frees.push(g, bit, p);
         }
         self.gds[g].free_blocks_count += 1;
         self.sb.free_blocks_count_lo += 1;
@@ -194,22 +181,17 @@ impl DiskFs {
     /// blocks whose free is not durable yet.
     fn find_clear_block(&mut self, g: usize, start: usize, end: usize) -> Result<Option<usize>> {
         let bitmap = self.gds[g].block_bitmap;
-        if self.pending_frees.is_empty() {
+        let Some(mask) = self.pending_frees.mask(g) else {
             return self.find_clear(bitmap, start, end);
+        };
+        let mut seen: Vec<u8> = self.m.read(BlockNo(u64::from(bitmap)))?.to_vec();
+        for (b, m) in seen.iter_mut().zip(mask) {
+            *b |= m;
         }
-        let first = self.group_first(g);
-        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?.to_vec();
-        let map = Bitmap::new(&bytes);
-        for (lo, hi) in [(start, end), (0, start.min(end))] {
-            let mut at = lo;
-            while let Some(bit) = map.find_clear(at, hi) {
-                if !self.reuse_blocked(first + bit as u32) {
-                    return Ok(Some(bit));
-                }
-                at = bit + 1;
-            }
-        }
-        Ok(None)
+        let map = Bitmap::new(&seen);
+        Ok(map
+            .find_clear(start, end)
+            .or_else(|| map.find_clear(0, start.min(end))))
     }
 
     fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
@@ -264,5 +246,58 @@ impl DiskFs {
             deps,
             META,
         )?)
+    }
+}
+
+/// Blocks freed while their data is not journaled, not reusable until the
+/// free is durable: a queue in free order (frees become durable roughly in
+/// that order, so only its head is ever tested) and, per group, a mask of
+/// the bits the allocator must treat as still in use.
+#[derive(Default)]
+pub(crate) struct PendingFrees {
+    queue: VecDeque<(usize, usize, PatchId)>,
+    /// Per group: the mask and how many bits it has set.
+    masks: HashMap<usize, (Vec<u8>, usize)>,
+}
+
+impl PendingFrees {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn push(&mut self, group: usize, bit: usize, free: PatchId) {
+        let (mask, set) = self.masks.entry(group).or_default();
+        if mask.len() <= bit / 8 {
+            mask.resize(bit / 8 + 1, 0);
+        }
+        if mask[bit / 8] & (1 << (bit % 8)) == 0 {
+            mask[bit / 8] |= 1 << (bit % 8);
+            *set += 1;
+        }
+        self.queue.push_back((group, bit, free));
+    }
+
+    /// Lets the allocator have the blocks whose frees are durable, from the
+    /// head of the queue up to the first that is not.
+    pub(crate) fn release_durable(&mut self, cache: &stitch_patch::PatchCache) {
+        while let Some(&(g, bit, p)) = self.queue.front() {
+            if !cache.is_committed(p) {
+                break;
+            }
+            self.queue.pop_front();
+            if let Some((mask, set)) = self.masks.get_mut(&g) {
+                if mask[bit / 8] & (1 << (bit % 8)) != 0 {
+                    mask[bit / 8] &= !(1 << (bit % 8));
+                    *set -= 1;
+                }
+                if *set == 0 {
+                    self.masks.remove(&g);
+                }
+            }
+        }
+    }
+
+    fn mask(&self, group: usize) -> Option<&[u8]> {
+        self.masks.get(&group).map(|(m, _)| m.as_slice())
     }
 }

@@ -15,6 +15,16 @@ use stitch_format::indirect::{map_path, pointer, set_pointer};
 use stitch_format::{Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
 
+/// A directory's blocks are metadata (the journal journals them in every
+/// data mode, as ext3 does); a regular file's are data.
+fn contents_flags(inode: &Inode) -> stitch_patch::PatchFlags {
+    if inode.is_dir() {
+        META
+    } else {
+        DATA
+    }
+}
+
 impl DiskFs {
     /// The physical block of logical block `logical`, if mapped.
     pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<u32>> {
@@ -56,7 +66,13 @@ impl DiskFs {
             let step = match self.bmap(inode, logical) {
                 Ok(Some(phys)) => self
                     .m
-                    .byte(BlockNo(u64::from(phys)), in_block, chunk, &[], DATA)
+                    .byte(
+                        BlockNo(u64::from(phys)),
+                        in_block,
+                        chunk,
+                        &[],
+                        contents_flags(inode),
+                    )
                     .map(|p| vec![p])
                     .map_err(Into::into),
                 Ok(None) => self.write_new_block(ino, inode, logical, in_block, chunk),
@@ -113,9 +129,13 @@ impl DiskFs {
         let (phys, b) = self.alloc_block(goal)?;
         let mut full = vec![0u8; self.bs];
         full[in_block..in_block + chunk.len()].copy_from_slice(chunk);
-        let d = self
-            .m
-            .byte(BlockNo(u64::from(phys)), 0, &full, &[b], DATA)?;
+        let d = self.m.byte(
+            BlockNo(u64::from(phys)),
+            0,
+            &full,
+            &[b],
+            contents_flags(inode),
+        )?;
         let mut out = vec![b, d];
         // e2fsck calls a mapped block past the size corruption, so the size
         // covering the block goes first (a size over a hole only reads

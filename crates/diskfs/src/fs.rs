@@ -41,7 +41,7 @@ pub struct DiskFs {
     /// Blocks freed while their data is not journaled, with the patch that
     /// freed them: not reused until that free is durable (ext3's rule; see
     /// `alloc`).
-    pub(crate) pending_frees: std::collections::HashMap<u32, PatchId>,
+    pub(crate) pending_frees: crate::alloc::PendingFrees,
     pub(crate) replayed: Option<Replayed>,
 }
 

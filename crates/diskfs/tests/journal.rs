@@ -875,3 +875,29 @@ fn a_failing_device_loses_nothing_silently() {
         assert_eq!(code, 0, "fault {n} (flush {flush}):\n{out}");
     }
 }
+
+/// A directory growing a block in ordered mode (found by `bench modes`):
+/// the new directory block is metadata, journaled with its entries, not
+/// data that the commit would wait on while it waits on the commit.
+#[test]
+fn a_growing_directory_commits_in_every_data_mode() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let base = journaled_image(tmp.path());
+    for data in [DataMode::Writeback, DataMode::Ordered, DataMode::Journal] {
+        let dev = Arc::new(MemDevice::from_image(4096, base.clone()).unwrap());
+        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+        let mut fs = DiskFs::mount(cache, Consistency::Journal(data), NOW).unwrap();
+        let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
+        for i in 0..200 {
+            let name = format!("{i:054}");
+            fs.create(d, name.as_bytes(), 0o644, 0, 0, NOW).unwrap();
+        }
+        fs.sync().unwrap_or_else(|e| panic!("data={data}: {e}"));
+        assert_eq!(fs.readdir(d).unwrap().len(), 202);
+        fs.unmount(NOW).unwrap();
+        let path = tmp.path().join("dir.img");
+        std::fs::write(&path, dev.snapshot()).unwrap();
+        let (code, out) = e2fsck(&["-fn"], &path);
+        assert_eq!(code, 0, "data={data}: {out}");
+    }
+}

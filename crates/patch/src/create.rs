@@ -241,13 +241,13 @@ impl PatchCache {
         let block = self.blocks.get(b);
         let has_soft = block.patches.iter().any(|&p| !self.arena.get(p).hard);
         let epoch = self.merge_epoch;
-        if block
-            .patches
-            .iter()
-            .any(|&p| self.arena.get(p).epoch != epoch)
-        {
-            // An older epoch's patches wait here: neither merge with them
-            // nor gate them behind a hard patch of this epoch.
+        if block.patches.iter().any(|&p| {
+            let pp = self.arena.get(p);
+            pp.epoch != epoch || pp.flags != flags
+        }) {
+            // Another epoch's patches, or patches the creator flagged
+            // differently (data and metadata), wait here: neither merge
+            // with them nor gate them behind a hard patch of this one.
             return self.create_soft(b, kind, change, deps, flags);
         }
         let target = if block.patches.is_empty() || !opts.hard_merging {
@@ -375,10 +375,15 @@ impl PatchCache {
         let mut all = deps;
         let (newest_overlap, sibling) = self.overlap_scan(b, &kind, &mut all);
         if self.cfg.optimizations.overlap_merging {
+            // Merges stay within one merge epoch and one set of flags: a
+            // mode reads both (the journal: transaction, data or metadata).
             let epoch = self.merge_epoch;
-            let same_epoch = |c: &PatchCache, p: PatchId| c.arena.get(p).epoch == epoch;
-            let newest_overlap = newest_overlap.filter(|&t| same_epoch(self, t));
-            let sibling = sibling.filter(|&s| same_epoch(self, s));
+            let same_kind = |c: &PatchCache, p: PatchId| {
+                let pp = c.arena.get(p);
+                pp.epoch == epoch && pp.flags == flags
+            };
+            let newest_overlap = newest_overlap.filter(|&t| same_kind(self, t));
+            let sibling = sibling.filter(|&s| same_kind(self, s));
             if let Some(t) = newest_overlap {
                 if let Some(id) = self.try_overlap_merge(b, t, kind, change, &all) {
                     return id;

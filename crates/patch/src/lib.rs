@@ -147,7 +147,8 @@ impl PatchCache {
 
     /// Starts a new merge epoch: no patch created from now on merges with
     /// one created before (hard, soft-to-hard, overlap or sibling merging),
-    /// though overlap dependencies still link them. The journal starts one
+    /// though overlap dependencies still link them. (Patches with different
+    /// [`PatchFlags`] never merge either.) The journal starts one
     /// per transaction, so a transaction's home writes never wait on a later
     /// transaction's commit (Featherstitch §6.2 gets the same effect with a
     /// temporary dependency of each transaction's hold on the previous one's

@@ -282,3 +282,19 @@ fn patches_of_different_merge_epochs_never_merge() {
     c.sync().unwrap();
     c.check_graph().unwrap();
 }
+
+/// A mode tells data from metadata by the flag; a merge must not hide it.
+#[test]
+fn patches_with_different_flags_never_merge() {
+    let (_dev, mut c) = cache(8, CacheConfig::default());
+    let data = PatchFlags { data: true };
+    let d = c.create_byte(BlockNo(1), 0, &[1; 64], &[], data).unwrap();
+    let m = c.create_byte(BlockNo(1), 32, &[2; 64], &[], META).unwrap();
+    assert_ne!(c.resolve(d), c.resolve(m));
+    assert_eq!(c.flags(d), Some(data));
+    assert_eq!(c.flags(m), Some(META));
+    let m2 = c.create_byte(BlockNo(1), 40, &[3; 8], &[], META).unwrap();
+    assert_eq!(c.resolve(m), c.resolve(m2), "same flags still merge");
+    c.sync().unwrap();
+    c.check_graph().unwrap();
+}
