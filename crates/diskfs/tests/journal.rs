@@ -290,9 +290,24 @@ fn record(image: Vec<u8>, data: DataMode, seed: u64, steps: u32) -> Run {
         let done = run.states.len() - 1;
         match rng.gen_range(0..10) {
             0..=1 => {
-                // fsync: durable when it returns.
+                // fsync: durable when it returns, with its transaction and
+                // every one before it. An operation that changed nothing
+                // (a truncate to the same size at the same time) has no
+                // transaction, and its sync makes nothing durable.
+                let changed = !fs.modes().cache().is_committed(op);
+                let log0 = rec.log().len();
                 fs.sync_patch(op).unwrap();
-                run.synced.push((rec.log().len(), done));
+                if std::env::var_os("STITCH_TRACE").is_some() {
+                    eprintln!(
+                        "op {done} choice {choice}: sync {changed} log {log0}..{} {:?} state {:?}",
+                        rec.log().len(),
+                        fs.modes().journal().map(|j| j.stats()),
+                        fs.modes().cache().state(op)
+                    );
+                }
+                if changed {
+                    run.synced.push((rec.log().len(), done));
+                }
             }
             2 => fs.modes_mut().commit().unwrap(),
             _ => {}
@@ -364,6 +379,12 @@ fn judge(
             s.keys().filter(|p| !tree.contains_key(*p)).count()
                 + tree.keys().filter(|p| !s.contains_key(*p)).count()
         });
+        if std::env::var_os("STITCH_TRACE").is_some() {
+            eprintln!("synced: {:?}\nbegun: {:?}", run.synced, run.begun);
+            let m = (0..run.states.len())
+                .find(|&k| without_data(&run.states[k]) == without_data(&tree));
+            eprintln!("matches state {m:?}");
+        }
         return Err(format!(
             "the recovered tree is no state after operations {lo}..={hi}\nrecovered: {:?}\nnearest ({near:?}): {:?}",
             without_data(&tree),

@@ -426,8 +426,12 @@ impl Journal {
             .collect();
         if r.blocks.is_empty() && revokes.is_empty() {
             // Only unjournaled data (or nothing): no log record, no sequence.
+            // Still durable only after every earlier transaction, so a sync
+            // of it covers them too (as JBD2's commits wait in order).
             cache.release(r.hold)?;
-            let durable = cache.create_empty(&data)?;
+            let mut deps = data.clone();
+            deps.extend(self.closed.back().map(|c| c.durable));
+            let durable = cache.create_empty(&deps)?;
             let homes = cache.create_empty(&[])?;
             self.stats.data_only += u64::from(!data.is_empty());
             self.closed.push_back(Closed {

@@ -247,3 +247,31 @@ fn an_old_transaction_commits_at_the_next_boundary() {
     m.group(&[p]).unwrap();
     assert_eq!(m.journal().unwrap().stats().commits, 2);
 }
+
+/// A transaction with only unjournaled data writes no log record, but a
+/// sync of it still waits for every earlier transaction's commit.
+#[test]
+fn a_data_only_sync_covers_earlier_transactions() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let i = m.byte(BlockNo(20), 0, &[1; 8], &[], META).unwrap();
+    let gi = m.group(&[i]).unwrap();
+    m.commit().unwrap();
+    let d = m.byte(BlockNo(50), 0, &[7; 4096], &[], DATA).unwrap();
+    let gd = m.group(&[d]).unwrap();
+    m.sync_patch(gd).unwrap();
+    let s = m.journal().unwrap().stats();
+    assert_eq!((s.commits, s.data_only), (1, 1));
+    let commit = writes_of(&rec, AREA.start + 3);
+    assert!(
+        !commit.is_empty() && flush_between(&rec, commit[0], rec.log().len()),
+        "the earlier commit block is not durable after the sync"
+    );
+    // The earlier transaction is durable: its commit block committed (the
+    // home write of block 20 may still wait).
+    m.sync_patch(gi).unwrap();
+    assert_eq!(
+        m.journal().unwrap().stats().commits,
+        1,
+        "no new commit was needed"
+    );
+}
