@@ -188,18 +188,12 @@ impl DiskFs {
         for (b, m) in seen.iter_mut().zip(mask) {
             *b |= m;
         }
-        let map = Bitmap::new(&seen);
-        Ok(map
-            .find_clear(start, end)
-            .or_else(|| map.find_clear(0, start.min(end))))
+        Ok(clear_from(&Bitmap::new(&seen), start, end))
     }
 
     fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
         let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
-        let map = Bitmap::new(bytes);
-        Ok(map
-            .find_clear(start, end)
-            .or_else(|| map.find_clear(0, start.min(end))))
+        Ok(clear_from(&Bitmap::new(bytes), start, end))
     }
 
     /// Whether block `block` is marked used in its group's bitmap.
@@ -247,6 +241,12 @@ impl DiskFs {
             META,
         )?)
     }
+}
+
+/// The first clear bit in `[start, end)`, else in `[0, start)`.
+fn clear_from(map: &Bitmap<'_>, start: usize, end: usize) -> Option<usize> {
+    map.find_clear(start, end)
+        .or_else(|| map.find_clear(0, start.min(end)))
 }
 
 /// Blocks freed while their data is not journaled, not reusable until the

@@ -619,6 +619,7 @@ impl Journal {
     /// the tail moved, writes it in the journal superblock.
     fn advance_tail(&mut self, cache: &mut PatchCache) -> Result<()> {
         let mut moved = false;
+        let mut done = None;
         while let Some(c) = self.closed.front() {
             if !(cache.is_committed(c.homes) && cache.is_committed(c.durable)) {
                 break;
@@ -629,8 +630,13 @@ impl Journal {
                     self.live_copies.remove(b);
                 }
             }
-            self.tx_of.retain(|_, e| *e != c.epoch);
+            done = Some(c.epoch);
             moved |= c.log.is_some();
+        }
+        if let Some(last) = done {
+            // Transactions close in epoch order: every group up to the
+            // last one popped is durable.
+            self.tx_of.retain(|_, e| *e > last);
         }
         if !moved {
             return Ok(());
