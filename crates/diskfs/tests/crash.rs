@@ -20,15 +20,10 @@ use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
 use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
-use common::NOW;
+use common::{byte_of, NOW};
 
 fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
     common::fresh_image(dir, 16 << 20)
-}
-
-/// Byte `i` of file number `f`: never zero, different per file.
-fn byte_of(f: u32, i: u64) -> u8 {
-    (((f as u64 * 131 + i * 7) % 251) + 1) as u8
 }
 
 /// The directory among `dirs` that names `d`, and the name.
@@ -203,11 +198,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                 fs.unlink(root, name.as_bytes(), NOW).unwrap();
             }
             _ => {
-                let cache = fs.modes_mut().cache_mut();
-                cache.write_round(rng.gen_range(1..6)).unwrap();
-                if rng.gen_bool(0.5) {
-                    cache.flush().unwrap();
-                }
+                common::write_back_some(&mut fs, &mut rng);
             }
         }
     }

@@ -30,7 +30,7 @@ use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo, JournalCon
 use stitch_patch::{CacheConfig, PatchCache, PatchId};
 
 mod common;
-use common::NOW;
+use common::{byte_of, NOW};
 
 /// A 16 MiB ext3 image with the smallest journal e2fsck accepts (4 MiB).
 fn journaled_image(dir: &Path) -> Vec<u8> {
@@ -42,11 +42,6 @@ fn journaled_image(dir: &Path) -> Vec<u8> {
     };
     stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
     std::fs::read(&path).unwrap()
-}
-
-/// Byte `i` of the file first made as inode `f`: never zero.
-fn byte_of(f: u32, i: u64) -> u8 {
-    (((f as u64 * 131 + i * 7) % 251) + 1) as u8
 }
 
 /// One name in the tree, as the judge compares it.
@@ -276,11 +271,7 @@ fn record(image: Vec<u8>, data: DataMode, seed: u64, steps: u32) -> Run {
                 continue;
             }
             _ => {
-                let cache = fs.modes_mut().cache_mut();
-                cache.write_round(rng.gen_range(1..6)).unwrap();
-                if rng.gen_bool(0.5) {
-                    cache.flush().unwrap();
-                }
+                common::write_back_some(&mut fs, &mut rng);
                 None
             }
         };

@@ -27,3 +27,19 @@ pub fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
     let cache = PatchCache::new(dev.clone(), CacheConfig::default());
     (dev, DiskFs::mount(cache, mode, NOW).unwrap())
 }
+
+/// Byte `i` of the file made as inode `f`: never zero, different per file,
+/// so a crash test can tell a file's own bytes from anyone else's.
+pub fn byte_of(f: u32, i: u64) -> u8 {
+    (((f as u64 * 131 + i * 7) % 251) + 1) as u8
+}
+
+/// A crash-test workload's write-back step: a few blocks, and a flush half
+/// the time, so crashes fall between and inside write rounds.
+pub fn write_back_some(fs: &mut DiskFs, rng: &mut impl rand::Rng) {
+    let cache = fs.modes_mut().cache_mut();
+    cache.write_round(rng.gen_range(1..6)).unwrap();
+    if rng.gen_bool(0.5) {
+        cache.flush().unwrap();
+    }
+}
