@@ -95,8 +95,63 @@ impl DiskFs {
         Ok(p)
     }
 
-    /// Allocates an inode for a new file in `parent`, or a new directory.
+    /// Allocates an inode for a new file in `parent`, or a new directory:
+    /// the number the operation being applied reserved, if any, else a
+    /// free one by the placement policy.
     pub(crate) fn alloc_inode(&mut self, parent: InodeNo, dir: bool) -> Result<(InodeNo, PatchId)> {
+        let ino = match self.wanted_ino.take() {
+            Some(ino) => {
+                if !self.reserved.remove(&ino) {
+                    return Err(DiskError::Invalid("inode number not reserved"));
+                }
+                ino
+            }
+            None => self.pick_inode(parent, dir)?,
+        };
+        let (g, index) = self
+            .geo
+            .inode_group(ino)
+            .ok_or(DiskError::Invalid("inode out of range"))?;
+        let g = g.0 as usize;
+        self.expect_bit(
+            self.gds[g].inode_bitmap,
+            index as usize,
+            false,
+            "allocating a used inode",
+        )?;
+        let p = self.flip(self.gds[g].inode_bitmap, index as usize, &[])?;
+        self.gds[g].free_inodes_count -= 1;
+        self.sb.free_inodes_count -= 1;
+        if dir {
+            self.gds[g].used_dirs_count += 1;
+        }
+        self.write_group(g)?;
+        self.write_super()?;
+        Ok((ino, p))
+    }
+
+    /// Reserves the number a new file in `parent` (or a new directory)
+    /// will have, without touching the disk: the layer above shows it at
+    /// once and creates the inode later with [`DiskFs::apply_as`]. The
+    /// reservation lives in memory; [`DiskFs::unreserve_inode`] returns a
+    /// number whose file never reached the disk.
+    pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
+        let ino = self.pick_inode(parent, dir)?;
+        self.reserved.insert(ino);
+        Ok(ino)
+    }
+
+    pub fn unreserve_inode(&mut self, ino: InodeNo) {
+        self.reserved.remove(&ino);
+    }
+
+    /// How many free inodes are reserved.
+    pub fn reserved_inodes(&self) -> usize {
+        self.reserved.len()
+    }
+
+    /// A free, unreserved inode number by the placement policy.
+    fn pick_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let groups = self.gds.len();
         let g0 = if dir {
             self.roomiest_group()
@@ -114,16 +169,13 @@ impl DiskFs {
             let ipg = self.geo.inodes_per_group as usize;
             // Inodes below first_ino are reserved (root, journal, ...).
             let start = if g == 0 { first_ino - 1 } else { 0 };
-            if let Some(bit) = self.find_clear(self.gds[g].inode_bitmap, start, ipg)? {
-                let p = self.flip(self.gds[g].inode_bitmap, bit, &[])?;
-                self.gds[g].free_inodes_count -= 1;
-                self.sb.free_inodes_count -= 1;
-                if dir {
-                    self.gds[g].used_dirs_count += 1;
+            let mut from = start;
+            while let Some(bit) = self.find_clear_in(self.gds[g].inode_bitmap, from, ipg)? {
+                let ino = InodeNo((g * ipg + bit + 1) as u32);
+                if !self.reserved.contains(&ino) {
+                    return Ok(ino);
                 }
-                self.write_group(g)?;
-                self.write_super()?;
-                return Ok((InodeNo((g * ipg + bit + 1) as u32), p));
+                from = bit + 1;
             }
         }
         Err(DiskError::NoSpace("no free inode"))
@@ -189,6 +241,12 @@ impl DiskFs {
             *b |= m;
         }
         Ok(clear_from(&Bitmap::new(&seen), start, end))
+    }
+
+    /// The first clear bit in `[start, end)`, no wrapping.
+    fn find_clear_in(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
+        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
+        Ok(Bitmap::new(bytes).find_clear(start, end))
     }
 
     fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {

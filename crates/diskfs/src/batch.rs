@@ -150,6 +150,21 @@ impl DiskFs {
         })
     }
 
+    /// Applies one operation that makes an inode (create, mkdir, mknod,
+    /// symlink) with the number reserved for it by
+    /// [`DiskFs::reserve_inode`]; other operations ignore `ino`.
+    pub fn apply_as(&mut self, op: &Op, ino: Option<InodeNo>, now: u32) -> Result<Done> {
+        let makes = matches!(
+            op,
+            Op::Create { .. } | Op::Mkdir { .. } | Op::Mknod { .. } | Op::Symlink { .. }
+        );
+        self.wanted_ino = if makes { ino } else { None };
+        let done = self.apply(op, now);
+        // A failed operation leaves the number reserved for a retry.
+        self.wanted_ino = None;
+        done
+    }
+
     /// Applies `ops` in order; stops at the first failure.
     pub fn apply_batch(
         &mut self,

@@ -43,6 +43,12 @@ pub struct DiskFs {
     /// `alloc`).
     pub(crate) pending_frees: crate::alloc::PendingFrees,
     pub(crate) replayed: Option<Replayed>,
+    /// Inode numbers handed out by [`DiskFs::reserve_inode`] whose
+    /// allocation has not reached the bitmap yet (memory only).
+    pub(crate) reserved: std::collections::HashSet<InodeNo>,
+    /// The reserved number the operation being applied must take
+    /// ([`DiskFs::apply_as`]).
+    pub(crate) wanted_ino: Option<InodeNo>,
 }
 
 impl DiskFs {
@@ -81,6 +87,8 @@ impl DiskFs {
             entry_adds: Default::default(),
             pending_frees: Default::default(),
             replayed: None,
+            reserved: Default::default(),
+            wanted_ino: None,
         };
         fs.replayed = fs.replay_journal()?;
         if fs.replayed.is_some() {

@@ -31,6 +31,8 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime: Option<u32>,
     pub mtime: Option<u32>,
+    /// The change time; `None` means the operation's `now`.
+    pub ctime: Option<u32>,
 }
 
 /// The kind of special file `mknod` makes.
@@ -169,7 +171,8 @@ impl DiskFs {
         Ok((ino, self.group_of(&[&[ib], &init, &entry])?))
     }
 
-    /// Changes permission bits, owner and times; the change time is `now`.
+    /// Changes permission bits, owner and times; the change time is
+    /// `set.ctime`, else `now`.
     pub fn setattr(&mut self, ino: InodeNo, set: SetAttr, now: u32) -> Result<PatchId> {
         let mut inode = self.read_inode(ino)?;
         if let Some(perm) = set.perm {
@@ -188,7 +191,7 @@ impl DiskFs {
         if let Some(t) = set.mtime {
             inode.core.mtime = t;
         }
-        inode.core.ctime = now;
+        inode.core.ctime = set.ctime.unwrap_or(now);
         let ps = self.write_inode(ino, &inode, &[])?;
         self.group_of(&[&ps])
     }

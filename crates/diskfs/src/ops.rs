@@ -37,6 +37,8 @@ pub struct Attr {
     pub atime: u32,
     pub mtime: u32,
     pub ctime: u32,
+    /// A device node's (major, minor); `None` for other kinds.
+    pub rdev: Option<(u32, u32)>,
 }
 
 /// ext2's largest link count.
@@ -61,6 +63,11 @@ impl DiskFs {
             atime: i.core.atime,
             mtime: i.core.mtime,
             ctime: i.core.ctime,
+            rdev: matches!(
+                i.file_type(),
+                Some(FileType::CharDevice | FileType::BlockDevice)
+            )
+            .then(|| i.device()),
         })
     }
 

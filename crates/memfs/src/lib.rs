@@ -1,0 +1,24 @@
+//! memfs: the in-memory file system in front of diskfs (McoreFS, whole
+//! thesis; DESIGN.md "Layers"). Every request is served from memory:
+//! namespace and inodes are loaded from diskfs on demand, file data lives
+//! in pages with dirty tracking. What changes is logged in per-thread
+//! operation logs, each operation stamped at its linearization point. A
+//! flush cuts the logs, merges them by stamp, takes the dependency closure
+//! of what must be durable (all of it for `sync`, McoreFS §4.3's rules for
+//! `fsync`), drops operations that cancel out (absorption), and hands
+//! diskfs one batch, applied as one atomic unit (one journal transaction).
+//!
+//! Architecture invariants: memfs knows files, names and (later) ordering
+//! domains, never blocks or patches; it reaches the disk only through
+//! diskfs, and only at flush time or to load what memory lacks.
+//!
+//! Modules: `types` (what the frontend sees), `error`, `node` (in-memory
+//! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
+//! `fs` (the operations), `flush` (closure, absorption, the batch).
+
+mod error;
+mod types;
+
+pub use error::{MemError, Result};
+pub use stitch_diskfs::RenameFlags;
+pub use types::{Attr, DirEntry, Kind, Options, SetAttrs, StatFs, Stats};

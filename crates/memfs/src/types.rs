@@ -1,0 +1,105 @@
+//! The values memfs hands to the frontend.
+
+use std::time::Duration;
+
+/// What kind of file an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+/// The attributes `stat` shows. Times are whole seconds since the epoch
+/// (ext2 keeps no more).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// The ext2 inode number, the same across remounts.
+    pub ino: u64,
+    pub kind: Kind,
+    /// Permission bits with setuid, setgid and sticky.
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 512-byte sectors allocated (an estimate while data is in memory).
+    pub blocks: u64,
+    pub atime: u32,
+    pub mtime: u32,
+    pub ctime: u32,
+    /// A device node's (major, minor); (0, 0) otherwise.
+    pub rdev: (u32, u32),
+}
+
+/// What a `setattr` changes; `None` leaves a field alone. The change time
+/// is always set to now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttrs {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<u32>,
+    pub mtime: Option<u32>,
+}
+
+/// One directory entry (never `.` or `..`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+/// `statfs`'s figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// How memfs runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bytes of file pages kept in memory before a flush and eviction.
+    pub memory_limit: u64,
+    /// How often everything is flushed in the background; `None` never
+    /// (tests drive flushes themselves).
+    pub flush_interval: Option<Duration>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            memory_limit: 1 << 30,
+            flush_interval: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// Counters since mount.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Flushes that reached diskfs (fsync, sync, background, pressure).
+    pub flushes: u64,
+    /// Logged operations applied to diskfs.
+    pub ops_applied: u64,
+    /// Logged operations that cancelled out and never reached diskfs.
+    pub ops_absorbed: u64,
+    /// Page writes handed to diskfs (each page at most once per flush).
+    pub pages_written: u64,
+    /// fsyncs that found nothing to write.
+    pub fsync_noops: u64,
+    /// Pages dropped from memory by eviction.
+    pub pages_evicted: u64,
+}
