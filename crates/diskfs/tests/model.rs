@@ -202,18 +202,11 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, Errno> {
         }
         Op::Chown { path, uid, gid } => {
             let ino = view::resolve(&mut View(fs), path)?;
-            // Linux clears setuid, and setgid when group-executable, on a
-            // chown of a non-directory (the model does the same).
             let a = fs.getattr(ino).map_err(errno)?;
-            let mut perm = a.perm;
-            if a.kind != Some(FileType::Directory) {
-                perm &= !0o4000;
-                if perm & 0o2010 == 0o2010 {
-                    perm &= !0o2000;
-                }
-            }
+            let dir = a.kind == Some(FileType::Directory);
+            let perm = view::perm_after_chown(u32::from(a.perm), dir);
             let set = SetAttr {
-                perm: Some(perm),
+                perm: Some(perm as u16),
                 uid: Some(*uid),
                 gid: Some(*gid),
                 ..SetAttr::default()

@@ -303,13 +303,7 @@ impl Model {
     fn apply_chown(&mut self, path: &Path, uid: u32, gid: u32) -> Result<Outcome, Errno> {
         let ino = self.resolve(path)?;
         let node = &self.inodes[&ino];
-        let mut perm = node.perm;
-        if node.kind() != Kind::Dir {
-            perm &= !0o4000;
-            if perm & 0o2010 == 0o2010 {
-                perm &= !0o2000;
-            }
-        }
+        let perm = crate::view::perm_after_chown(node.perm, node.kind() == Kind::Dir);
         let set = SetAttr {
             perm: Some(perm),
             uid: Some(uid),

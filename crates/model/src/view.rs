@@ -48,6 +48,19 @@ pub fn dangling(target: &[u8]) -> Errno {
     }
 }
 
+/// The permission bits after a `chown`: Linux clears setuid, and setgid
+/// when group-executable, on every chown of a non-directory, even by root.
+pub fn perm_after_chown(perm: u32, dir: bool) -> u32 {
+    let mut perm = perm;
+    if !dir {
+        perm &= !0o4000;
+        if perm & 0o2010 == 0o2010 {
+            perm &= !0o2000;
+        }
+    }
+    perm
+}
+
 fn kind<V: InodeView>(v: &mut V, ino: V::Ino) -> Result<Kind, Errno> {
     Ok(v.meta(ino)?.kind)
 }
