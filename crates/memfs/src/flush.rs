@@ -114,6 +114,8 @@ struct FileState {
     attr: SetAttr,
     /// Whether the inode still exists on disk after the operations.
     write: bool,
+    /// A regular file (only files have pages and sizes to set).
+    file: bool,
 }
 
 /// One flush's work, decided at the cut.
@@ -153,14 +155,16 @@ impl MemFs {
         }
         let mut merged = self.inner.merged.lock();
         let plan = self.cut(&mut merged, scope)?;
+        // Plans are applied in the order they were cut: take the apply
+        // lock before another flush may cut. Even with nothing to write,
+        // wait for the plans cut before (they may hold what this fsync
+        // covers) to be durable.
+        let _order = self.inner.apply_lock.lock();
         drop(merged);
         let Some(plan) = plan else {
             self.inner.stats.lock().fsync_noops += 1;
             return Ok(());
         };
-        // The merged lock is released: later flushes may cut while this
-        // one applies, and diskfs's lock orders the applies.
-        let _order = self.inner.apply_lock.lock();
         self.apply(plan)
     }
 
@@ -217,7 +221,7 @@ impl MemFs {
                 } => {
                     if let Some(n) = nodes.get(ino) {
                         let mut s = n.s.write();
-                        if s.open > 0 && !s.disk_open {
+                        if s.open > 0 && !s.disk_open && s.kind != Kind::Dir {
                             s.disk_open = true;
                             plan.open.push(*ino);
                         }
@@ -325,6 +329,7 @@ impl MemFs {
                 ctime: Some(s.ctime),
             },
             write: !leaves,
+            file: s.kind == Kind::File,
         };
         if s.kind == Kind::File {
             s.disk_size = s.size;
@@ -634,6 +639,10 @@ fn write_file(
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
+    if !f.file {
+        patches.push(disk.setattr(ino, f.attr, t)?);
+        return Ok(());
+    }
     let bs = disk.block_size() as u64;
     let mut on_disk = f.disk_size;
     if f.min_size < on_disk {
