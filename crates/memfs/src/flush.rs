@@ -211,7 +211,9 @@ impl MemFs {
             }
             match &e.op {
                 LogOp::Dirty { ino } => {
-                    if let Some(f) = self.take_state(*ino, merged, &nodes, &mut plan.reserved) {
+                    if let Some(f) =
+                        self.take_state(*ino, merged, &selected, &nodes, &mut plan.reserved)
+                    {
                         plan.files.push(f);
                     }
                 }
@@ -291,6 +293,7 @@ impl MemFs {
         &self,
         ino: u64,
         merged: &Merged,
+        selected: &BTreeSet<u64>,
         nodes: &HashMap<u64, std::sync::Arc<crate::node::Node>>,
         reserved: &mut i64,
     ) -> Option<FileState> {
@@ -300,9 +303,11 @@ impl MemFs {
             return None;
         }
         s.dirty = false;
-        // Gone for good once every operation on it is applied: its data
-        // has no reader after a crash.
-        let leaves = s.nlink == 0 && merged.pending_on(ino).next().is_none();
+        // Gone from the disk once this plan's operations are applied (no
+        // name, nobody holding it open): its data has no reader, and
+        // writing it would give blocks to a freed inode.
+        let leaves =
+            s.nlink == 0 && s.open == 0 && merged.pending_on(ino).all(|st| selected.contains(&st));
         let pages: Vec<(u64, Page)> = s
             .dirty_pages
             .iter()
