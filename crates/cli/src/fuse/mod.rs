@@ -295,6 +295,34 @@ mod tests {
         );
     }
 
+    /// A reply that records what it was sent.
+    struct Fake(std::sync::Arc<std::sync::Mutex<Option<Result<u32, Errno>>>>);
+
+    impl ErrorReply for Fake {
+        fn fail(self, e: Errno) {
+            *self.0.lock().unwrap() = Some(Err(e));
+        }
+    }
+
+    fn run(work: impl FnOnce() -> OpResult<u32>) -> Option<Result<u32, Errno>> {
+        let got = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let answer = |r: Fake, v| *r.0.lock().unwrap() = Some(Ok(v));
+        serve("test", 12, Fake(got.clone()), work, answer);
+        let out = got.lock().unwrap().take();
+        out
+    }
+
+    #[test]
+    fn serve_answers_values_errors_and_panics() {
+        assert_eq!(run(|| Ok(7)), Some(Ok(7)));
+        assert_eq!(
+            run(|| Err(MemError::NotFound.into())),
+            Some(Err(Errno::ENOENT))
+        );
+        assert_eq!(run(|| Err(Errno::EBADF.into())), Some(Err(Errno::EBADF)));
+        assert_eq!(run(|| panic!("boom")), Some(Err(Errno::EIO)));
+    }
+
     #[test]
     fn memfs_errors_keep_their_errno() {
         let f: Failure = MemError::NotEmpty.into();
