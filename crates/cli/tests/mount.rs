@@ -767,3 +767,52 @@ fn parallel_writers_on_many_threads() {
     }
     m.stop(Stop::Fusermount);
 }
+
+/// Runs `script` with sh as user and group nobody (65534), no other groups.
+fn as_nobody(script: &str) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
+    let (dir, img, mnt) = fresh(true);
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let m = Mounted::start(&img, &mnt, &[]);
+    // Without allow_other, nobody but the mounting user gets in.
+    let out = as_nobody(&format!("ls {}", mnt.display()));
+    assert!(!out.status.success(), "another user got into the mount");
+    m.stop(Stop::Sigterm);
+
+    let m = Mounted::start(&img, &mnt, &["-o", "allow_other"]);
+    for (d, mode) in [("open", 0o777), ("private", 0o700)] {
+        fs::create_dir(m.path(d)).unwrap();
+        fs::set_permissions(m.path(d), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    fs::write(m.path("suid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(m.path("suid"), fs::Permissions::from_mode(0o4777)).unwrap();
+    let out = as_nobody(&format!(
+        "cd {} && touch open/mine && mkdir open/sub && echo x >> suid",
+        mnt.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for rel in ["open/mine", "open/sub"] {
+        let md = fs::metadata(m.path(rel)).unwrap();
+        assert_eq!((md.uid(), md.gid()), (65534, 65534), "{rel}");
+    }
+    // The kernel asks for the setuid bit to go when another user writes.
+    assert_eq!(fs::metadata(m.path("suid")).unwrap().mode() & 0o7777, 0o777);
+    let out = as_nobody(&format!("touch {}/private/x", mnt.display()));
+    assert!(!out.status.success(), "wrote into a 0700 directory");
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = as_nobody(&format!("chmod 777 {}/private", mnt.display()));
+    assert!(!out.status.success(), "chmod of another user's directory");
+    m.stop(Stop::Fusermount);
+}
