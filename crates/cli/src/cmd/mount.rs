@@ -52,7 +52,7 @@ pub struct Args {
     pub memory: u64,
     /// Threads serving requests (default: one per core).
     #[arg(long, value_name = "N")]
-    pub threads: Option<usize>,
+    pub threads: Option<std::num::NonZeroUsize>,
 }
 
 fn parse_consistency(s: &str) -> Result<Consistency, String> {
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 return Finisher::new(fs).finish(Some(err));
             }
         };
-    let mut unmounter = session.unmount_callable();
+    let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
     diag::info(&format!(
         "mounted {} on {} ({}, {} threads)",
         plan.image.display(),
@@ -108,10 +108,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mnt = plan.mountpoint.clone();
     let finisher = Arc::new(Finisher::new(fs));
     let last = finisher.clone();
+    let on_first = unmounter.clone();
     daemon::on_signal(
         move |sig| {
             diag::info(&format!("{sig}: unmounting {}", mnt.display()));
-            if let Err(e) = daemon::unmount(&mnt, &mut unmounter) {
+            let mut u = on_first.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = daemon::unmount(&mnt, &mut u) {
                 diag::error(&format!("unmounting {}: {e}", mnt.display()));
             }
         },
@@ -130,6 +132,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     )
     .context("starting the signal thread")?;
     let served = session.run();
+    // Normally the kernel mount is gone already; if the loop failed, take
+    // it away rather than leave a dead mount behind.
+    if served.is_err() {
+        let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = daemon::unmount(&plan.mountpoint, &mut u);
+    }
     // The kernel mount is gone (unmounted, or the connection failed):
     // make everything durable and mark the image clean.
     let err = served
@@ -342,10 +350,8 @@ fn fuse_config(args: &Args, image: &Path) -> fuser::Config {
     let mut config = fuser::Config::default();
     config.mount_options = opts;
     config.acl = acl;
-    config.n_threads = Some(
-        args.threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    config.n_threads = Some(args.threads.map_or(cores, |n| n.get()));
     config.clone_fd = true;
     config
 }
