@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 static SYSLOG: AtomicBool = AtomicBool::new(false);
 
@@ -28,6 +29,36 @@ fn emit(level: libc::c_int, msg: &str) {
 
 pub fn error(msg: &str) {
     emit(libc::LOG_ERR, msg);
+}
+
+/// At most this many request errors are logged per second; a device that
+/// failed (every write then answers EROFS) must not flood the log.
+const REQUEST_ERRORS_PER_SECOND: u32 = 20;
+
+/// The second being counted, errors logged in it, and errors left out.
+static LIMIT: Mutex<(u64, u32, u64)> = Mutex::new((0, 0, 0));
+
+/// [`error`] for a failed request, rate-limited; how many were left out is
+/// said with the next one logged.
+pub fn request_error(msg: &str) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut l = LIMIT.lock().unwrap_or_else(|e| e.into_inner());
+    if l.0 != now {
+        *l = (now, 0, l.2);
+    }
+    if l.1 >= REQUEST_ERRORS_PER_SECOND {
+        l.2 += 1;
+        return;
+    }
+    l.1 += 1;
+    let skipped = std::mem::take(&mut l.2);
+    drop(l);
+    if skipped > 0 {
+        error(&format!("({skipped} more request errors not logged)"));
+    }
+    error(msg);
 }
 
 pub fn info(msg: &str) {

@@ -222,7 +222,7 @@ fn serve<R: ErrorReply, T, E: Into<Failure>>(
                     Failure::Mem(e) => e.to_string(),
                     Failure::Errno(e) => format!("{e:?}"),
                 };
-                diag::error(&format!("{op} (inode {ino}): {what}"));
+                diag::request_error(&format!("{op} (inode {ino}): {what}"));
             }
             reply.fail(f.errno());
         }
