@@ -8,7 +8,7 @@
 //! in a clean unmount: memfs makes everything durable and the image is
 //! marked clean before the process exits.
 
-use crate::fuse::{self, daemon, diag, MemFs, StitchFuse};
+use crate::fuse::{daemon, diag, StitchFuse};
 use anyhow::{bail, Context};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use std::time::Duration;
 use stitch_blockdev::{DevError, FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_format::Superblock;
+use stitch_memfs::MemFs;
 use stitch_patch::{CacheConfig, PatchCache};
 
 /// The image used when none is named, in the current directory.
@@ -380,6 +381,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
+        fixed_time: None,
     };
-    fuse::mount_memfs(disk, opts).context("starting memfs")
+    MemFs::mount(disk, opts).context("starting memfs")
 }

@@ -25,14 +25,11 @@ pub mod daemon;
 pub mod diag;
 mod dirs;
 mod ops;
-mod stub;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, Kind, MemError};
-
-pub use stub::{mount as mount_memfs, MemFs};
+use stitch_memfs::{Attr, Kind, MemError, MemFs};
 
 /// How long the kernel may cache attributes and entries.
 pub const TTL: Duration = Duration::from_secs(1);
