@@ -834,7 +834,7 @@ fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
 /// What editors and git do: write a new version beside the file, rename
 /// it over the old one. The old version's blocks must be freed.
 #[test]
-#[ignore = "memfs leaks the replaced file's blocks (reported to the lead); un-ignore once fixed"]
+
 fn renaming_over_a_file_frees_the_old_version() {
     let (_dir, img, mnt) = fresh(true);
     let m = Mounted::start(&img, &mnt, &[]);
