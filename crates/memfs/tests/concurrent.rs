@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
@@ -27,7 +27,8 @@ const WORKERS: usize = 3;
 const FILES: usize = 6;
 const DIRS: usize = 2;
 
-/// A long operation that is not done after this is taken for a deadlock.
+/// A test still running this long after its workers should have stopped
+/// is taken for a deadlock.
 const STUCK: Duration = Duration::from_secs(60);
 
 fn secs() -> u64 {
@@ -246,11 +247,22 @@ impl Worker {
     }
 }
 
+/// The whole of `f`, or a failure if memfs gets stuck (a deadlock).
+fn watched(what: &str, f: impl FnOnce() + Send + 'static) {
+    let limit = Duration::from_secs(secs()) + STUCK;
+    bounded(limit, f).unwrap_or_else(|| panic!("{what}: stuck for {limit:?} (deadlock?)"));
+}
+
 fn changes_and_syncs(mode: Consistency) {
+    watched(&format!("{mode:?}"), move || changes_and_syncs_now(mode));
+}
+
+fn changes_and_syncs_now(mode: Consistency) {
     let dev = device(image_for(mode));
     let opts = Options {
-        // 128 pages: pressure flushes and eviction race the workers.
-        memory_limit: 128 << 12,
+        // 8 pages: nearly every write flushes and evicts, racing the
+        // workers' own fsyncs and the syncer.
+        memory_limit: 8 << 12,
         ..opts()
     };
     let fs = mount_on(dev.clone(), mode, opts.clone());
@@ -286,17 +298,14 @@ fn changes_and_syncs(mode: Consistency) {
                 dirs: vec![None; DIRS],
                 next_version: 1,
             };
-            let (tx, rx) = mpsc::channel();
-            let h = std::thread::spawn(move || {
+            std::thread::spawn(move || {
                 let mut steps = 0u64;
                 while Instant::now() < deadline {
                     w.step();
                     steps += 1;
                 }
-                let _ = tx.send(steps);
-                w
-            });
-            (h, rx)
+                (w, steps)
+            })
         })
         .collect();
     let mut expected = BTreeMap::new();
@@ -304,14 +313,12 @@ fn changes_and_syncs(mode: Consistency) {
         expected.insert(p.as_bytes().to_vec(), None);
     }
     let mut steps = 0;
-    for (h, rx) in workers {
-        match rx.recv_timeout(Duration::from_secs(secs()) + STUCK) {
-            Ok(n) => steps += n,
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("{mode:?}: a worker is stuck"),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {}
-        }
+    for h in workers {
         match h.join() {
-            Ok(w) => w.expected(&mut expected),
+            Ok((w, n)) => {
+                w.expected(&mut expected);
+                steps += n;
+            }
             Err(p) => std::panic::resume_unwind(p),
         }
     }
@@ -360,9 +367,7 @@ fn changes_and_syncs(mode: Consistency) {
         }
     };
     check(&fs, "before unmount");
-    let cache = bounded(STUCK, move || fs.unmount())
-        .unwrap_or_else(|| panic!("{mode:?}: unmount stuck (deadlock?)"))
-        .unwrap();
+    let cache = fs.unmount().unwrap();
     if let Err(report) = check_image(&dev.snapshot(), false) {
         panic!("{mode:?}: after unmount: {report}");
     }
@@ -392,6 +397,10 @@ fn concurrent_changes_keep_every_last_write_journal_journal() {
 /// or not (ENOENT), and what it finds answers getattr.
 #[test]
 fn lookups_racing_renames_see_only_enoent() {
+    watched("lookups and renames", lookups_and_renames);
+}
+
+fn lookups_and_renames() {
     let mode = Consistency::Journal(DataMode::Ordered);
     let dev = device(image_for(mode));
     let opts = Options {
