@@ -96,6 +96,10 @@ impl InodeView for View<'_> {
         self.0.read(ino, 0, size as usize).map_err(errno)
     }
 
+    fn mtime(&mut self, ino: InodeNo) -> Result<u32, Errno> {
+        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    }
+
     fn entries(&mut self, dir: InodeNo) -> Result<Vec<(Name, InodeNo)>, Errno> {
         let root = dir == self.0.root();
         Ok(self

@@ -180,6 +180,10 @@ fn apply(fs: &MemFs, fds: &mut Vec<Option<u64>>, op: &Op) -> Result<Outcome, Err
     }
 }
 
+/// Trees are compared with modification times (memfs stamps the same
+/// fixed time as the model).
+const MTIME: stitch_model::TreeOptions = stitch_model::TreeOptions { mtime: true };
+
 /// One step of a run: an op for both sides, or something only memfs
 /// does between ops. Fsync targets are picked when the step runs (the
 /// `pick`-th candidate, modulo their number), so a sequence with steps
@@ -385,7 +389,7 @@ impl Run {
         if let Err(report) = check_image(&image, true) {
             return self.fail(format!("crash image after an fsync: {report}"));
         }
-        let want = self.model.snapshot().nodes[key].clone();
+        let want = self.model.snapshot_with(MTIME).nodes[key].clone();
         let crashed_dev = device(image);
         let crashed = mount_on(crashed_dev.clone(), self.mode, opts());
         let mut problems = Vec::new();
@@ -396,6 +400,9 @@ impl Run {
                 m.nlink = want.meta.nlink; // links need not be durable yet
                 if m != want.meta {
                     problems.push(format!("attributes {m:?}, model {:?}", want.meta));
+                }
+                if !key.is_empty() && Some(a.mtime) != want.mtime {
+                    problems.push(format!("mtime {}, model {:?}", a.mtime, want.mtime));
                 }
                 if want.meta.kind == Kind::File {
                     let data = crashed.read(ino, 0, a.size as u32).unwrap();
@@ -439,7 +446,12 @@ impl Run {
     }
 
     fn same_tree(&self, when: &str) -> Checked {
-        let diff = tree(&self.fs).diff(&self.model.snapshot());
+        let (mut got, mut want) = (tree(&self.fs), self.model.snapshot_with(MTIME));
+        // The root's times are mkfs's on disk, the model's start at 0.
+        for t in [&mut got, &mut want] {
+            t.nodes.get_mut(&Vec::new()).expect("root").mtime = None;
+        }
+        let diff = got.diff(&want);
         if !diff.is_empty() {
             return self.fail(format!(
                 "{when}: memfs (left) and model differ:\n{}",

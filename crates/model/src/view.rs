@@ -8,7 +8,7 @@
 //! and maps each op's call itself; the walk, `stat`, `readdir` and the
 //! tree are written once here.
 
-use crate::tree::{Content, Node, Tree};
+use crate::tree::{Content, Node, Tree, TreeOptions};
 use crate::types::{Kind, Meta, Name, Path, NAME_MAX};
 use crate::{Errno, Outcome};
 
@@ -37,6 +37,10 @@ pub trait InodeView {
     /// A directory's entries without `.` and `..` (nor an ext2 root's
     /// `lost+found`), in any order.
     fn entries(&mut self, dir: Self::Ino) -> Result<Vec<(Name, Self::Ino)>, Errno>;
+
+    /// The inode's modification time (for trees with
+    /// [`TreeOptions::mtime`]).
+    fn mtime(&mut self, ino: Self::Ino) -> Result<u32, Errno>;
 }
 
 /// The error of following a symlink to `target`, which dangles: the lookup
@@ -141,8 +145,13 @@ pub fn stat<V: InodeView>(v: &mut V, path: &Path) -> Result<Outcome, Errno> {
     Ok(Outcome::Stat(v.meta(ino)?))
 }
 
-/// The whole tree below the root, in the model's terms.
+/// The whole tree below the root, in the model's terms, without times.
 pub fn tree<V: InodeView>(v: &mut V) -> Result<Tree, Errno> {
+    tree_with(v, TreeOptions::default())
+}
+
+/// The whole tree below the root, in the model's terms.
+pub fn tree_with<V: InodeView>(v: &mut V, opts: TreeOptions) -> Result<Tree, Errno> {
     let mut tree = Tree::default();
     let mut paths = Vec::new();
     let mut stack = vec![(Vec::new(), v.root())];
@@ -164,11 +173,16 @@ pub fn tree<V: InodeView>(v: &mut V) -> Result<Tree, Errno> {
             }
         }
         paths.push((path.clone(), ino));
+        let mtime = if opts.mtime {
+            Some(v.mtime(ino)?)
+        } else {
+            None
+        };
         let node = Node {
             meta,
             content,
             same_as: None,
-            mtime: None,
+            mtime,
         };
         tree.nodes.insert(path, node);
     }

@@ -166,6 +166,10 @@ impl InodeView for View<'_> {
         self.0.read(ino, 0, size).map_err(errno)
     }
 
+    fn mtime(&mut self, ino: u64) -> Result<u32, Errno> {
+        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    }
+
     fn entries(&mut self, dir: u64) -> Result<Vec<(Name, u64)>, Errno> {
         let root = dir == self.0.root();
         Ok(self
@@ -179,9 +183,11 @@ impl InodeView for View<'_> {
     }
 }
 
-/// The whole tree memfs shows, in the model's terms.
+/// The whole tree memfs shows, in the model's terms, with modification
+/// times.
 pub fn tree(fs: &MemFs) -> stitch_model::Tree {
-    view::tree(&mut View(fs)).expect("walk of the whole tree")
+    let opts = stitch_model::TreeOptions { mtime: true };
+    view::tree_with(&mut View(fs), opts).expect("walk of the whole tree")
 }
 
 /// Runs `f` on a thread of its own and waits at most `limit` for it:
