@@ -5,18 +5,22 @@
 //!
 //! Between operations, at random: `fsync` of a random file or directory
 //! (or of an open handle, unlinked or not), `sync`, and unmount and
-//! remount. After an fsync the device is sometimes copied as a crash
-//! would leave it and mounted: the fsynced file's attributes and data, or
-//! the fsynced directory's names, must be there as the model has them.
-//! After a sync the whole tree must equal the model's; after every unmount
-//! the image must be clean (e2fsck -fn and our fsck), and after the
-//! remount, with nothing in memory, the tree must equal the model's again.
+//! remount. After some fsyncs the device is copied as a crash would leave
+//! it and mounted: the fsynced file's attributes, times and data, or the
+//! fsynced directory's names, must be there as the model has them. After a
+//! sync the whole tree (modification times too) must equal the model's,
+//! and after some syncs the crash image's tree too. Crash images must be
+//! consistent but for leaks, and clean once recovered (journal modes).
+//! After every unmount the image must be clean (e2fsck -fn and our fsck),
+//! and after the remount, with nothing in memory, the tree must equal the
+//! model's again.
 //!
 //! Every mode runs its own test; odd seeds run with a small memory bound,
 //! so pressure flushes and eviction happen. `STITCH_MEMFS_SEEDS=N` runs N
 //! seeds per mode (4 by default) from `STITCH_MEMFS_FIRST_SEED` (0),
 //! `STITCH_MEMFS_OPS=N` N operations each. A failure names the command
-//! that shrinks it to a short sequence (`minimize`).
+//! that shrinks it to a short sequence (`minimize`); sequences found so
+//! are pinned in `known_sequences_pass`.
 
 mod common;
 use common::*;
