@@ -104,34 +104,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     let daemonized = ready.is_some();
     if let Some(ready) = ready {
-        ready.ready().context("leaving the terminal")?;
+        // The parent has its answer; what fails after that is only ours.
+        if let Err(e) = ready.ready() {
+            diag::error(&format!("leaving the terminal: {e}"));
+        }
     }
-    let mnt = plan.mountpoint.clone();
     let finisher = Arc::new(Finisher::new(fs));
-    let last = finisher.clone();
-    let on_first = unmounter.clone();
-    daemon::on_signal(
-        move |sig| {
-            diag::info(&format!("{sig}: unmounting {}", mnt.display()));
-            let mut u = on_first.lock().unwrap_or_else(|e| e.into_inner());
-            if let Err(e) = daemon::unmount(&mnt, &mut u) {
-                diag::error(&format!("unmounting {}: {e}", mnt.display()));
-            }
-        },
-        // A second signal finishes now: it waits for an unmount under way,
-        // or makes everything durable itself while files are still open.
-        move |sig| {
-            diag::info(&format!("{sig} again: finishing now"));
-            std::process::exit(match last.finish(None) {
-                Ok(()) => 0,
-                Err(e) => {
-                    diag::error(&format!("{e:#}"));
-                    1
-                }
-            });
-        },
-    )
-    .context("starting the signal thread")?;
+    if let Err(e) = watch_signals(&plan.mountpoint, unmounter.clone(), finisher.clone()) {
+        diag::error(&format!(
+            "starting the signal thread: {e}; only fusermount3 -u unmounts now"
+        ));
+    }
     let served = session.run();
     // Normally the kernel mount is gone already; if the loop failed, take
     // it away rather than leave a dead mount behind.
@@ -150,6 +133,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         diag::error(&format!("{e:#}"));
     }
     res
+}
+
+/// The first SIGINT, SIGTERM or SIGHUP unmounts (lazily when busy); a
+/// second finishes now: it waits for an unmount under way, or makes
+/// everything durable itself while files are still open, and exits.
+fn watch_signals(
+    mountpoint: &Path,
+    unmounter: Arc<std::sync::Mutex<fuser::SessionUnmounter>>,
+    finisher: Arc<Finisher>,
+) -> std::io::Result<()> {
+    let mnt = mountpoint.to_path_buf();
+    daemon::on_signal(
+        move |sig| {
+            diag::info(&format!("{sig}: unmounting {}", mnt.display()));
+            let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = daemon::unmount(&mnt, &mut u) {
+                diag::error(&format!("unmounting {}: {e}", mnt.display()));
+            }
+        },
+        move |sig| {
+            diag::info(&format!("{sig} again: finishing now"));
+            std::process::exit(match finisher.finish(None) {
+                Ok(()) => 0,
+                Err(e) => {
+                    diag::error(&format!("{e:#}"));
+                    1
+                }
+            });
+        },
+    )
 }
 
 /// Unmounts memfs once, whoever asks first (the end of the session, a
