@@ -78,6 +78,25 @@ fn assert_e2fsck_clean(img: &Path) {
     );
 }
 
+/// `fusermount3 -u`. Another test's fork may hold a descriptor of ours for
+/// a moment before its exec closes it, so busy is retried.
+fn fusermount_u(mnt: &Path) {
+    for _ in 0..50 {
+        let out = Command::new("fusermount3")
+            .arg("-u")
+            .arg(mnt)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        if out.status.success() {
+            return;
+        }
+        assert!(err.contains("busy"), "fusermount3 -u: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("fusermount3 -u {}: still busy", mnt.display());
+}
+
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !done() {
@@ -159,18 +178,7 @@ impl Mounted {
                 // SAFETY: signals our own child.
                 assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
             }
-            Stop::Fusermount => {
-                let out = Command::new("fusermount3")
-                    .arg("-u")
-                    .arg(&self.mnt)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "fusermount3 -u: {}",
-                    text(&out.stderr)
-                );
-            }
+            Stop::Fusermount => fusermount_u(&self.mnt),
         }
         let t0 = Instant::now();
         let status = loop {
@@ -512,12 +520,7 @@ fn the_daemon_returns_once_mounted_and_unmounts_cleanly() {
         "the parent exited before the mount was up"
     );
     fs::write(mnt.join("daemon"), b"served").unwrap();
-    let out = Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    fusermount_u(&mnt);
     // The daemon holds the image's lock until it has unmounted cleanly.
     let f = File::open(&img).unwrap();
     wait_until(
