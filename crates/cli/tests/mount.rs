@@ -922,3 +922,35 @@ fn renaming_over_an_fsynced_file_that_had_a_second_name_frees_it() {
     assert_eq!(fs::metadata(m.path("d/b")).unwrap().len(), 4095 + 4096);
     m.stop(Stop::Fusermount);
 }
+
+/// What fsync returned for survives the daemon being killed outright:
+/// the next mount replays the journal, and the image is clean after it.
+#[test]
+fn fsynced_data_survives_a_killed_daemon() {
+    let (_dir, img, mnt) = fresh(true);
+    let mut m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+    let data = pattern(100_000, 9);
+    let mut f = File::create(m.path("synced")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // A new name needs its directory synced (POSIX).
+    fs::create_dir(m.path("dir")).unwrap();
+    File::open(&m.mnt).unwrap().sync_all().unwrap();
+    let mut f = File::create(m.path("dir/f")).unwrap();
+    f.write_all(b"named").unwrap();
+    f.sync_data().unwrap();
+    File::open(m.path("dir")).unwrap().sync_all().unwrap();
+    drop(f);
+    let n = ino(&m.path("synced"));
+    let mut child = m.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The kernel mount is left without its server.
+    fusermount_u(&mnt);
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert!(fs::read(m.path("synced")).unwrap() == data);
+    assert_eq!(ino(&m.path("synced")), n);
+    assert_eq!(fs::read(m.path("dir/f")).unwrap(), b"named");
+    m.stop(Stop::Sigterm);
+}
