@@ -904,7 +904,6 @@ fn model_sequences_through_the_mount() {
 /// a second name, renamed, its second name unlinked, fsynced, then
 /// replaced by a rename. Its inode and blocks must be freed.
 #[test]
-#[ignore = "memfs leaves the replaced inode allocated with no links (reported to the lead); un-ignore once fixed"]
 fn renaming_over_an_fsynced_file_that_had_a_second_name_frees_it() {
     let (_dir, img, mnt) = fresh(true);
     let m = Mounted::start(&img, &mnt, &[]);
