@@ -667,10 +667,13 @@ fn we_replay_what_the_kernel_left() {
     assert_eq!(tree_of(std::fs::read(&theirs).unwrap()), ours);
 }
 
-/// Crash images a flush-honouring disk cannot leave, made by hand: a
-/// commit block on disk while one block of its transaction's log is not
-/// (a disk that reorders across a flush, or a torn log write). The
-/// checksum in the commit block must keep the transaction from replay.
+/// A commit block on disk while one block of its transaction's log is not:
+/// the commit goes out with its log blocks (one flush per transaction), so
+/// a crash may leave exactly this. Made by hand here for every commit of a
+/// run. The checksum in the commit block must keep the transaction from
+/// replay (with `ASYNC_COMMIT`, replay just ends there; without it, it
+/// also reports the failed commit): the recovered image must be the state
+/// before that commit, which `judge` checks.
 #[test]
 fn a_commit_without_its_log_blocks_is_not_replayed() {
     use stitch_blockdev::record::{CrashPoint, CrashState, LogEntry};
@@ -712,11 +715,6 @@ fn a_commit_without_its_log_blocks_is_not_replayed() {
             NOW,
         )
         .unwrap();
-        let r = fs.replayed().cloned().unwrap_or_default();
-        assert!(
-            r.failed_commit.is_some(),
-            "commit at {c}: the damaged transaction was replayed: {r:?}"
-        );
         drop(fs);
         // The crash "happened" just before the commit block was written.
         judge(&run, DataMode::Journal, image, c, tmp.path())

@@ -16,10 +16,13 @@
 //! 2. **Commit** (at an operation boundary, when asked or when the running
 //!    transaction is old or big): a copy of each changed block goes into the
 //!    log behind descriptor blocks, then revoke records, then a commit block
-//!    that depends on every log block, on the previous commit block
+//!    that depends on the revoke blocks, on the whole previous transaction
 //!    (transactions commit in sequence), and in `ordered` mode on the
-//!    transaction's data patches. The hold then depends on the commit block
-//!    and is released: the home writes may go.
+//!    transaction's data patches, but not on the descriptors and copies:
+//!    those are written with it, in one device flush, and the checksum
+//!    tells a torn transaction (`ASYNC_COMMIT`). The hold then depends on
+//!    the whole transaction (every log block and the commit) and is
+//!    released: the home writes may go.
 //! 3. **Checkpoint.** Once every home write of the oldest transactions is
 //!    durable, the journal superblock's tail moves past them (lazily: when
 //!    log space is needed, at `sync` and at unmount), and log blocks written
@@ -35,9 +38,11 @@
 //! revokes copies with a sequence up to and including the revoke's own).
 //!
 //! Checksums: the log uses `COMPAT_CHECKSUM` (a CRC32 of every descriptor
-//! and log data block in the commit block). Replay by the kernel, by e2fsck
-//! and by us ignores a transaction whose checksum does not match, so a torn
-//! transaction is never half replayed.
+//! and log data block in the commit block) with `ASYNC_COMMIT`. Replay by
+//! the kernel, by e2fsck and by us ends at a transaction whose checksum
+//! does not match, so a torn transaction is never half replayed, and no
+//! later one is replayed either (nothing later was acknowledged: a commit
+//! waits for the whole previous transaction).
 //!
 //! Which data is journaled is a policy ([`DataMode`], [`Journal::journals`]);
 //! ccfs's selective data journaling (overwrites journaled, appends home
@@ -149,8 +154,18 @@ struct Running {
     homes: HashSet<PatchId>,
     /// Unjournaled data patches.
     data: Vec<PatchId>,
+    /// Data blocks journaled in `ordered` mode (see [`SMALL_DATA`]).
+    small_data: u32,
     revokes: BTreeSet<u64>,
 }
+
+/// In `ordered` mode, a transaction's first data blocks (up to this many)
+/// are journaled rather than written home before the commit: the commit of
+/// a small fsync (a new file's few blocks) then needs one device flush,
+/// not one for the data and one for the log. Journaled data is ordered
+/// data and more (it is in the transaction); larger writes go home first
+/// as `ordered` says, so the log is not filled with file contents.
+pub const SMALL_DATA: u32 = 32;
 
 struct Closed {
     epoch: u32,
@@ -224,11 +239,12 @@ impl Journal {
             )));
         }
         // We write COMPAT_CHECKSUM logs with 32-bit tags and revoke records,
-        // as the kernel's ext3 does with journal_checksum; the journal is
-        // empty, so its features may change (the kernel does so at mount).
+        // and commit blocks without waiting for the log blocks, as the
+        // kernel does with journal_async_commit; the journal is empty, so
+        // its features may change (the kernel does so at mount).
         jsb.blocktype = stitch_format::jbd2::BlockType::SuperblockV2 as u32;
         jsb.feature_compat = features::COMPAT_CHECKSUM.bit;
-        jsb.feature_incompat = features::INCOMPAT_REVOKE.bit;
+        jsb.feature_incompat = features::INCOMPAT_REVOKE.bit | features::INCOMPAT_ASYNC_COMMIT.bit;
         jsb.feature_ro_compat = 0;
         jsb.checksum_type = 0;
         jsb.checksum = 0;
@@ -314,6 +330,7 @@ impl Journal {
                 block_set: HashSet::new(),
                 homes: HashSet::new(),
                 data: Vec::new(),
+                small_data: 0,
                 revokes: BTreeSet::new(),
             });
         }
@@ -329,9 +346,17 @@ impl Journal {
         flags: PatchFlags,
         make: impl FnOnce(&mut PatchCache, &[PatchId]) -> Result<PatchId>,
     ) -> Result<PatchId> {
-        let journaled = self.journals(flags);
+        let always = self.journals(flags);
+        let ordered = self.data == DataMode::Ordered;
         let live_copy = self.live_copies.contains_key(&block.0);
         let r = self.ensure_running(cache)?;
+        let journaled = always
+            || (ordered
+                && (r.block_set.contains(&block.0) || r.small_data < SMALL_DATA)
+                && {
+                    r.small_data += u32::from(!r.block_set.contains(&block.0));
+                    true
+                });
         if journaled {
             let id = make(cache, &[r.hold])?;
             r.homes.insert(id);
@@ -475,6 +500,7 @@ impl Journal {
             .collect();
         let start = self.head;
         let mut log = Vec::with_capacity(need as usize);
+        let mut revoke_blocks = Vec::new();
         for chunk in revokes.chunks(per_revoke) {
             let rb = RevokeBlock {
                 sequence: seq,
@@ -483,7 +509,9 @@ impl Journal {
             let bytes = rb
                 .encode(self.fmt, self.bs)
                 .map_err(|e| PatchError::Invariant(format!("revoke block: {e}")))?;
-            log.push(self.write_log(cache, &bytes, &space_dep)?);
+            let p = self.write_log(cache, &bytes, &space_dep)?;
+            log.push(p);
+            revoke_blocks.push(p);
             self.stats.revokes += chunk.len() as u64;
         }
         let mut crc = !0u32;
@@ -523,22 +551,34 @@ impl Journal {
         cb.chksum_type = commit_csum::CRC32;
         cb.chksum_size = commit_csum::CRC32_SIZE;
         cb.chksum[0] = crc;
-        let mut deps = log;
+        // The commit block goes out with the log blocks, not after them
+        // (one device flush per transaction instead of two): the checksum
+        // covers descriptors and copies, and replay ends at a transaction
+        // whose blocks did not all arrive (ASYNC_COMMIT). Revoke blocks
+        // are not in the checksum, so the commit still follows them; and
+        // it follows the previous transaction (replay stops at the first
+        // torn one) and, in `ordered` mode, the transaction's data.
+        let mut deps = revoke_blocks;
         deps.extend(self.prev_commit);
         if self.data == DataMode::Ordered {
             deps.extend(&data);
         }
         deps.extend(&space_dep);
         let commit = self.write_log(cache, &cb.encode_block(self.bs, None), &deps)?;
-        self.prev_commit = Some(commit);
-        cache.add_dependency(r.hold, commit)?;
+        // The transaction is in the log once all of it is: only then may
+        // home blocks be written, a later commit follow, or a sync return.
+        let mut whole = log;
+        whole.push(commit);
+        let logged = cache.create_empty(&whole)?;
+        self.prev_commit = Some(logged);
+        cache.add_dependency(r.hold, logged)?;
         cache.release(r.hold)?;
         let durable = if self.data == DataMode::Writeback && !data.is_empty() {
             let mut d = data.clone();
-            d.push(commit);
+            d.push(logged);
             cache.create_empty(&d)?
         } else {
-            commit
+            logged
         };
         let homes: Vec<PatchId> = r.homes.iter().filter_map(|&h| cache.resolve(h)).collect();
         let homes = cache.create_empty(&homes)?;
