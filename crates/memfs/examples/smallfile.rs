@@ -19,14 +19,22 @@ fn main() {
         let path = dir.join("smallfile.img");
         let o = stitch_mkfs::MkfsOptions {
             size: Some(1 << 30),
-            journal: matches!(mode, Consistency::Journal(_)).then_some(stitch_mkfs::JournalSize::Default),
+            journal: matches!(mode, Consistency::Journal(_))
+                .then_some(stitch_mkfs::JournalSize::Default),
             force: true,
         };
         stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
         let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
         let cache = PatchCache::new(dev.clone(), CacheConfig::default());
         let disk = DiskFs::mount(cache, mode, 1).unwrap();
-        let fs = MemFs::mount(disk, Options { flush_interval: None, ..Options::default() }).unwrap();
+        let fs = MemFs::mount(
+            disk,
+            Options {
+                flush_interval: None,
+                ..Options::default()
+            },
+        )
+        .unwrap();
         let r = fs.root();
         let d = fs.mkdir(r, b"d", 0o755, 0, 0).unwrap();
         fs.sync().unwrap();
@@ -34,7 +42,9 @@ fn main() {
         let t = Instant::now();
         for i in 0..n {
             let name = format!("f{i}");
-            let a = fs.mknod(d.ino, name.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+            let a = fs
+                .mknod(d.ino, name.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
+                .unwrap();
             fs.open(a.ino).unwrap();
             fs.write(a.ino, 0, &[7; 1024], false).unwrap();
             fs.fsync(a.ino, false).unwrap();

@@ -351,12 +351,10 @@ impl Journal {
         let live_copy = self.live_copies.contains_key(&block.0);
         let r = self.ensure_running(cache)?;
         let journaled = always
-            || (ordered
-                && (r.block_set.contains(&block.0) || r.small_data < SMALL_DATA)
-                && {
-                    r.small_data += u32::from(!r.block_set.contains(&block.0));
-                    true
-                });
+            || (ordered && (r.block_set.contains(&block.0) || r.small_data < SMALL_DATA) && {
+                r.small_data += u32::from(!r.block_set.contains(&block.0));
+                true
+            });
         if journaled {
             let id = make(cache, &[r.hold])?;
             r.homes.insert(id);
