@@ -17,6 +17,13 @@
 //! is durable (`pending_frees`); otherwise the old owner, still owning it
 //! after a crash, would show the new owner's data. When only such blocks
 //! are left, allocation commits and checkpoints, then tries again.
+//!
+//! Soft updates use the same rule as a preference: reusing a block whose
+//! free is not yet durable is correct (the dependency above) but chains the
+//! new owner behind the old owner's whole deletion (entry, inode, bitmap),
+//! one device flush per link; an fsync of a new file after an unlink took
+//! six flushes that way. A fresh block has no such chain. When only such
+//! blocks are left, allocation syncs and tries again, as in journal mode.
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
@@ -85,7 +92,8 @@ impl DiskFs {
         let bit = (block - self.group_first(g)) as usize;
         self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
         let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
-        if self.m.journal().is_some() && !self.m.journals(DATA) {
+        let soft_updates = self.m.consistency() == stitch_modes::Consistency::SoftUpdates;
+        if soft_updates || (self.m.journal().is_some() && !self.m.journals(DATA)) {
             self.pending_frees.push(g, bit, p);
         }
         self.gds[g].free_blocks_count += 1;

@@ -129,11 +129,15 @@ impl DiskFs {
         let (phys, b) = self.alloc_block(goal)?;
         let mut full = vec![0u8; self.bs];
         full[in_block..in_block + chunk.len()].copy_from_slice(chunk);
+        // The data need not wait for the bitmap: nothing points at the block
+        // yet, and no earlier owner can (allocation never takes a block
+        // whose free is not durable: `pending_frees`). Only the pointer
+        // waits for both, so data and bitmap go out in one device flush.
         let d = self.m.byte(
             BlockNo(u64::from(phys)),
             0,
             &full,
-            &[b],
+            &[],
             contents_flags(inode),
         )?;
         let mut out = vec![b, d];

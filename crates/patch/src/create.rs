@@ -215,7 +215,9 @@ impl PatchCache {
         let deps = self.live_deps(deps);
         let opts = self.cfg.optimizations;
         let was_dirty = !self.blocks.get(b).patches.is_empty();
-        let id = if opts.hard_patches && self.blocks.get(b).ext_in == 0 {
+        let prompt = opts.prompt_rounds
+            && (self.waits_on_other_block(&deps) || self.block_waits_on_other_blocks(b));
+        let id = if opts.hard_patches && self.blocks.get(b).ext_in == 0 && !prompt {
             self.create_hard(b, kind, change, deps, flags)
         } else {
             self.create_soft(b, kind, change, deps, flags)
@@ -285,6 +287,33 @@ impl PatchCache {
         }
         self.stats.merged_hard += 1;
         target
+    }
+
+    /// Whether any dependency is an uncommitted patch on a block (another
+    /// one: a patch of the block itself would be merged or overlapped).
+    /// Empty patches do not count (a journal transaction's hold: every
+    /// change of its blocks waits on it alike).
+    fn waits_on_other_block(&self, deps: &DepList) -> bool {
+        deps.iter().any(|&d| {
+            let p = self.arena.get(d);
+            p.state == State::Uncommitted && p.block != NO_BLOCK
+        })
+    }
+
+    /// Whether a patch of block `b` waits on a patch of another block.
+    /// Then no new patch of `b` is made hard (nor merged into a hard one):
+    /// a hard patch cannot be rolled back, so it would hold every later
+    /// change of the block behind that wait, however independent: a
+    /// bitmap's allocation behind a free that waits on an inode, which
+    /// waits on a directory entry, one device flush per link. Soft
+    /// patches keep their undo data and go out as soon as each is ready.
+    fn block_waits_on_other_blocks(&self, b: BlockIdx) -> bool {
+        self.blocks.get(b).patches.iter().any(|&p| {
+            self.arena.get(p).ddeps.iter().any(|&d| {
+                let dp = self.arena.get(d);
+                dp.state == State::Uncommitted && dp.block != NO_BLOCK && dp.block != b
+            })
+        })
     }
 
     /// Whether any dependency is an uncommitted patch off block `b` (or an
@@ -414,14 +443,20 @@ impl PatchCache {
     }
 
     /// A new bit patch may join a soft bit patch of the same word (with no
-    /// newer patch overlapping it) when every dependency it has is already
-    /// a direct dependency of that patch: no edge is added, so no cycle or
-    /// block-level cycle can come of it, and the bits were free to be written
-    /// together anyway. Frees of one file's blocks, all waiting on the same
-    /// cleared inode, become one patch per bitmap word this way.
+    /// newer patch overlapping it) when both wait on exactly the same
+    /// patches: no edge is added, so no cycle or block-level cycle can come
+    /// of it, and the bits were free to be written together anyway. Frees
+    /// of one file's blocks, all waiting on the same cleared inode, become
+    /// one patch per bitmap word this way. Bits that wait on less must not
+    /// join: an allocation beside a free would wait for the free's whole
+    /// chain (entry, inode), one device flush per link.
     fn joins_sibling(&self, s: PatchId, deps: &DepList) -> bool {
         let sp = self.arena.get(s);
         deps.iter().all(|&d| d == s || sp.ddeps.contains(&d))
+            && sp
+                .ddeps
+                .iter()
+                .all(|&d| deps.contains(&d) || self.arena.get(d).state != State::Uncommitted)
     }
 
     /// Adds overlap dependencies (§3.5) on the block's newest hard patch
@@ -499,6 +534,23 @@ impl PatchCache {
             .copied()
             .filter(|&d| d != t && !self.has_edge(t, d))
             .collect();
+        // A patch others wait on takes no new waits by a merge: they would
+        // all wait longer (a directory entry's removal, waited on by the
+        // inode it frees, would wait for the next file's inode too).
+        let waited_on = self
+            .arena
+            .get(t)
+            .rdeps
+            .iter()
+            .any(|&r| self.arena.get(r).block != NO_BLOCK);
+        let adds_wait = new.iter().any(|&d| {
+            let p = self.arena.get(d);
+            p.state == State::Uncommitted && p.block != NO_BLOCK
+        });
+        if self.cfg.optimizations.prompt_rounds && waited_on && adds_wait {
+            self.stats.overlap_merge_refused += 1;
+            return None;
+        }
         if self.check_new_edges(t, &new, true) != EdgeCheck::Safe {
             self.stats.overlap_merge_refused += 1;
             return None;

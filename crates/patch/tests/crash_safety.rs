@@ -392,6 +392,20 @@ proptest! {
     }
 
     #[test]
+    fn every_crash_image_is_safe_with_prompt_rounds(seed in any::<u64>()) {
+        let steps = workload(seed, 120);
+        let run = execute(&steps, Optimizations::STITCH);
+        prop_assert!(check_all_crashes(seed, &steps, &run) > 0);
+    }
+
+    #[test]
+    fn a_tiny_cache_with_prompt_rounds_stays_safe(seed in any::<u64>()) {
+        let steps = workload(seed, 120);
+        let run = execute_with(&steps, Optimizations::STITCH, 2);
+        check_all_crashes(seed, &steps, &run);
+    }
+
+    #[test]
     fn every_crash_image_is_safe_without_optimizations(seed in any::<u64>()) {
         let steps = workload(seed, 120);
         let run = execute(&steps, Optimizations::NONE);
@@ -415,6 +429,7 @@ proptest! {
         settings.push(("no ready lists", Optimizations { ready_lists: false, ..Optimizations::ALL }));
         settings.push(("hard merging without soft-to-hard", Optimizations { soft_to_hard: false, ..Optimizations::ALL }));
         settings.push(("hard patches without merging", Optimizations { hard_patches: true, ..Optimizations::NONE }));
+        settings.push(("prompt rounds (stitchfs's default)", Optimizations::STITCH));
         for (name, opts) in settings {
             let run = execute(&steps, opts);
             prop_assert!(run.final_image == reference, "seed {}: {} differs", seed, name);
