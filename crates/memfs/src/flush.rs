@@ -412,7 +412,10 @@ impl MemFs {
                 n.s.write().disk_sectors = sec;
             }
         }
-        // Inodes whose removal reached the disk leave memory.
+        // Inodes whose removal reached the disk leave memory. Their
+        // numbers are free on disk now, and a create may already have
+        // taken one for a new inode: remove only the node looked at, never
+        // whatever holds its number by now.
         for e in &plan.ops {
             for ino in e.op.subjects() {
                 let Some(n) = nodes.get(&ino) else { continue };
@@ -423,7 +426,13 @@ impl MemFs {
                     && ino != ROOT
                 {
                     drop(s);
-                    self.inner.nodes.write().remove(&ino);
+                    let mut table = self.inner.nodes.write();
+                    if table
+                        .get(&ino)
+                        .is_some_and(|m| std::sync::Arc::ptr_eq(m, n))
+                    {
+                        table.remove(&ino);
+                    }
                 }
             }
         }
