@@ -48,7 +48,7 @@ trap 'rm -rf "$scratch" "$secondary"' EXIT
 path_max=$(getconf PATH_MAX "$mnt")
 name_max=$(getconf NAME_MAX "$mnt")
 work=""
-for name in pjdfstest pjdfstest.run pjdfstest.run2; do
+for name in pjd pjd.1 pjd.22; do
   len=$((${#mnt} + 1 + ${#name} + 22))
   if (((path_max - 1 - len) % (name_max / 2) != 0)); then
     work=$mnt/$name

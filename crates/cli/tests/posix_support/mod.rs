@@ -146,6 +146,9 @@ pub fn run_ok(argv: &[String]) -> Output {
 /// A scratch directory with an image of the given mode and a mount point.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
+    /// Holds the mount point: short, under /tmp, because pjdfstest binds
+    /// unix sockets deep below it and sun_path holds only 108 bytes.
+    _mnt_dir: tempfile::TempDir,
     pub image: PathBuf,
     pub mnt: PathBuf,
     pub mode: Mode,
@@ -159,7 +162,11 @@ impl Scratch {
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
         let image = dir.path().join("fs.img");
-        let mnt = dir.path().join("mnt");
+        let mnt_dir = tempfile::Builder::new()
+            .prefix("st")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let mnt = mnt_dir.path().join("m");
         fs::create_dir(&mnt).unwrap();
         let template =
             std::env::var("STITCH_TEST_MKFS_CMD").unwrap_or_else(|_| DEFAULT_MKFS.to_string());
@@ -179,6 +186,7 @@ impl Scratch {
         run_ok(&argv);
         Scratch {
             dir,
+            _mnt_dir: mnt_dir,
             image,
             mnt,
             mode,
@@ -254,6 +262,7 @@ pub struct Mounted {
 }
 
 const MOUNT_WAIT: Duration = Duration::from_secs(60);
+const DAEMON_GRACE: Duration = Duration::from_millis(1000);
 /// A clean unmount makes everything durable first; in journal=data mode
 /// after a big workload that can take a while on a slow disk.
 const UNMOUNT_WAIT: Duration = Duration::from_secs(180);
@@ -316,15 +325,18 @@ impl Mounted {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // A command that exited (or exits now) leaves a mount `umount` ends.
-        let keep = exited.is_none()
-            && match child.try_wait().unwrap() {
-                Some(st) => {
-                    assert!(st.success(), "{argv:?} exited {st}:\n{}", read(&log));
-                    false
-                }
-                None => true,
-            };
+        // A command that exits once the mount is there (mount(8) does, a
+        // moment after the mount appears) leaves a mount `umount` ends; one
+        // still running after a grace period is a foreground daemon.
+        let grace = Instant::now();
+        while exited.is_none() && grace.elapsed() < DAEMON_GRACE {
+            if let Some(st) = child.try_wait().unwrap() {
+                assert!(st.success(), "{argv:?} exited {st}:\n{}", read(&log));
+                exited = Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let keep = exited.is_none();
         Mounted {
             mnt: mnt.to_path_buf(),
             child: keep.then_some(child),
