@@ -64,7 +64,7 @@ run() {
   local log=$1
   shift
   set +e
-  (cd "$work" && PATH=$scratch/bin:$PATH NO_COLOR=1 RUST_BACKTRACE=0 "$bin" -p "$work" -s "$secondary" "$@") >"$log" 2>&1
+  (cd "$work" && PATH=$scratch/bin:$PATH NO_COLOR=1 RUST_BACKTRACE=1 "$bin" -p "$work" -s "$secondary" "$@") >"$log" 2>&1
   local status=$?
   set -e
   # The per-test lines and the summary; backtraces stay in the log.

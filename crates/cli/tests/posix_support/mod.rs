@@ -220,6 +220,16 @@ impl Scratch {
     }
 }
 
+impl Drop for Scratch {
+    /// A failing test keeps its directory (image, logs) for a look.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!("kept for inspection: {}", self.dir.path().display());
+        }
+    }
+}
+
 /// Is `mnt` a mount point now (per /proc/self/mounts)?
 pub fn is_mounted(mnt: &Path) -> bool {
     let want = mnt.to_str().unwrap();
