@@ -20,7 +20,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use stitch_format::bitmap::Bitmap;
 use stitch_format::{GroupNo, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -101,7 +101,7 @@ impl DiskFs {
     pub(crate) fn alloc_inode(&mut self, parent: InodeNo, dir: bool) -> Result<(InodeNo, PatchId)> {
         let ino = match self.wanted_ino.take() {
             Some(ino) => {
-                if !self.reserved.remove(&ino) {
+                if !self.reserved.allocated(ino, self.geo.inodes_per_group) {
                     return Err(DiskError::Invalid("inode number not reserved"));
                 }
                 ino
@@ -137,12 +137,12 @@ impl DiskFs {
     /// number whose file never reached the disk.
     pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let ino = self.pick_inode(parent, dir)?;
-        self.reserved.insert(ino);
+        self.reserved.insert(ino, self.geo.inodes_per_group);
         Ok(ino)
     }
 
     pub fn unreserve_inode(&mut self, ino: InodeNo) {
-        self.reserved.remove(&ino);
+        self.reserved.remove(ino, self.geo.inodes_per_group);
     }
 
     /// How many free inodes are reserved.
@@ -161,18 +161,21 @@ impl DiskFs {
                 .map_or(0, |(g, _)| g.0 as usize)
         };
         let first_ino = self.sb.first_ino() as usize;
+        let ipg = self.geo.inodes_per_group as usize;
         for k in 0..groups {
             let g = (g0 + k) % groups;
-            if self.gds[g].free_inodes_count == 0 {
+            let free = self.gds[g].free_inodes_count as usize;
+            if free <= self.reserved.in_group(g) {
                 continue;
             }
-            let ipg = self.geo.inodes_per_group as usize;
             // Inodes below first_ino are reserved (root, journal, ...).
             let start = if g == 0 { first_ino - 1 } else { 0 };
-            let mut from = start;
-            while let Some(bit) = self.find_clear_in(self.gds[g].inode_bitmap, from, ipg)? {
+            let mut from = start.max(self.reserved.hint(g));
+            let bytes = self.m.read(BlockNo(u64::from(self.gds[g].inode_bitmap)))?;
+            let bitmap = Bitmap::new(bytes);
+            while let Some(bit) = bitmap.find_clear(from, ipg) {
                 let ino = InodeNo((g * ipg + bit + 1) as u32);
-                if !self.reserved.contains(&ino) {
+                if !self.reserved.contains(ino) {
                     return Ok(ino);
                 }
                 from = bit + 1;
@@ -200,6 +203,8 @@ impl DiskFs {
             "freeing a free inode",
         )?;
         let p = self.flip(self.gds[g].inode_bitmap, index as usize, deps)?;
+        self.reserved.freed(g, index as usize);
+        self.forget_dir(ino);
         self.gds[g].free_inodes_count += 1;
         self.sb.free_inodes_count += 1;
         if dir {
@@ -244,11 +249,6 @@ impl DiskFs {
     }
 
     /// The first clear bit in `[start, end)`, no wrapping.
-    fn find_clear_in(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
-        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
-        Ok(Bitmap::new(bytes).find_clear(start, end))
-    }
-
     fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
         let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
         Ok(clear_from(&Bitmap::new(bytes), start, end))
@@ -357,5 +357,83 @@ impl PendingFrees {
 
     fn mask(&self, group: usize) -> Option<&[u8]> {
         self.masks.get(&group).map(|(m, _)| m.as_slice())
+    }
+}
+
+/// Inode numbers reserved ahead of their allocation
+/// ([`DiskFs::reserve_inode`]), with what keeps picking the next one cheap
+/// while thousands are reserved: a count per group, and per group a bit
+/// below which every inode is in use or reserved (the search starts there).
+#[derive(Default)]
+pub(crate) struct Reserved {
+    set: HashSet<InodeNo>,
+    per_group: Vec<usize>,
+    hints: Vec<usize>,
+}
+
+impl Reserved {
+    fn slot(v: &mut Vec<usize>, g: usize) -> &mut usize {
+        if v.len() <= g {
+            v.resize(g + 1, 0);
+        }
+        &mut v[g]
+    }
+
+    fn split(ino: InodeNo, ipg: u32) -> (usize, usize) {
+        let i = ino.0 as usize - 1;
+        (i / ipg as usize, i % ipg as usize)
+    }
+
+    pub(crate) fn contains(&self, ino: InodeNo) -> bool {
+        self.set.contains(&ino)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    fn in_group(&self, g: usize) -> usize {
+        self.per_group.get(g).copied().unwrap_or(0)
+    }
+
+    fn hint(&self, g: usize) -> usize {
+        self.hints.get(g).copied().unwrap_or(0)
+    }
+
+    /// Records `ino`, the first free unreserved inode at or above its
+    /// group's hint (what `pick_inode` returns), so the hint moves past it.
+    fn insert(&mut self, ino: InodeNo, ipg: u32) {
+        if self.set.insert(ino) {
+            let (g, bit) = Self::split(ino, ipg);
+            *Self::slot(&mut self.per_group, g) += 1;
+            let h = Self::slot(&mut self.hints, g);
+            *h = (*h).max(bit + 1);
+        }
+    }
+
+    /// Forgets `ino`; a number given back may be picked again.
+    fn remove(&mut self, ino: InodeNo, ipg: u32) -> bool {
+        if !self.set.remove(&ino) {
+            return false;
+        }
+        let (g, bit) = Self::split(ino, ipg);
+        *Self::slot(&mut self.per_group, g) -= 1;
+        self.freed(g, bit);
+        true
+    }
+
+    /// `ino` reached the bitmap: no longer reserved, and still not free.
+    fn allocated(&mut self, ino: InodeNo, ipg: u32) -> bool {
+        if !self.set.remove(&ino) {
+            return false;
+        }
+        *Self::slot(&mut self.per_group, Self::split(ino, ipg).0) -= 1;
+        true
+    }
+
+    /// Bit `bit` of group `g` became free (or unreserved): search from it.
+    fn freed(&mut self, g: usize, bit: usize) {
+        let h = Self::slot(&mut self.hints, g);
+        *h = (*h).min(bit);
     }
 }

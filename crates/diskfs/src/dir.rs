@@ -1,16 +1,49 @@
-//! Directories: linear ext2 directories, looked up by scanning their
-//! blocks; entries added in the first block with room (reusing the slack of
-//! removed entries), or in a new block; removed by merging into the
-//! previous entry. A directory with a hash index gets its index flag
-//! cleared when changed, which leaves it a valid linear directory.
+//! Directories: linear ext2 directories; entries added in the first block
+//! with room (reusing the slack of removed entries), or in a new block;
+//! removed by merging into the previous entry. A directory with a hash
+//! index gets its index flag cleared when changed, which leaves it a valid
+//! linear directory.
+//!
+//! The disk format is linear, but finding a name is not: the first use of a
+//! directory scans it once into a [`DirIndex`] (memory only): its blocks,
+//! which block holds each name, and each block's largest free slot. Every
+//! edit here keeps the index exact, so a lookup, an add or a remove reads
+//! one block, and a directory of a million names is not scanned per
+//! operation. Invariant: an index exists only for a directory whose block
+//! count it matches (checked on use; a mismatch rebuilds it), and it goes
+//! when the inode is freed.
 
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
+use std::collections::HashMap;
 use stitch_format::dir::{self as fdir, MAX_NAME};
 use stitch_format::inode::flags;
 use stitch_format::{FileType, Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
+
+/// Directories indexed at once; past this, one is forgotten per new one.
+const MAX_INDEXED: usize = 4096;
+
+/// One directory's blocks and names, as the blocks in the cache hold them.
+#[derive(Default)]
+pub(crate) struct DirIndex {
+    /// Physical blocks, in logical order.
+    blocks: Vec<u32>,
+    /// Which block (logical) holds each used name.
+    names: HashMap<Vec<u8>, u32>,
+    /// The largest record a block can take (`fdir::insert`'s test).
+    room: Vec<usize>,
+}
+
+/// The largest record `block` can take.
+fn room_in(block: &[u8]) -> usize {
+    fdir::entries(block)
+        .filter_map(|e| e.ok())
+        .map(|e| e.slack())
+        .max()
+        .unwrap_or(0)
+}
 
 /// One entry as `readdir` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,17 +92,67 @@ impl DiskFs {
         if name.len() > MAX_NAME {
             return Err(DiskError::NameTooLong);
         }
-        for b in self.dir_blocks(&inode)? {
-            let block = self.m.read(BlockNo(u64::from(b)))?;
-            if let Some(e) = fdir::lookup(block, name).map_err(|e| e.in_block(u64::from(b)))? {
-                return Ok(Some(Entry {
-                    name: e.name.to_vec(),
-                    ino: e.inode,
-                    kind: e.file_type(),
-                }));
-            }
+        let idx = self.index(dir, &inode)?;
+        let Some(&i) = idx.names.get(name) else {
+            return Ok(None);
+        };
+        let b = idx.blocks[i as usize];
+        let block = self.m.read(BlockNo(u64::from(b)))?;
+        match fdir::lookup(block, name).map_err(|e| e.in_block(u64::from(b)))? {
+            Some(e) => Ok(Some(Entry {
+                name: e.name.to_vec(),
+                ino: e.inode,
+                kind: e.file_type(),
+            })),
+            None => Err(self.stale_index(dir, "a name is not where the index has it")),
         }
-        Ok(None)
+    }
+
+    /// The index of `dir` (`inode`), built by one scan if missing or if
+    /// the directory's block count changed under it.
+    fn index(&mut self, dir: InodeNo, inode: &Inode) -> Result<&DirIndex> {
+        let n = inode.size().div_ceil(self.bs as u64) as usize;
+        if self.dirs.get(&dir).is_none_or(|d| d.blocks.len() != n) {
+            let blocks = self.dir_blocks(inode)?;
+            let mut idx = DirIndex {
+                names: HashMap::new(),
+                room: Vec::with_capacity(blocks.len()),
+                blocks: Vec::new(),
+            };
+            for (i, &b) in blocks.iter().enumerate() {
+                let block = self.m.read(BlockNo(u64::from(b)))?;
+                let mut room = 0;
+                for e in fdir::entries(block) {
+                    let e = e.map_err(|e| e.in_block(u64::from(b)))?;
+                    room = room.max(e.slack());
+                    if e.inode.0 != 0 {
+                        idx.names.insert(e.name.to_vec(), i as u32);
+                    }
+                }
+                idx.room.push(room);
+            }
+            idx.blocks = blocks;
+            if self.dirs.len() >= MAX_INDEXED {
+                if let Some(&k) = self.dirs.keys().next() {
+                    self.dirs.remove(&k);
+                }
+            }
+            self.dirs.insert(dir, idx);
+        }
+        Ok(&self.dirs[&dir])
+    }
+
+    /// Drops an index found wrong (a bug, or a directory changed behind
+    /// diskfs's back) and says so; the next use rebuilds it.
+    fn stale_index(&mut self, dir: InodeNo, what: &str) -> DiskError {
+        self.dirs.remove(&dir);
+        DiskError::Corrupt(format!("directory {}: {what}", dir.0))
+    }
+
+    /// Forgets the index of an inode that is freed (its number may come
+    /// back as another directory).
+    pub(crate) fn forget_dir(&mut self, ino: InodeNo) {
+        self.dirs.remove(&ino);
     }
 
     /// Every used entry of `dir`, `.` and `..` included.
@@ -92,25 +175,60 @@ impl DiskFs {
         Ok(out)
     }
 
-    /// Tries `edit` on each block of directory `dir` in turn; the first
-    /// block it changes is written as one patch after `deps`, covering also
-    /// the bytes the edit says it read (see `diff::write_covering`). Returns
-    /// what the edit returned and that patch.
+    /// Tries `edit` on the blocks `candidates` (logical, in order) of
+    /// directory `dir`; the first block it changes is written as one patch
+    /// after `deps`, covering also the bytes the edit says it read (see
+    /// `diff::write_covering`), and its free room is noted in the index.
+    /// Returns what the edit returned, that patch and the block's index.
     fn edit_dir_block<T>(
         &mut self,
-        inode: &Inode,
+        dir: InodeNo,
+        candidates: &[u32],
         deps: &[PatchId],
         mut edit: impl FnMut(&mut [u8]) -> stitch_format::Result<Option<(T, Option<(usize, usize)>)>>,
-    ) -> Result<Option<(T, Vec<PatchId>)>> {
-        for b in self.dir_blocks(inode)? {
+    ) -> Result<Option<(T, Vec<PatchId>, u32)>> {
+        for &i in candidates {
+            let b = self.dirs[&dir].blocks[i as usize];
             let blk = BlockNo(u64::from(b));
             let mut bytes = self.m.read(blk)?.to_vec();
-            if let Some((value, read)) = edit(&mut bytes).map_err(|e| e.in_block(u64::from(b)))? {
-                let patch = diff::write_covering(&mut self.m, blk, 0, &bytes, read, deps, META)?;
-                return Ok(Some((value, patch)));
+            let edited = match edit(&mut bytes) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.dirs.remove(&dir);
+                    return Err(e.in_block(u64::from(b)).into());
+                }
+            };
+            let room = room_in(&bytes);
+            if let Some((value, read)) = edited {
+                let patch =
+                    match diff::write_covering(&mut self.m, blk, 0, &bytes, read, deps, META) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            self.dirs.remove(&dir);
+                            return Err(e.into());
+                        }
+                    };
+                if let Some(d) = self.dirs.get_mut(&dir) {
+                    d.room[i as usize] = room;
+                }
+                return Ok(Some((value, patch, i)));
+            }
+            if let Some(d) = self.dirs.get_mut(&dir) {
+                d.room[i as usize] = room;
             }
         }
         Ok(None)
+    }
+
+    /// The block of `dir` holding `name`, as a candidate list.
+    fn block_of(&mut self, dir: InodeNo, inode: &Inode, name: &[u8]) -> Result<Vec<u32>> {
+        Ok(self
+            .index(dir, inode)?
+            .names
+            .get(name)
+            .copied()
+            .into_iter()
+            .collect())
     }
 
     /// Adds an entry; it depends on `deps` (the initialized inode it names:
@@ -126,12 +244,25 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        let inserted = self.edit_dir_block(&inode, deps, |bytes| {
+        let need = fdir::rec_len_for(name.len());
+        let candidates: Vec<u32> = {
+            let idx = self.index(dir, &inode)?;
+            if idx.names.contains_key(name) {
+                return Err(DiskError::Exists);
+            }
+            (0..idx.room.len() as u32)
+                .filter(|&i| idx.room[i as usize] >= need)
+                .collect()
+        };
+        let inserted = self.edit_dir_block(dir, &candidates, deps, |bytes| {
             Ok(fdir::insert(bytes, name, ino, ft)?.then_some(((), None)))
         })?;
-        if let Some(((), added)) = inserted {
+        if let Some(((), added, i)) = inserted {
             if let Some(&p) = added.first() {
                 self.entry_adds.insert((dir, name.to_vec()), p);
+            }
+            if let Some(d) = self.dirs.get_mut(&dir) {
+                d.names.insert(name.to_vec(), i);
             }
             out.extend(added);
             out.extend(self.touch(dir, &mut inode, now)?);
@@ -145,11 +276,36 @@ impl DiskFs {
             ));
         }
         let logical = inode.size() / self.bs as u64;
-        let (n, ps) = self.write_data(dir, &mut inode, logical * self.bs as u64, &bytes, now)?;
+        let written = self.write_data(dir, &mut inode, logical * self.bs as u64, &bytes, now);
+        let (n, ps) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                self.dirs.remove(&dir);
+                return Err(e);
+            }
+        };
         if n < bytes.len() {
+            self.dirs.remove(&dir);
             return Err(DiskError::NoSpace("no block for a directory"));
         }
         out.extend(ps);
+        // The index grows by the new block (or is rebuilt if that fails).
+        match self.bmap(&inode, logical)? {
+            Some(b)
+                if self
+                    .dirs
+                    .get(&dir)
+                    .is_some_and(|d| d.blocks.len() as u64 == logical) =>
+            {
+                let d = self.dirs.get_mut(&dir).expect("checked");
+                d.blocks.push(b);
+                d.room.push(room_in(&bytes));
+                d.names.insert(name.to_vec(), logical as u32);
+            }
+            _ => {
+                self.dirs.remove(&dir);
+            }
+        }
         Ok(out)
     }
 
@@ -165,7 +321,8 @@ impl DiskFs {
     ) -> Result<(Entry, Vec<PatchId>, bool)> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        let removed = self.edit_dir_block(&inode, deps, |bytes| {
+        let candidates = self.block_of(dir, &inode, name)?;
+        let removed = self.edit_dir_block(dir, &candidates, deps, |bytes| {
             let Some(found) = fdir::lookup(bytes, name)? else {
                 return Ok(None);
             };
@@ -175,9 +332,12 @@ impl DiskFs {
             let kind = found.file_type();
             Ok(fdir::remove(bytes, name)?.map(|ino| ((ino, kind), Some(header))))
         })?;
-        let Some(((ino, kind), gone)) = removed else {
+        let Some(((ino, kind), gone, _)) = removed else {
             return Err(DiskError::NotFound);
         };
+        if let Some(d) = self.dirs.get_mut(&dir) {
+            d.names.remove(name);
+        }
         let never_on_disk = self.never_on_disk(dir, name, &gone);
         out.extend(gone);
         out.extend(self.touch(dir, &mut inode, now)?);
@@ -206,10 +366,11 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
-        let set = self.edit_dir_block(&inode, deps, |bytes| {
+        let candidates = self.block_of(dir, &inode, name)?;
+        let set = self.edit_dir_block(dir, &candidates, deps, |bytes| {
             Ok(fdir::set_inode(bytes, name, ino, ft)?.then_some(((), None)))
         })?;
-        let Some(((), patch)) = set else {
+        let Some(((), patch, _)) = set else {
             return Err(DiskError::NotFound);
         };
         out.extend(patch);
@@ -237,10 +398,12 @@ impl DiskFs {
 
     /// Whether `dir` holds nothing but `.` and `..`.
     pub(crate) fn is_empty_dir(&mut self, dir: InodeNo) -> Result<bool> {
+        let inode = self.dir_inode(dir)?;
         Ok(self
-            .readdir(dir)?
-            .iter()
-            .all(|e| e.name == b"." || e.name == b".."))
+            .index(dir, &inode)?
+            .names
+            .keys()
+            .all(|n| n == b"." || n == b".."))
     }
 
     /// A changed directory loses its hash index (we keep directories linear).

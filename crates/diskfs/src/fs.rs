@@ -45,10 +45,12 @@ pub struct DiskFs {
     pub(crate) replayed: Option<Replayed>,
     /// Inode numbers handed out by [`DiskFs::reserve_inode`] whose
     /// allocation has not reached the bitmap yet (memory only).
-    pub(crate) reserved: std::collections::HashSet<InodeNo>,
+    pub(crate) reserved: crate::alloc::Reserved,
     /// The reserved number the operation being applied must take
     /// ([`DiskFs::apply_as`]).
     pub(crate) wanted_ino: Option<InodeNo>,
+    /// Directories' names by block (memory only; see `dir`).
+    pub(crate) dirs: std::collections::HashMap<InodeNo, crate::dir::DirIndex>,
 }
 
 impl DiskFs {
@@ -89,6 +91,7 @@ impl DiskFs {
             replayed: None,
             reserved: Default::default(),
             wanted_ino: None,
+            dirs: Default::default(),
         };
         fs.replayed = fs.replay_journal()?;
         if fs.replayed.is_some() {

@@ -364,3 +364,98 @@ fn mount_marks_the_file_system_in_use_and_unmount_clean() {
     fs.unmount(NOW).unwrap();
     assert_eq!(state_of(&dev.snapshot()) & 1, 1, "clean after unmount");
 }
+
+/// A directory of thousands of names, thinned and refilled: lookups find
+/// every name (and no removed one), freed slots are reused before the
+/// directory grows, renames move names between blocks, a directory freed
+/// and its number reused starts empty, and both checkers find the image
+/// clean, also after a remount (which reads the blocks afresh).
+#[test]
+fn a_large_directory_thinned_and_refilled_stays_exact() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let (big, _) = fs.mkdir(root, b"big", 0o755, 0, 0, NOW).unwrap();
+    let n = 3000u32;
+    let name = |i: u32| format!("entry-{i:06}");
+    let mut inos = std::collections::BTreeMap::new();
+    for i in 0..n {
+        let (ino, _) = fs
+            .create(big, name(i).as_bytes(), 0o644, 0, 0, NOW)
+            .unwrap();
+        inos.insert(name(i), ino);
+    }
+    let full = fs.getattr(big).unwrap().size;
+    assert!(full > 10 * 4096, "{full}");
+    for i in (0..n).step_by(2) {
+        fs.unlink(big, name(i).as_bytes(), NOW).unwrap();
+        inos.remove(&name(i));
+    }
+    assert!(matches!(
+        fs.create(big, name(1).as_bytes(), 0o644, 0, 0, NOW),
+        Err(DiskError::Exists)
+    ));
+    // Same-length names fit the freed slots: the directory does not grow.
+    for i in (0..n).step_by(2) {
+        let new = format!("again-{i:06}");
+        let (ino, _) = fs.create(big, new.as_bytes(), 0o644, 0, 0, NOW).unwrap();
+        inos.insert(new, ino);
+    }
+    assert_eq!(fs.getattr(big).unwrap().size, full);
+    // Renames within the directory and out of it.
+    for i in (1..n).step_by(10) {
+        let (from, to) = (name(i), format!("moved-{i:06}"));
+        fs.rename(
+            big,
+            from.as_bytes(),
+            big,
+            to.as_bytes(),
+            Default::default(),
+            NOW,
+        )
+        .unwrap();
+        let ino = inos.remove(&from).unwrap();
+        inos.insert(to, ino);
+    }
+    fs.rename(big, b"again-000000", root, b"out", Default::default(), NOW)
+        .unwrap();
+    let out = inos.remove("again-000000").unwrap();
+    // A directory emptied and removed; its number reused by a new one.
+    let (small, _) = fs.mkdir(root, b"small", 0o755, 0, 0, NOW).unwrap();
+    for i in 0..300 {
+        fs.create(small, name(i).as_bytes(), 0o644, 0, 0, NOW)
+            .unwrap();
+    }
+    for i in 0..300 {
+        fs.unlink(small, name(i).as_bytes(), NOW).unwrap();
+    }
+    fs.rmdir(root, b"small", NOW).unwrap();
+    let (again, _) = fs.mkdir(root, b"again", 0o755, 0, 0, NOW).unwrap();
+    assert_eq!(again, small, "the freed directory's number comes back");
+    assert!(fs.lookup(again, name(5).as_bytes()).unwrap().is_none());
+    fs.create(again, name(5).as_bytes(), 0o644, 0, 0, NOW)
+        .unwrap();
+
+    let check = |fs: &mut stitch_diskfs::DiskFs,
+                 inos: &std::collections::BTreeMap<String, InodeNo>| {
+        for (k, ino) in inos {
+            assert_eq!(
+                fs.lookup(big, k.as_bytes()).unwrap().map(|e| e.ino),
+                Some(*ino),
+                "{k}"
+            );
+        }
+        for i in (0..n).step_by(2) {
+            assert!(fs.lookup(big, name(i).as_bytes()).unwrap().is_none());
+        }
+        let listed = fs.readdir(big).unwrap().len();
+        assert_eq!(listed, inos.len() + 2);
+        assert_eq!(fs.lookup(root, b"out").unwrap().map(|e| e.ino), Some(out));
+    };
+    check(&mut fs, &inos);
+    drop(fs.unmount(NOW + 1).unwrap());
+    let image = dev.snapshot();
+    judge(tmp.path(), &image);
+    let (_, mut fs) = mount(image, Consistency::SoftUpdates);
+    check(&mut fs, &inos);
+}

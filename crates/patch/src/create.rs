@@ -183,9 +183,16 @@ impl PatchCache {
     /// ones and duplicates.
     fn live_deps(&self, deps: &[PatchId]) -> DepList {
         let mut out = DepList::new();
+        // Long lists (a flush's group of every patch it made) are deduplicated
+        // by a set; short ones by a scan.
+        let mut seen = (deps.len() > 16).then(std::collections::HashSet::new);
         for &d in deps {
             if let Some(live) = self.arena.resolve(d) {
-                if !out.contains(&live) {
+                let new = match &mut seen {
+                    Some(set) => set.insert(live),
+                    None => !out.contains(&live),
+                };
+                if new {
                     out.push(live);
                 }
             }
