@@ -10,6 +10,16 @@ have debugfs || need_apt+=(e2fsprogs)
 have fusermount3 || need_apt+=(fuse3)
 have mount || need_apt+=(mount)
 have losetup || need_apt+=(util-linux)
+# Real programs and POSIX suites on the mount (crates/cli/tests/programs.rs,
+# conformance.rs, scripts/posix/): the tools, and fuse2fs as a reference.
+have git || need_apt+=(git)
+have sqlite3 || need_apt+=(sqlite3)
+have make || need_apt+=(make)
+have gcc || need_apt+=(gcc)
+have ar || need_apt+=(binutils)
+have tar || need_apt+=(tar)
+have fuse2fs || need_apt+=(fuse2fs)
+have findmnt || need_apt+=(util-linux)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q
@@ -21,6 +31,9 @@ if ! have cargo; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# pjdfstest and fsx (pinned, from crates.io) and pjdfstest's dummy user.
+"$(dirname "$0")/posix/install-tools.sh"
 
 # Plots of benchmark results.
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then

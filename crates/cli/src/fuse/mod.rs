@@ -12,18 +12,23 @@
 //!   No writeback cache: each `write` reaches memfs before it returns.
 //! - Permissions are checked by the kernel (`default_permissions`); memfs
 //!   applies ext2 semantics (setgid directories, link counts).
+//! - Node ids the kernel holds are counted (lookups less forgets); a number
+//!   ext2 reuses for a new inode while the kernel still holds the old one
+//!   gets a new generation, so the kernel does not take one for the other
+//!   ([`nodes`]).
 //! - Directory listings are snapshotted at `opendir`, so offsets stay
 //!   stable however the directory changes while it is read ([`dirs`]).
 //! - A panic in a handler is caught, logged, and answered with `EIO`; the
 //!   mount stays up.
 //!
 //! Modules: `ops` (the `fuser::Filesystem` methods), `dirs` (directory
-//! handles), `diag` (where messages go: stderr, or syslog once daemonized),
+//! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
 pub mod daemon;
 pub mod diag;
 mod dirs;
+mod nodes;
 mod ops;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
@@ -44,6 +49,7 @@ const EXT2_ROOT: u64 = 2;
 pub struct StitchFuse {
     fs: MemFs,
     dirs: dirs::DirHandles,
+    nodes: nodes::Nodes,
 }
 
 impl StitchFuse {
@@ -51,6 +57,7 @@ impl StitchFuse {
         StitchFuse {
             fs,
             dirs: dirs::DirHandles::default(),
+            nodes: nodes::Nodes::default(),
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use super::dirs::{self, Slot};
 use super::{
-    check_name, entry_attr, ext_ino, file_type, serve, stat_attr, ErrorReply, Failure, OpResult,
-    StitchFuse, MAX_WRITE, TTL,
+    check_name, entry_attr, ext_ino, file_type, node_id, serve, stat_attr, ErrorReply, Failure,
+    OpResult, StitchFuse, MAX_WRITE, TTL,
 };
 use fuser::{
     AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
@@ -31,10 +31,6 @@ const WANTED: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_CACHE_SYMLINKS);
-
-fn entry(reply: ReplyEntry, a: Attr) {
-    reply.entry(&TTL, &entry_attr(&a), Generation(0));
-}
 
 fn ok(reply: ReplyEmpty, _: ()) {
     reply.ok();
@@ -71,6 +67,12 @@ fn perm(mode: u32) -> u16 {
 }
 
 impl StitchFuse {
+    /// Answers with an entry the kernel will hold (`fresh`: a new inode).
+    fn entry(&self, reply: ReplyEntry, a: Attr, fresh: bool) {
+        let g = self.nodes.hold(node_id(a.ino).0, fresh);
+        reply.entry(&TTL, &entry_attr(&a), Generation(g));
+    }
+
     /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
     /// resolves them itself, but an exported or stacked mount may ask).
     fn lookup_name(&self, dir: u64, name: &[u8]) -> OpResult<Attr> {
@@ -164,8 +166,13 @@ impl fuser::Filesystem for StitchFuse {
             name,
             reply,
             |d, n| self.lookup_name(d, n),
-            entry,
+            |r, a| self.entry(r, a, false),
         );
+    }
+
+    /// The kernel dropped `nlookup` of the entries it was sent for `ino`.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.nodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -240,7 +247,9 @@ impl fuser::Filesystem for StitchFuse {
             let (uid, gid) = (req.uid(), req.gid());
             Ok(self.fs.mknod(d, n, kind, perm(mode), dev, uid, gid)?)
         };
-        on_name("mknod", parent, name, reply, work, entry);
+        on_name("mknod", parent, name, reply, work, |r, a| {
+            self.entry(r, a, true)
+        });
     }
 
     fn mkdir(
@@ -254,7 +263,9 @@ impl fuser::Filesystem for StitchFuse {
     ) {
         let (uid, gid) = (req.uid(), req.gid());
         let work = |d, n: &[u8]| self.fs.mkdir(d, n, perm(mode), uid, gid);
-        on_name("mkdir", parent, name, reply, work, entry);
+        on_name("mkdir", parent, name, reply, work, |r, a| {
+            self.entry(r, a, true)
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -283,7 +294,9 @@ impl fuser::Filesystem for StitchFuse {
         let (uid, gid) = (req.uid(), req.gid());
         let target = target.as_os_str().as_bytes();
         let work = |d, n: &[u8]| self.fs.symlink(d, n, target, uid, gid);
-        on_name("symlink", parent, link_name, reply, work, entry);
+        on_name("symlink", parent, link_name, reply, work, |r, a| {
+            self.entry(r, a, true)
+        });
     }
 
     fn rename(
@@ -323,7 +336,9 @@ impl fuser::Filesystem for StitchFuse {
     ) {
         let ino = ext_ino(ino);
         let work = |d, n: &[u8]| self.fs.link(ino, d, n);
-        on_name("link", newparent, newname, reply, work, entry);
+        on_name("link", newparent, newname, reply, work, |r, a| {
+            self.entry(r, a, false)
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -459,7 +474,17 @@ impl fuser::Filesystem for StitchFuse {
                 };
                 let Ok(attr) = attr else { continue };
                 let name = OsStr::from_bytes(&s.name);
-                if r.add(attr.ino, next, name, &TTL, &attr, Generation(0)) {
+                // The kernel holds every entry it is sent but `.` and `..`.
+                let counted = !matches!(s.name.as_slice(), b"." | b"..");
+                let g = if counted {
+                    self.nodes.hold(attr.ino.0, false)
+                } else {
+                    self.nodes.generation(attr.ino.0)
+                };
+                if r.add(attr.ino, next, name, &TTL, &attr, Generation(g)) {
+                    if counted {
+                        self.nodes.forget(attr.ino.0, 1); // not sent
+                    }
                     break;
                 }
             }
@@ -533,10 +558,11 @@ impl fuser::Filesystem for StitchFuse {
             Ok(a)
         };
         on_name("create", parent, name, reply, work, |r, a| {
+            let g = self.nodes.hold(node_id(a.ino).0, true);
             r.created(
                 &TTL,
                 &entry_attr(&a),
-                Generation(0),
+                Generation(g),
                 FileHandle(0),
                 OPEN_FLAGS,
             )
