@@ -252,7 +252,7 @@ fn attempt(
 
 fn mount(img: &Path, mode: Consistency) -> anyhow::Result<DiskFs> {
     let dev = FileDevice::open(img, OpenOptions::default())?;
-    let cache = PatchCache::new(Arc::new(dev), tree::cache_config(Optimizations::ALL));
+    let cache = PatchCache::new(Arc::new(dev), tree::cache_config(Optimizations::default()));
     Ok(DiskFs::mount_with(
         cache,
         mode,
