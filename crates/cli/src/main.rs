@@ -26,6 +26,9 @@ enum Command {
     Fsck(cmd::fsck::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),
+    /// Crash-test workloads: every crash image recovered and judged by
+    /// e2fsck, our fsck and a reference model (exit 1 on any violation).
+    Crashtest(cmd::crashtest::Args),
 }
 
 fn main() {
@@ -37,6 +40,10 @@ fn main() {
             Err(e) => Err(e),
         },
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Crashtest(args) => match cmd::crashtest::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
     };
     if let Err(err) = result {
         eprintln!("stitchfs: {err:#}");

@@ -1,5 +1,6 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod bench;
+pub mod crashtest;
 pub mod fsck;
 pub mod mkfs;

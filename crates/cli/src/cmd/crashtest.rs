@@ -1,0 +1,208 @@
+//! `stitchfs crashtest`: run workloads on the recording device, build every
+//! crash image, recover each with stitchfs and judge it with e2fsck, our
+//! fsck and the reference model (crate `stitch-crashtest`). Prints a
+//! summary table; saves each violation (crash image, operations, expected
+//! and found states, the command reproducing it) under `--out`; exits 1 if
+//! anything was violated.
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use stitch_crashtest::{workload, Config, Consistency, DataMode, Event};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Consistency mode: async, softupdates, journal, or all (softupdates
+    /// and journal in every data mode; async is the control, which must
+    /// show violations).
+    #[arg(long, default_value = "all")]
+    pub mode: String,
+    /// Data mode with --mode journal: writeback, ordered, journal, or all.
+    #[arg(long, default_value = "ordered")]
+    pub data: String,
+    /// Workloads: all (named and generated), named, generated, one named
+    /// workload (featherstitch, mcorefs-rename, mcorefs-loop, mcorefs-rmrf,
+    /// ccfs-journal-update, maildelivery), or a spec `gen:STEPS` as printed
+    /// in a violation.
+    #[arg(long, default_value = "all")]
+    pub workload: String,
+    /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
+    /// ones sampled [default: 1; 3 with --long].
+    #[arg(long)]
+    pub length: Option<usize>,
+    /// Generated workloads drawn per sampled length [default: 100; 1000
+    /// with --long].
+    #[arg(long)]
+    pub samples: Option<usize>,
+    /// Largest epoch whose crash states are all enumerated; beyond, this
+    /// many are sampled [default: 32; 256 with --long].
+    #[arg(long)]
+    pub max_states: Option<u64>,
+    /// Seed of the sampling (crash states, longer workloads); printed, and
+    /// random if not given.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Worker threads [default: the number of CPUs].
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// A long run: longer sequences, more samples, more crash states.
+    #[arg(long)]
+    pub long: bool,
+    /// Where violations are saved, one directory each.
+    #[arg(long, default_value = "crashtest-violations")]
+    pub out: PathBuf,
+    /// Save at most this many violations.
+    #[arg(long, default_value_t = 100)]
+    pub keep: usize,
+    /// Judge only this crash state of each workload (as a violation's
+    /// reproduction command gives it).
+    #[arg(long)]
+    pub state: Option<usize>,
+    /// List the selected workloads and exit.
+    #[arg(long)]
+    pub list: bool,
+}
+
+fn modes(mode: &str, data: &str) -> anyhow::Result<Vec<Consistency>> {
+    let datas = |d: &str| -> anyhow::Result<Vec<DataMode>> {
+        Ok(match d {
+            "all" => vec![DataMode::Writeback, DataMode::Ordered, DataMode::Journal],
+            d => vec![d.parse().map_err(anyhow::Error::msg)?],
+        })
+    };
+    Ok(match mode {
+        "all" => {
+            let mut v = vec![Consistency::SoftUpdates];
+            v.extend(datas("all")?.into_iter().map(Consistency::Journal));
+            v
+        }
+        "async" => vec![Consistency::Async],
+        "softupdates" | "soft-updates" => vec![Consistency::SoftUpdates],
+        "journal" => datas(data)?.into_iter().map(Consistency::Journal).collect(),
+        other => bail!("unknown mode {other:?} (async, softupdates, journal, all)"),
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let length = args.length.unwrap_or(if args.long { 3 } else { 1 });
+    let samples = args.samples.unwrap_or(if args.long { 1000 } else { 100 });
+    let max_states = args.max_states.unwrap_or(if args.long { 256 } else { 32 });
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64 % 1_000_000)
+    });
+    let workloads = match args.workload.as_str() {
+        "all" => {
+            let mut w = workload::named();
+            w.extend(workload::generated(length, samples, seed));
+            w
+        }
+        "named" => workload::named(),
+        "generated" => workload::generated(length, samples, seed),
+        spec => vec![workload::parse(spec).map_err(anyhow::Error::msg)?],
+    };
+    if args.list {
+        for w in &workloads {
+            println!("{}", w.name);
+        }
+        return Ok(0);
+    }
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let cfg = Config {
+        max_states,
+        seed,
+        jobs,
+        out: Some(args.out.clone()),
+        keep: args.keep,
+        only_state: args.state,
+        ..Config::new(modes(&args.mode, &args.data)?, workloads)
+    };
+    println!(
+        "crashtest: {} workload(s) x {} mode(s), max {} crash states per epoch, seed {}, {} job(s)",
+        cfg.workloads.len(),
+        cfg.modes.len(),
+        max_states,
+        seed,
+        jobs
+    );
+    let bar = ProgressBar::new(0);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise} eta {eta}]",
+            )
+            .context("progress template")?,
+        );
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let states = AtomicUsize::new(0);
+    let violations = AtomicUsize::new(0);
+    let summary = stitch_crashtest::run(&cfg, &|e| match e {
+        Event::Start { jobs } => bar.set_length(*jobs as u64),
+        Event::Done {
+            states: s,
+            violations: v,
+            ..
+        } => {
+            let s = states.fetch_add(*s, Ordering::Relaxed) + s;
+            let v = violations.fetch_add(*v, Ordering::Relaxed) + v;
+            bar.set_message(format!("{s} crash states, {v} violations"));
+            bar.inc(1);
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    bar.finish_and_clear();
+    println!("{}", summary.table());
+    let n = summary.violations.len();
+    if n == 0 {
+        println!("no violations");
+        return Ok(0);
+    }
+    // By workload first: one line each, with the kinds and a first message.
+    let mut by: Vec<(String, String, Vec<&stitch_crashtest::Violation>)> = Vec::new();
+    for v in &summary.violations {
+        match by
+            .iter_mut()
+            .find(|(m, w, _)| *m == v.mode && *w == v.workload)
+        {
+            Some((_, _, vs)) => vs.push(v),
+            None => by.push((v.mode.clone(), v.workload.clone(), vec![v])),
+        }
+    }
+    println!("violations by workload:");
+    for (mode, w, vs) in by.iter().take(40) {
+        let mut kinds: Vec<&str> = vs
+            .iter()
+            .flat_map(|v| v.kinds())
+            .map(|k| k.name())
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let first = vs[0];
+        println!(
+            "  {mode} {w}: {} crash state(s) [{}]\n    {}\n    {}",
+            vs.len(),
+            kinds.join(","),
+            first.findings.first().map_or("", |f| f.message.as_str()),
+            match &first.dir {
+                Some(d) => format!("saved in {}", d.display()),
+                None => format!("reproduce: {}", first.reproduce),
+            }
+        );
+    }
+    if by.len() > 40 {
+        println!("  ... {} more workloads", by.len() - 40);
+    }
+    println!(
+        "{n} violating crash state(s); up to {} saved under {}",
+        args.keep,
+        args.out.display()
+    );
+    Ok(1)
+}
