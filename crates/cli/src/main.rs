@@ -5,6 +5,7 @@
 
 mod bench;
 mod cmd;
+mod fuse;
 mod plot;
 mod repair;
 
@@ -26,6 +27,9 @@ enum Command {
     Fsck(cmd::fsck::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),
+    /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
+    /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
+    Mount(cmd::mount::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
     Crashtest(cmd::crashtest::Args),
@@ -40,6 +44,7 @@ fn main() {
             Err(e) => Err(e),
         },
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Mount(args) => cmd::mount::run(args),
         Command::Crashtest(args) => match cmd::crashtest::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

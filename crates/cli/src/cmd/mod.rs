@@ -4,3 +4,4 @@ pub mod bench;
 pub mod crashtest;
 pub mod fsck;
 pub mod mkfs;
+pub mod mount;
