@@ -468,3 +468,188 @@ fn facts_each(found: &Found, f: &FlushRec, out: &mut Vec<Finding>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Verdict;
+    use crate::oracle::Flush;
+    use crate::state::{Inode, ROOT};
+
+    fn dir(entries: &[(&str, u64)]) -> Inode {
+        let mut d = Inode::new(FileKind::Dir, 0o755, 0, 0);
+        for (n, i) in entries {
+            d.entries.insert(n.as_bytes().to_vec(), *i);
+        }
+        d
+    }
+
+    fn file(bytes: &[u8]) -> Inode {
+        let mut f = Inode::new(FileKind::File, 0o644, 0, 0);
+        f.bytes = bytes.to_vec();
+        f
+    }
+
+    /// `/a` (12) holding `x`; with `b` (13) when `with_b`.
+    fn state(a: &[u8], with_b: bool) -> State {
+        let mut s = State::default();
+        let mut root = vec![("a", 12)];
+        if with_b {
+            root.push(("b", 13));
+            s.inodes.insert(13, file(b"bb"));
+        }
+        s.inodes.insert(ROOT, dir(&root));
+        s.inodes.insert(12, file(a));
+        s
+    }
+
+    fn found(s: &State) -> Found {
+        Found {
+            state: s.clone(),
+            links: s.links(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn facts(s: &State) -> Facts {
+        Facts {
+            tree: Ok(found(s)),
+            replayed: 0,
+            fsck: Ok(Verdict {
+                corruptions: 0,
+                leaks: 0,
+                text: String::new(),
+            }),
+            e2fsck: Ok((0, String::new())),
+        }
+    }
+
+    /// A flush from `before` to `after` through `mid`.
+    fn flush(states: Vec<State>) -> FlushRec {
+        FlushRec {
+            label: "step 1: test".into(),
+            start: 10,
+            end: 20,
+            flush: Flush {
+                states,
+                min_sizes: Default::default(),
+                ops: Vec::new(),
+            },
+        }
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<Kind> {
+        let mut k: Vec<Kind> = f.iter().map(|f| f.kind).collect();
+        k.sort();
+        k.dedup();
+        k
+    }
+
+    const SU: Consistency = Consistency::SoftUpdates;
+
+    #[test]
+    fn a_quiet_point_wants_exactly_the_flushed_state() {
+        let (before, after) = (state(b"old", false), state(b"new", true));
+        let quiet = [Situation::Quiet {
+            state: &after,
+            prev: &before,
+            after: "fsync",
+        }];
+        assert!(judge(SU, &facts(&after), &quiet).is_empty());
+        // Not made durable: b missing, a's bytes old.
+        let f = judge(SU, &facts(&before), &quiet);
+        assert_eq!(kinds(&f), vec![Kind::Durability], "{f:?}");
+        // Bytes a never held.
+        let f = judge(SU, &facts(&state(b"zzz", true)), &quiet);
+        assert_eq!(kinds(&f), vec![Kind::Data], "{f:?}");
+    }
+
+    #[test]
+    fn soft_updates_take_each_fact_from_some_state_of_the_flush() {
+        let (before, after) = (state(b"old", false), state(b"new", true));
+        let f = flush(vec![before.clone(), state(b"old", true), after.clone()]);
+        let busy = [Situation::Busy(&f)];
+        for ok in [
+            &before,
+            &after,
+            &state(b"o\0w", true),
+            &state(b"nld", false),
+        ] {
+            let r = judge(SU, &facts(ok), &busy);
+            assert!(r.is_empty(), "{ok:?}: {r:?}");
+        }
+        // b names another inode than in any state.
+        let mut bad = after.clone();
+        bad.inodes
+            .get_mut(&ROOT)
+            .unwrap()
+            .entries
+            .insert(b"b".to_vec(), 12);
+        bad.inodes.remove(&13);
+        assert_eq!(kinds(&judge(SU, &facts(&bad), &busy)), vec![Kind::Ordering]);
+        // a, untouched by the flush, lost.
+        let g = flush(vec![before.clone(), state(b"old", true)]);
+        let mut lost = state(b"old", true);
+        lost.inodes
+            .get_mut(&ROOT)
+            .unwrap()
+            .entries
+            .remove(b"a".as_slice());
+        let r = judge(SU, &facts(&lost), &[Situation::Busy(&g)]);
+        assert_eq!(kinds(&r), vec![Kind::Durability], "{r:?}");
+    }
+
+    #[test]
+    fn journal_flushes_are_all_or_nothing() {
+        let (before, after) = (state(b"old", false), state(b"new", true));
+        let f = flush(vec![before.clone(), state(b"old", true), after.clone()]);
+        let busy = [Situation::Busy(&f)];
+        let jj = Consistency::Journal(DataMode::Journal);
+        let ord = Consistency::Journal(DataMode::Ordered);
+        let wb = Consistency::Journal(DataMode::Writeback);
+        for m in [jj, ord, wb] {
+            assert!(judge(m, &facts(&before), &busy).is_empty());
+            assert!(judge(m, &facts(&after), &busy).is_empty());
+            // Half the flush: b there, a's data not yet.
+            let half = state(b"old", true);
+            let want = if m == wb {
+                vec![]
+            } else {
+                vec![Kind::Ordering]
+            };
+            assert_eq!(kinds(&judge(m, &facts(&half), &busy)), want, "{m}");
+        }
+        // Ordered: new data in place under the old metadata is fine.
+        assert!(judge(ord, &facts(&state(b"nld", false)), &busy).is_empty());
+        assert!(!judge(jj, &facts(&state(b"nld", false)), &busy).is_empty());
+    }
+
+    #[test]
+    fn checkers_must_agree_and_fit_the_mode() {
+        let s = state(b"x", false);
+        let quiet = [Situation::Quiet {
+            state: &s,
+            prev: &s,
+            after: "x",
+        }];
+        let mut leak = facts(&s);
+        leak.fsck = Ok(Verdict {
+            corruptions: 0,
+            leaks: 1,
+            text: String::new(),
+        });
+        leak.e2fsck = Ok((4, String::new()));
+        assert!(judge(SU, &leak, &quiet).is_empty());
+        let ord = Consistency::Journal(DataMode::Ordered);
+        assert_eq!(
+            kinds(&judge(ord, &leak, &quiet)),
+            vec![Kind::Corruption, Kind::Leak]
+        );
+        let mut disagree = facts(&s);
+        disagree.e2fsck = Ok((4, String::new()));
+        assert_eq!(
+            kinds(&judge(SU, &disagree, &quiet)),
+            vec![Kind::CheckersDisagree]
+        );
+    }
+}
