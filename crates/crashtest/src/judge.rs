@@ -88,6 +88,28 @@ impl Situation<'_> {
     }
 }
 
+impl Situation<'_> {
+    /// `Tree::diff` lines between `found` and the state(s) expected.
+    pub fn diffs(&self, found: &Found) -> String {
+        let got = found.state.to_tree(Some(&found.links));
+        let against = |name: &str, want: &State| {
+            let d = got.diff(&want.to_tree(None));
+            let mut s = format!("found vs {name}: {} difference(s)\n", d.len());
+            for line in d {
+                s.push_str(&format!("  {line}\n"));
+            }
+            s
+        };
+        match self {
+            Situation::Quiet { state, after, .. } => against(&format!("after \"{after}\""), state),
+            Situation::Busy(f) => {
+                against(&format!("before \"{}\"", f.label), f.flush.before())
+                    + &against(&format!("after \"{}\"", f.label), f.flush.after())
+            }
+        }
+    }
+}
+
 /// The situations of the crash points `a..=b`.
 pub fn situations(rec: &Recording, a: CrashPoint, b: CrashPoint) -> Vec<Situation<'_>> {
     let (a, b) = (a.0, b.0);

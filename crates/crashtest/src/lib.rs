@@ -213,6 +213,7 @@ impl Job<'_> {
             findings,
             dir: None,
         };
+        self.ms.violating += 1;
         for k in v.kinds() {
             *self.ms.violations.entry(k).or_default() += 1;
         }
@@ -250,6 +251,7 @@ impl Job<'_> {
             findings: &shown,
             expected: "",
             found: "",
+            diff: "",
             checkers: "",
             reproduce: "",
         };
@@ -368,6 +370,10 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
             desc.push_str(&format!("  entries {}..{}: {}\n", f.start, f.end, f.label));
         }
         let checkers = facts.checkers();
+        let diff: String = match &facts.tree {
+            Ok(f) => sits.iter().map(|s| s.diffs(f)).collect(),
+            Err(_) => String::new(),
+        };
         let shown = findings.clone();
         let files = report::Saved {
             image: image.as_deref(),
@@ -376,6 +382,7 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
             findings: &shown,
             expected: &expected.join("\n"),
             found: &found,
+            diff: &diff,
             checkers: &checkers,
             reproduce: "",
         };

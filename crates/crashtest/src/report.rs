@@ -109,13 +109,15 @@ pub struct ModeSummary {
     pub images: usize,
     /// Crash states whose recovery replayed journal transactions.
     pub replayed: usize,
-    /// Violating crash states (or runs) per kind.
+    /// Violating crash states (or runs).
+    pub violating: usize,
+    /// Violating crash states (or runs) per kind (one may have several).
     pub violations: BTreeMap<Kind, usize>,
 }
 
 impl ModeSummary {
     pub fn total_violations(&self) -> usize {
-        self.violations.values().sum()
+        self.violating
     }
 
     pub fn add(&mut self, o: &ModeSummary) {
@@ -123,6 +125,7 @@ impl ModeSummary {
         self.states += o.states;
         self.images += o.images;
         self.replayed += o.replayed;
+        self.violating += o.violating;
         for (k, n) in &o.violations {
             *self.violations.entry(*k).or_default() += n;
         }
@@ -197,6 +200,8 @@ pub struct Saved<'a> {
     pub findings: &'a [Finding],
     pub expected: &'a str,
     pub found: &'a str,
+    /// `Tree::diff` of the found tree against the expected one(s).
+    pub diff: &'a str,
     pub checkers: &'a str,
     pub reproduce: &'a str,
 }
@@ -216,6 +221,7 @@ pub fn save(dir: &Path, v: &Saved<'_>) -> std::io::Result<()> {
     std::fs::write(dir.join("crash-state.txt"), v.state)?;
     std::fs::write(dir.join("expected.txt"), v.expected)?;
     std::fs::write(dir.join("found.txt"), v.found)?;
+    std::fs::write(dir.join("diff.txt"), v.diff)?;
     std::fs::write(dir.join("checkers.txt"), v.checkers)?;
     std::fs::write(
         dir.join("reproduce.sh"),
