@@ -60,10 +60,65 @@ impl Facts {
     }
 }
 
-/// Facts shared by every worker of a run.
-#[derive(Default)]
+impl Facts {
+    /// About how many bytes the facts hold (for the cache's budget).
+    fn weight(&self) -> usize {
+        let tree = self.tree.as_ref().map_or(0, |f| {
+            f.state
+                .inodes
+                .values()
+                .map(|i| 96 + i.bytes.len() + i.entries.keys().map(|n| 48 + n.len()).sum::<usize>())
+                .sum()
+        });
+        let fsck = self.fsck.as_ref().map_or(0, |v| v.text.len());
+        let e2 = self.e2fsck.as_ref().map_or(0, |e| e.1.len());
+        256 + tree + fsck + e2
+    }
+}
+
+/// Facts shared by every worker of a run, within a memory budget: when
+/// it is spent the cache starts over (a long run meets most repeats soon
+/// after the first time: the same setup, the same first steps).
 pub struct Cache {
-    map: Mutex<HashMap<u128, Arc<Facts>>>,
+    map: Mutex<(HashMap<u128, Arc<Facts>>, usize)>,
+    budget: usize,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache::with_budget(1 << 30)
+    }
+}
+
+impl Cache {
+    /// A cache holding about `budget` bytes of facts.
+    pub fn with_budget(budget: usize) -> Cache {
+        Cache {
+            map: Mutex::new((HashMap::new(), 0)),
+            budget,
+        }
+    }
+
+    fn get(&self, k: u128) -> Option<Arc<Facts>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .get(&k)
+            .cloned()
+    }
+
+    fn put(&self, k: u128, f: Arc<Facts>) {
+        let w = f.weight();
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if m.1 + w > self.budget {
+            m.0.clear();
+            m.1 = 0;
+        }
+        if m.0.insert(k, f).is_none() {
+            m.1 += w;
+        }
+    }
 }
 
 /// The cache key of an image in `mode` over `base`, given by `blocks`:
@@ -197,15 +252,11 @@ impl Checker {
         image: impl FnOnce() -> Vec<u8>,
     ) -> (Arc<Facts>, bool) {
         let k = key(mode, base, blocks);
-        if let Some(f) = cache.map.lock().unwrap_or_else(|p| p.into_inner()).get(&k) {
-            return (f.clone(), false);
+        if let Some(f) = cache.get(k) {
+            return (f, false);
         }
         let f = Arc::new(self.compute(mode, base, blocks, image()));
-        cache
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(k, f.clone());
+        cache.put(k, f.clone());
         (f, true)
     }
 
@@ -319,10 +370,16 @@ fn fsck(path: &Path) -> Result<Verdict, String> {
     let r = catching(|| stitch_fsck::check(path, &Default::default(), &mut |_, _, _| {}))
         .map_err(|_| "stitchfs fsck panicked".to_string())?
         .map_err(|e| e.to_string())?;
+    // A clean report says nothing worth its memory in the cache.
+    let text = if r.is_clean() {
+        "clean\n".to_string()
+    } else {
+        r.to_string()
+    };
     Ok(Verdict {
         corruptions: r.summary.corruptions,
         leaks: r.summary.leaks,
-        text: r.to_string(),
+        text,
     })
 }
 
@@ -332,10 +389,13 @@ fn e2fsck(path: &Path) -> Result<(i32, String), String> {
         .arg(path)
         .output()
         .map_err(|e| format!("e2fsck: {e} (install e2fsprogs)"))?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    ))
+    let code = out.status.code().unwrap_or(-1);
+    let text = if code == 0 {
+        "clean\n".to_string()
+    } else {
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    Ok((code, text))
 }
 
 /// Whether `e2fsck` can be run.

@@ -23,6 +23,12 @@
 //! `max_states` and the seed (no background flushes, a fixed clock, seeded
 //! sampling), so a violation's printed command reproduces it. The harness
 //! never repairs or retries: any difference is reported.
+//!
+//! Limits, by design for now: no torn writes (whole blocks reach the disk
+//! or not); a journal flush is judged as one transaction (true while a
+//! flush needs less than half the log, as every workload here does);
+//! workloads hold no open handles (unlinked-open files are diskfs's own
+//! crash tests' business).
 
 pub mod check;
 pub mod judge;

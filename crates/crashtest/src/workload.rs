@@ -610,10 +610,9 @@ pub fn universe() -> Vec<Action> {
     for (p, size) in [("A", 1000), ("B", 9000), ("D/C", 0)] {
         v.push(Action::Truncate { path: s(p), size });
     }
-    v.push(Action::Chmod {
-        path: s("A"),
-        perm: 0o600,
-    });
+    for (p, perm) in [("A", 0o600), ("D", 0o700)] {
+        v.push(Action::Chmod { path: s(p), perm });
+    }
     for (from, to) in [("A", "D/L"), ("D/C", "B"), ("D/C", "L")] {
         v.push(Action::Link {
             from: s(from),

@@ -131,7 +131,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         jobs
     );
     let bar = ProgressBar::new(0);
-    if std::io::stderr().is_terminal() {
+    let tty = std::io::stderr().is_terminal();
+    if tty {
         bar.set_style(
             ProgressStyle::with_template(
                 "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise} eta {eta}]",
@@ -154,6 +155,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             let v = violations.fetch_add(*v, Ordering::Relaxed) + v;
             bar.set_message(format!("{s} crash states, {v} violations"));
             bar.inc(1);
+            // Without a terminal, a line at every tenth of the way.
+            let (done, all) = (bar.position(), bar.length().unwrap_or(0));
+            if !tty && all >= 10 && done % (all / 10) == 0 {
+                eprintln!("crashtest: {done}/{all} workloads, {s} crash states, {v} violations");
+            }
         }
     })
     .map_err(anyhow::Error::msg)?;
