@@ -29,6 +29,7 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
+    /// `fusermount3 -u MOUNTPOINT` (or SIGTERM) unmounts it cleanly.
     Mount(cmd::mount::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
