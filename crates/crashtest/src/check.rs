@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use stitch_blockdev::{BlockDevice, BlockNo, BlockWrite, DevError, MemDevice};
+use stitch_blockdev::{BlockDevice, BlockNo, BlockWrite, DevError, Geometry};
 use stitch_diskfs::{Consistency, DiskFs};
 use stitch_patch::{CacheConfig, PatchCache};
 
@@ -142,36 +142,61 @@ pub fn key(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> u128 {
     (u128::from(h1.finish()) << 64) | u128::from(h2.finish())
 }
 
-/// A memory device that remembers which blocks were written (recovery's
-/// writes, so the recovered image is known without copying it).
-struct Tracking {
-    dev: MemDevice,
+/// The crash image as a device: the base image with the blocks that
+/// differ laid over it (no copy of the whole image per crash state), and
+/// recovery's writes kept in the overlay, whose block numbers tell what
+/// recovery changed.
+struct Overlay {
+    base: Arc<[u8]>,
+    geometry: Geometry,
+    blocks: Mutex<HashMap<usize, Vec<u8>>>,
     written: Mutex<BTreeSet<usize>>,
 }
 
-impl BlockDevice for Tracking {
+impl Overlay {
+    fn new(base: &Base, blocks: &[(usize, &[u8])]) -> Overlay {
+        let n = (base.image.len() / BS) as u64;
+        Overlay {
+            base: base.image.clone(),
+            geometry: Geometry::new(BS, n).expect("a whole number of blocks"),
+            blocks: Mutex::new(blocks.iter().map(|&(i, d)| (i, d.to_vec())).collect()),
+            written: Mutex::new(BTreeSet::new()),
+        }
+    }
+}
+
+impl BlockDevice for Overlay {
     fn block_size(&self) -> usize {
-        self.dev.block_size()
+        BS
     }
 
     fn num_blocks(&self) -> u64 {
-        self.dev.num_blocks()
+        self.geometry.num_blocks()
     }
 
     fn read(&self, block: BlockNo, buf: &mut [u8]) -> Result<(), DevError> {
-        self.dev.read(block, buf)
+        self.geometry.check(block, buf.len())?;
+        let i = block.0 as usize;
+        match self.blocks.lock().unwrap_or_else(|p| p.into_inner()).get(&i) {
+            Some(d) => buf.copy_from_slice(d),
+            None => buf.copy_from_slice(&self.base[i * BS..(i + 1) * BS]),
+        }
+        Ok(())
     }
 
     fn write_batch(&self, writes: &[BlockWrite<'_>]) -> Result<(), DevError> {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(writes.iter().map(|w| w.block.0 as usize));
-        self.dev.write_batch(writes)
+        self.geometry.check_batch(writes)?;
+        let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        for w in writes {
+            blocks.insert(w.block.0 as usize, w.data.to_vec());
+            written.insert(w.block.0 as usize);
+        }
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), DevError> {
-        self.dev.flush()
+        Ok(())
     }
 }
 
@@ -241,21 +266,20 @@ impl Checker {
     }
 
     /// The facts of the image whose blocks that may differ from the base
-    /// are `blocks`, from the cache or computed (`image` builds the whole
-    /// image). The flag says whether they were computed.
+    /// are `blocks`, from the cache or computed. The flag says whether
+    /// they were computed.
     pub fn facts(
         &mut self,
         cache: &Cache,
         mode: Consistency,
         base: &Base,
         blocks: &[(usize, &[u8])],
-        image: impl FnOnce() -> Vec<u8>,
     ) -> (Arc<Facts>, bool) {
         let k = key(mode, base, blocks);
         if let Some(f) = cache.get(k) {
             return (f, false);
         }
-        let f = Arc::new(self.compute(mode, base, blocks, image()));
+        let f = Arc::new(self.compute(mode, base, blocks));
         cache.put(k, f.clone());
         (f, true)
     }
@@ -265,7 +289,6 @@ impl Checker {
         mode: Consistency,
         base: &Base,
         blocks: &[(usize, &[u8])],
-        image: Vec<u8>,
     ) -> Facts {
         let checks = |me: &mut Checker, blocks: &[(usize, &[u8])]| match me
             .put(base, blocks.iter().copied())
@@ -276,7 +299,7 @@ impl Checker {
         if !journaled(mode) {
             // Judged as the crash left it: mounting frees orphans.
             let (fsck, e2fsck) = checks(self, blocks);
-            let (tree, replayed, _) = recover(mode, image, false);
+            let (tree, replayed, _) = recover(mode, base, blocks, false);
             return Facts {
                 tree,
                 replayed,
@@ -285,14 +308,14 @@ impl Checker {
             };
         }
         // Judged as recovered: e2fsck -n does not replay.
-        let (tree, replayed, dev) = recover(mode, image, true);
+        let (tree, replayed, dev) = recover(mode, base, blocks, true);
         let mut changed: BTreeSet<usize> = blocks.iter().map(|b| b.0).collect();
         changed.extend(dev.written.lock().unwrap_or_else(|p| p.into_inner()).iter());
         let contents: Vec<(usize, Vec<u8>)> = changed
             .into_iter()
             .map(|i| {
                 let mut buf = vec![0; BS];
-                let _ = dev.dev.read(BlockNo(i as u64), &mut buf);
+                let _ = dev.read(BlockNo(i as u64), &mut buf);
                 (i, buf)
             })
             .collect();
@@ -307,19 +330,18 @@ impl Checker {
     }
 }
 
-/// Mounts `image` with stitchfs (replaying the journal), reads the tree,
+/// Mounts the image of `blocks` over `base` with stitchfs (replaying the
+/// journal), reads the tree,
 /// and, if `unmount`, unmounts. Returns the device, holding the image as
 /// recovery left it. Panics are caught: a crash image must never panic
 /// the mount, and an async one may be garbage.
 fn recover(
     mode: Consistency,
-    image: Vec<u8>,
+    base: &Base,
+    blocks: &[(usize, &[u8])],
     unmount: bool,
-) -> (Result<Found, String>, u32, Arc<Tracking>) {
-    let dev = Arc::new(Tracking {
-        dev: MemDevice::from_image(BS, image).expect("a whole number of blocks"),
-        written: Mutex::new(BTreeSet::new()),
-    });
+) -> (Result<Found, String>, u32, Arc<Overlay>) {
+    let dev = Arc::new(Overlay::new(base, blocks));
     let run = || -> Result<(Found, u32), String> {
         let cache = PatchCache::new(dev.clone(), CacheConfig::default());
         let mut fs = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
