@@ -60,6 +60,11 @@ pub struct Args {
     /// reproduction command gives it).
     #[arg(long)]
     pub state: Option<usize>,
+    /// Run only part K of N of the selected workloads (`K/N`: those whose
+    /// index i in the selection has i % N == K), to split a long run or
+    /// take a deterministic sample of it.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
     /// List the selected workloads and exit.
     #[arg(long)]
     pub list: bool,
@@ -85,6 +90,17 @@ fn modes(mode: &str, data: &str) -> anyhow::Result<Vec<Consistency>> {
     })
 }
 
+/// `K/N` with K < N.
+fn shard(s: &str) -> anyhow::Result<(usize, usize)> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
+    match parsed {
+        Some((k, n)) if k < n => Ok((k, n)),
+        _ => bail!("--shard wants K/N with K < N, not {s:?}"),
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let length = args.length.unwrap_or(if args.long { 3 } else { 1 });
     let samples = args.samples.unwrap_or(if args.long { 1000 } else { 100 });
@@ -103,6 +119,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "named" => workload::named(),
         "generated" => workload::generated(length, samples, seed),
         spec => vec![workload::parse(spec).map_err(anyhow::Error::msg)?],
+    };
+    let workloads = match &args.shard {
+        None => workloads,
+        Some(s) => {
+            let (k, n) = shard(s)?;
+            workloads
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| i % n == k)
+                .map(|(_, w)| w)
+                .collect()
+        }
     };
     if args.list {
         for w in &workloads {
@@ -211,4 +239,95 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         args.out.display()
     );
     Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// Runs crashtest with `extra` arguments, saving under a fresh
+    /// directory; returns the exit status and each saved violation's
+    /// reproduce.sh (`None` without e2fsck).
+    fn run_with(extra: &[&str]) -> Option<(i32, Vec<String>)> {
+        if !stitch_crashtest::check::have_e2fsck() {
+            eprintln!("e2fsck missing: skipped");
+            return None;
+        }
+        let out = tempfile::tempdir().unwrap();
+        let mut argv = vec![
+            "crashtest",
+            "--max-states",
+            "4",
+            "--seed",
+            "1",
+            "--jobs",
+            "1",
+        ];
+        argv.extend(extra);
+        argv.extend(["--out", out.path().to_str().unwrap()]);
+        let code = run(Cli::try_parse_from(argv).unwrap().args).unwrap();
+        // Each saved violation: its files, and the command in reproduce.sh.
+        let mut repros = Vec::new();
+        for d in std::fs::read_dir(out.path()).into_iter().flatten() {
+            let d = d.unwrap().path();
+            for f in [
+                "crash.img",
+                "operations.txt",
+                "expected.txt",
+                "found.txt",
+                "reproduce.sh",
+            ] {
+                assert!(d.join(f).is_file(), "{f} missing in {}", d.display());
+            }
+            repros.push(std::fs::read_to_string(d.join("reproduce.sh")).unwrap());
+        }
+        Some((code, repros))
+    }
+
+    #[test]
+    fn async_violations_exit_1_and_are_saved_with_a_reproduction() {
+        let Some((code, saved)) = run_with(&["--mode", "async", "--workload", "featherstitch"])
+        else {
+            return;
+        };
+        assert_eq!(code, 1);
+        assert!(!saved.is_empty(), "no violation saved");
+        let repro = &saved[0];
+        assert!(
+            repro.contains(
+                "--mode async --workload 'featherstitch' --max-states 4 --seed 1 --state "
+            ),
+            "{repro}"
+        );
+    }
+
+    #[test]
+    fn shards_split_the_selection() {
+        assert_eq!(shard("0/20").unwrap(), (0, 20));
+        assert!(shard("3/3").is_err());
+        assert!(shard("x").is_err());
+    }
+
+    #[test]
+    fn a_clean_run_exits_0_and_saves_nothing() {
+        let Some((code, saved)) = run_with(&[
+            "--mode",
+            "journal",
+            "--data",
+            "all",
+            "--workload",
+            "maildelivery",
+        ]) else {
+            return;
+        };
+        assert_eq!(code, 0);
+        assert!(saved.is_empty());
+    }
 }
