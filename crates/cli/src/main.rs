@@ -31,6 +31,9 @@ enum Command {
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
     /// `fusermount3 -u MOUNTPOINT` (or SIGTERM) unmounts it cleanly.
     Mount(cmd::mount::Args),
+    /// Crash-test workloads: every crash image recovered and judged by
+    /// e2fsck, our fsck and a reference model (exit 1 on any violation).
+    Crashtest(cmd::crashtest::Args),
 }
 
 fn main() {
@@ -43,6 +46,10 @@ fn main() {
         },
         Command::Bench(args) => cmd::bench::run(args),
         Command::Mount(args) => cmd::mount::run(args),
+        Command::Crashtest(args) => match cmd::crashtest::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
     };
     if let Err(err) = result {
         eprintln!("stitchfs: {err:#}");

@@ -21,6 +21,9 @@ mod bmap;
 mod diff;
 mod dir;
 mod error;
+// FAULT INJECTION (feature `fault-injection`, crash tests only).
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 mod fs;
 mod inode;
 mod journal;

@@ -86,7 +86,14 @@ impl DiskFs {
         let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
         let init = self.init_inode(ino, &inode, &[ib])?;
-        let entry = self.add_entry(parent, name, ino, FileType::Regular, &init, now)?;
+        // FAULT INJECTION (feature `fault-injection`): the switch drops the
+        // entry's dependency on the initialized inode.
+        #[cfg(feature = "fault-injection")]
+        let drop_dep = crate::fault::entry_before_inode();
+        #[cfg(not(feature = "fault-injection"))]
+        let drop_dep = false;
+        let deps: &[PatchId] = if drop_dep { &[] } else { &init };
+        let entry = self.add_entry(parent, name, ino, FileType::Regular, deps, now)?;
         Ok((ino, self.stands_for(&[&[ib], &init, &entry])?))
     }
 

@@ -562,6 +562,16 @@ impl Journal {
             deps.extend(&data);
         }
         deps.extend(&space_dep);
+        // FAULT INJECTION (feature `fault-injection`): with the switch on,
+        // the home writes go first and the commit block waits for them.
+        #[cfg(feature = "fault-injection")]
+        let homes_first = crate::fault::home_before_commit();
+        #[cfg(not(feature = "fault-injection"))]
+        let homes_first = false;
+        if homes_first {
+            cache.release(r.hold)?;
+            deps.extend(r.homes.iter().filter_map(|&h| cache.resolve(h)));
+        }
         let commit = self.write_log(cache, &cb.encode_block(self.bs, None), &deps)?;
         // The transaction is in the log once all of it is: only then may
         // home blocks be written, a later commit follow, or a sync return.
@@ -569,8 +579,10 @@ impl Journal {
         whole.push(commit);
         let logged = cache.create_empty(&whole)?;
         self.prev_commit = Some(logged);
-        cache.add_dependency(r.hold, logged)?;
-        cache.release(r.hold)?;
+        if !homes_first {
+            cache.add_dependency(r.hold, logged)?;
+            cache.release(r.hold)?;
+        }
         let durable = if self.data == DataMode::Writeback && !data.is_empty() {
             let mut d = data.clone();
             d.push(logged);

@@ -14,6 +14,10 @@
 
 pub mod journal;
 
+// FAULT INJECTION (feature `fault-injection`, crash tests only).
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+
 pub use journal::{DataMode, Journal, JournalConfig, JournalError, JournalStats};
 pub use stitch_format::jbd2::JournalSuperblock;
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, Result};

@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod bench;
+pub mod crashtest;
 pub mod fsck;
 pub mod mkfs;
 pub mod mount;

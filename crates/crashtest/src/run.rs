@@ -1,0 +1,656 @@
+//! Running a workload on the whole stack, in process and deterministic:
+//! memfs (no background flushes, a fixed clock) over diskfs over the patch
+//! cache over a [`RecordingDevice`]. Each operation goes to memfs, to the
+//! reference model (`stitch-model`, which must agree on success and errno)
+//! and to the [`Oracle`]; each persistence point records where its device
+//! writes begin and end in the log and what the oracle says it makes
+//! durable. The setup runs the same way on a fresh image, once per setup
+//! and image kind, and is unmounted: recording starts from a clean image.
+
+use crate::oracle::{Flush, LOp, Oracle, Scope};
+use crate::state::{read_tree, FileKind, Inode, State, ROOT};
+use crate::workload::{Action, Persist, Workload};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use stitch_blockdev::record::{CrashState, Log, LogPos};
+use stitch_blockdev::{MemDevice, RecordingDevice};
+use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
+use stitch_model::{Errno, Limits, Model, Op, Outcome, Owner, Path};
+use stitch_patch::{CacheConfig, PatchCache};
+
+/// The clock every change is stamped with.
+pub const NOW: u32 = 1_700_000_000;
+/// Block size of every image.
+pub const BS: usize = 4096;
+/// ext2 images (soft updates, async).
+const EXT2_BYTES: u64 = 4 << 20;
+/// ext3 images, with the smallest journal e2fsck accepts.
+const EXT3_BYTES: u64 = 8 << 20;
+const JOURNAL_BYTES: u64 = 4 << 20;
+
+/// Byte `i` of the `n`th write of a workload: never zero, and different
+/// for different writes at the same offset, so a file's bytes tell which
+/// write made them.
+pub fn pattern(n: u64, offset: u64) -> u8 {
+    (1 + (n.wrapping_mul(97).wrapping_add(offset.wrapping_mul(13))) % 251) as u8
+}
+
+fn data(n: u64, offset: u64, len: u64) -> Vec<u8> {
+    (offset..offset + len).map(|i| pattern(n, i)).collect()
+}
+
+/// Whether `mode` runs on ext3.
+pub fn journaled(mode: Consistency) -> bool {
+    matches!(mode, Consistency::Journal(_))
+}
+
+/// The image a setup leaves, and the tree on it.
+pub struct Base {
+    pub image: Arc<[u8]>,
+    pub state: State,
+    /// Writes the setup made (the workload's continue the count).
+    pub writes: u64,
+    /// Tells bases apart in the image-facts cache.
+    pub id: u64,
+}
+
+type BaseKey = (bool, Vec<Action>);
+
+/// The base for `setup` on ext2 or ext3, made once per process.
+pub fn base(journal: bool, setup: &[Action]) -> Result<Arc<Base>, String> {
+    static BASES: OnceLock<Mutex<HashMap<BaseKey, Arc<Base>>>> = OnceLock::new();
+    let bases = BASES.get_or_init(Default::default);
+    let key = (journal, setup.to_vec());
+    if let Some(b) = bases.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(b.clone());
+    }
+    let made = Arc::new(make_base(journal, setup)?);
+    let mut map = bases.lock().unwrap_or_else(|p| p.into_inner());
+    let n = map.len() as u64;
+    let b = map.entry(key).or_insert_with(|| {
+        let mut b = made;
+        Arc::get_mut(&mut b).expect("fresh").id = n + 1;
+        b
+    });
+    Ok(b.clone())
+}
+
+fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("fresh.img");
+    let opts = stitch_mkfs::MkfsOptions {
+        size: Some(if journal { EXT3_BYTES } else { EXT2_BYTES }),
+        journal: journal.then_some(stitch_mkfs::JournalSize::Bytes(JOURNAL_BYTES)),
+        force: true,
+    };
+    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).map_err(|e| format!("mkfs: {e}"))?;
+    std::fs::read(&path).map_err(|e| e.to_string())
+}
+
+fn opts() -> Options {
+    Options {
+        flush_interval: None,
+        fixed_time: Some(NOW),
+        ..Options::default()
+    }
+}
+
+fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
+    let image = fresh_image(journal)?;
+    let mode = if journal {
+        Consistency::Journal(DataMode::Ordered)
+    } else {
+        Consistency::SoftUpdates
+    };
+    let dev = Arc::new(MemDevice::from_image(BS, image).map_err(|e| e.to_string())?);
+    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+    let mut disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
+    let empty = read_tree(&mut disk)?.state;
+    let fs = MemFs::mount(disk, opts()).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(&fs, empty, 0);
+    for a in setup {
+        d.act(a).map_err(|e| format!("setup: {a}: {e}"))?;
+    }
+    fs.sync().map_err(|e| format!("setup sync: {e}"))?;
+    d.oracle.flush(Scope::All);
+    fs.unmount().map_err(|e| format!("setup unmount: {e}"))?;
+    let image = dev.snapshot();
+    // The setup must be on the image as the oracle says.
+    let dev2 = Arc::new(MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?);
+    let mut check = DiskFs::mount(PatchCache::new(dev2, CacheConfig::default()), mode, NOW)
+        .map_err(|e| e.to_string())?;
+    let on_disk = read_tree(&mut check)?.state;
+    if on_disk != *d.oracle.disk() {
+        return Err(format!(
+            "the setup image differs from the oracle:\n{}\nexpected:\n{}",
+            on_disk.show(None),
+            d.oracle.disk().show(None)
+        ));
+    }
+    Ok(Base {
+        image: image.into(),
+        state: on_disk,
+        writes: d.writes,
+        id: 0,
+    })
+}
+
+/// A fresh model with `setup` applied.
+pub fn setup_model(setup: &[Action]) -> Model {
+    let mut m = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
+    m.set_now(NOW);
+    let mut writes = 0;
+    for a in setup {
+        model_apply(&mut m, a, &mut writes).expect("setup valid on the model");
+    }
+    m
+}
+
+/// Applies `a` to the model; `writes` counts writes for their patterns.
+pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcome, Errno> {
+    let p = |s: &str| Path::parse(s);
+    let op = match a {
+        Action::Creat(path) => Op::Create {
+            path: p(path),
+            perm: 0o644,
+        },
+        Action::Mkdir(path) => Op::Mkdir {
+            path: p(path),
+            perm: 0o755,
+        },
+        Action::Write { path, offset, len } => {
+            *writes += 1;
+            Op::Write {
+                path: p(path),
+                offset: *offset,
+                data: data(*writes, *offset, *len),
+            }
+        }
+        Action::Append { path, len } => {
+            *writes += 1;
+            let size = match m.apply(&Op::Stat { path: p(path) }) {
+                Ok(Outcome::Stat(meta)) => meta.size.unwrap_or(0),
+                _ => 0,
+            };
+            Op::Write {
+                path: p(path),
+                offset: size,
+                data: data(*writes, size, *len),
+            }
+        }
+        Action::Truncate { path, size } => Op::Truncate {
+            path: p(path),
+            size: *size,
+        },
+        Action::Chmod { path, perm } => Op::Chmod {
+            path: p(path),
+            perm: u32::from(*perm),
+        },
+        Action::Link { from, to } => Op::Link {
+            from: p(from),
+            to: p(to),
+        },
+        Action::Unlink(path) => Op::Unlink { path: p(path) },
+        Action::Rmdir(path) => Op::Rmdir { path: p(path) },
+        Action::Rename { from, to } => Op::Rename {
+            from: p(from),
+            to: p(to),
+            flags: Default::default(),
+        },
+        Action::Symlink { path, target } => Op::Symlink {
+            path: p(path),
+            target: target.as_bytes().to_vec(),
+        },
+    };
+    m.apply(&op)
+}
+
+/// Splits `a/b/c` into its directory part and last name.
+fn split(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", path),
+    }
+}
+
+/// The inode `path` names in memfs (`/` or empty: the root).
+fn resolve(fs: &MemFs, path: &str) -> Result<u64, MemError> {
+    let mut at = ROOT;
+    for name in path.split('/').filter(|c| !c.is_empty()) {
+        at = fs.lookup(at, name.as_bytes())?.ino;
+    }
+    Ok(at)
+}
+
+/// Drives memfs, the model and the oracle together.
+struct Driver<'a> {
+    fs: &'a MemFs,
+    model: Model,
+    oracle: Oracle,
+    /// Writes so far (patterns).
+    writes: u64,
+    /// The model's count, to check both sides count alike.
+    model_writes: u64,
+}
+
+impl<'a> Driver<'a> {
+    fn new(fs: &'a MemFs, state: State, writes: u64) -> Driver<'a> {
+        let root_perm = state.inodes.get(&ROOT).map_or(0o755, |r| r.perm);
+        let mut model = Model::new(
+            u32::from(root_perm),
+            Owner { uid: 0, gid: 0 },
+            Limits::default(),
+        );
+        model.set_now(NOW);
+        Driver {
+            fs,
+            model,
+            oracle: Oracle::new(state),
+            writes,
+            model_writes: writes,
+        }
+    }
+
+    /// One operation on all three; `Err` if memfs and the model disagree.
+    /// Returns whether it succeeded.
+    fn act(&mut self, a: &Action) -> Result<bool, String> {
+        let expected = model_apply(&mut self.model, a, &mut self.model_writes);
+        let got = self.memfs(a);
+        match (&expected, &got) {
+            (Ok(_), Ok(())) => Ok(true),
+            (Err(e), Err(g)) if e.raw() == g.errno() => Ok(false),
+            _ => Err(format!(
+                "{a}: the model says {:?}, memfs {:?}",
+                expected.map(|_| ()),
+                got
+            )),
+        }
+    }
+
+    /// The operation on memfs, logged in the oracle if it succeeded.
+    fn memfs(&mut self, a: &Action) -> Result<(), MemError> {
+        let fs = self.fs;
+        let parent_of = |path: &str| -> Result<(u64, Vec<u8>), MemError> {
+            let (d, n) = split(path);
+            Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
+        };
+        match a {
+            Action::Creat(path) | Action::Mkdir(path) | Action::Symlink { path, .. } => {
+                let (parent, name) = parent_of(path)?;
+                let (attr, init) = match a {
+                    Action::Creat(_) => (
+                        fs.mknod(parent, &name, Kind::File, 0o644, (0, 0), 0, 0)?,
+                        Inode::new(FileKind::File, 0o644, 0, 0),
+                    ),
+                    Action::Mkdir(_) => (
+                        fs.mkdir(parent, &name, 0o755, 0, 0)?,
+                        Inode::new(FileKind::Dir, 0o755, 0, 0),
+                    ),
+                    Action::Symlink { target, .. } => {
+                        let mut i = Inode::new(FileKind::Symlink, 0o777, 0, 0);
+                        i.bytes = target.as_bytes().to_vec();
+                        (fs.symlink(parent, &name, target.as_bytes(), 0, 0)?, i)
+                    }
+                    _ => unreachable!(),
+                };
+                self.oracle.log(LOp::Create {
+                    parent,
+                    name,
+                    ino: attr.ino,
+                    init,
+                });
+            }
+            Action::Write { path, offset, len } => {
+                self.writes += 1;
+                let ino = resolve(fs, path)?;
+                let bytes = data(self.writes, *offset, *len);
+                fs.write(ino, *offset, &bytes, false)?;
+                self.oracle
+                    .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
+            }
+            Action::Append { path, len } => {
+                self.writes += 1;
+                let ino = resolve(fs, path)?;
+                let size = fs.getattr(ino)?.size;
+                let bytes = data(self.writes, size, *len);
+                fs.write(ino, 0, &bytes, true)?;
+                self.oracle.change(ino, |i| put(&mut i.bytes, size, &bytes));
+            }
+            Action::Truncate { path, size } => {
+                let ino = resolve(fs, path)?;
+                fs.setattr(
+                    ino,
+                    SetAttrs {
+                        size: Some(*size),
+                        ..Default::default()
+                    },
+                )?;
+                self.oracle
+                    .change(ino, |i| i.bytes.resize(*size as usize, 0));
+            }
+            Action::Chmod { path, perm } => {
+                let ino = resolve(fs, path)?;
+                fs.setattr(
+                    ino,
+                    SetAttrs {
+                        perm: Some(*perm),
+                        ..Default::default()
+                    },
+                )?;
+                self.oracle.change(ino, |i| i.perm = *perm & 0o7777);
+            }
+            Action::Link { from, to } => {
+                let ino = resolve(fs, from)?;
+                let (parent, name) = parent_of(to)?;
+                fs.link(ino, parent, &name)?;
+                self.oracle.log(LOp::Link { ino, parent, name });
+            }
+            Action::Unlink(path) | Action::Rmdir(path) => {
+                let (parent, name) = parent_of(path)?;
+                let ino = self
+                    .oracle
+                    .mem()
+                    .inodes
+                    .get(&parent)
+                    .and_then(|d| d.entries.get(&name).copied());
+                if matches!(a, Action::Rmdir(_)) {
+                    fs.rmdir(parent, &name)?;
+                } else {
+                    fs.unlink(parent, &name)?;
+                }
+                let ino = ino.expect("memfs removed a name the oracle lacks");
+                self.oracle.log(LOp::Unlink { parent, name, ino });
+            }
+            Action::Rename { from, to } => {
+                let (fd, fname) = parent_of(from)?;
+                let (td, tname) = parent_of(to)?;
+                let mem = self.oracle.mem();
+                let entry =
+                    |d: u64, n: &[u8]| mem.inodes.get(&d).and_then(|i| i.entries.get(n).copied());
+                let moved = entry(fd, &fname);
+                let other = entry(td, &tname);
+                let is_dir = |i: Option<u64>| {
+                    i.and_then(|i| mem.inodes.get(&i))
+                        .is_some_and(|i| i.kind == FileKind::Dir)
+                };
+                // McoreFS §4.3: a directory changing parent records the
+                // ancestors of where it goes (and, if it replaces a
+                // directory, of where that one was).
+                let mut ancestors = Vec::new();
+                if fd != td {
+                    if is_dir(moved) {
+                        ancestors.extend(self.oracle.ancestors(td));
+                    }
+                    if is_dir(other) {
+                        ancestors.extend(self.oracle.ancestors(fd));
+                    }
+                }
+                ancestors.sort_unstable();
+                ancestors.dedup();
+                fs.rename(fd, &fname, td, &tname, RenameFlags::default())?;
+                let moved = moved.expect("memfs renamed a name the oracle lacks");
+                if other == Some(moved) {
+                    return Ok(()); // two names of one file: nothing happens
+                }
+                self.oracle.log(LOp::Rename {
+                    from_dir: fd,
+                    from: fname,
+                    to_dir: td,
+                    to: tname,
+                    moved,
+                    other,
+                    ancestors,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A persistence point on memfs and in the oracle.
+    fn persist(&mut self, p: &Persist) -> Result<Option<Flush>, String> {
+        let scope = match p {
+            Persist::None => return Ok(None),
+            Persist::Sync => {
+                self.fs.sync().map_err(|e| format!("sync: {e}"))?;
+                Scope::All
+            }
+            Persist::Fsync(path) => {
+                let ino = resolve(self.fs, path).map_err(|e| format!("fsync({path}): {e}"))?;
+                self.fs
+                    .fsync(ino, false)
+                    .map_err(|e| format!("fsync({path}): {e}"))?;
+                Scope::Inode(ino)
+            }
+        };
+        Ok(Some(self.oracle.flush(scope)))
+    }
+
+    /// memfs's view, the oracle's memory and the model must be one tree.
+    fn compare_with_model(&self) -> Result<(), String> {
+        let want = self.model.snapshot();
+        let mine = self.oracle.mem().to_tree(None);
+        let diff = want.diff(&mine);
+        if !diff.is_empty() {
+            return Err(format!(
+                "the oracle's memory differs from the model: {diff:?}"
+            ));
+        }
+        let (seen, links) = memfs_tree(self.fs).map_err(|e| format!("reading memfs: {e}"))?;
+        let diff = want.diff(&seen.to_tree(Some(&links)));
+        if !diff.is_empty() {
+            return Err(format!("memfs shows another tree than the model: {diff:?}"));
+        }
+        Ok(())
+    }
+}
+
+/// Writes `src` at `at`, extending with zeros.
+fn put(bytes: &mut Vec<u8>, at: u64, src: &[u8]) {
+    let end = at as usize + src.len();
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    bytes[at as usize..end].copy_from_slice(src);
+}
+
+/// The tree memfs shows, with its link counts.
+fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<u64, u32>), MemError> {
+    let mut st = State::default();
+    let mut links = BTreeMap::new();
+    let mut stack = vec![ROOT];
+    let mut lost_found = 0;
+    while let Some(ino) = stack.pop() {
+        if st.inodes.contains_key(&ino) {
+            continue;
+        }
+        let a = fs.getattr(ino)?;
+        let kind = match a.kind {
+            Kind::File => FileKind::File,
+            Kind::Dir => FileKind::Dir,
+            Kind::Symlink => FileKind::Symlink,
+            _ => FileKind::Special,
+        };
+        let mut i = Inode::new(kind, a.perm, a.uid, a.gid);
+        match kind {
+            FileKind::File => i.bytes = fs.read(ino, 0, a.size as u32)?,
+            FileKind::Symlink => i.bytes = fs.readlink(ino)?,
+            FileKind::Dir => {
+                for e in fs.readdir(ino)? {
+                    if ino == ROOT && e.name == b"lost+found" {
+                        lost_found = 1;
+                        continue;
+                    }
+                    stack.push(e.ino);
+                    i.entries.insert(e.name, e.ino);
+                }
+            }
+            FileKind::Special => {}
+        }
+        links.insert(ino, a.nlink);
+        st.inodes.insert(ino, i);
+    }
+    if let Some(l) = links.get_mut(&ROOT) {
+        *l -= lost_found;
+    }
+    Ok((st, links))
+}
+
+/// One persistence point in the log.
+#[derive(Clone, Debug)]
+pub struct FlushRec {
+    pub label: String,
+    /// Log length when it began and when it returned.
+    pub start: usize,
+    pub end: usize,
+    pub flush: Flush,
+}
+
+/// A workload as it ran.
+pub struct Recording {
+    pub mode: Consistency,
+    pub base: Arc<Base>,
+    pub log: Log,
+    /// Every block the log writes (where a crash image may differ from
+    /// the base), with the log positions of its writes.
+    pub writes: BTreeMap<usize, Vec<usize>>,
+    /// Mount, each persistence point, the final sync, unmount; in order.
+    pub flushes: Vec<FlushRec>,
+    /// What went wrong outside crash states: (kind, message).
+    pub problems: Vec<(crate::report::Kind, String)>,
+}
+
+impl Recording {
+    /// The contents of every block the log writes, in the image of
+    /// `state` (the other blocks are the base's), without building it.
+    pub fn blocks(&self, state: &CrashState) -> Vec<(usize, &[u8])> {
+        let chosen: BTreeMap<usize, usize> = state
+            .persisted
+            .iter()
+            .filter(|p| p.torn.is_none())
+            .filter_map(|p| {
+                self.log
+                    .write_at(p.write)
+                    .map(|(b, _)| (b.0 as usize, p.write.0))
+            })
+            .collect();
+        self.writes
+            .iter()
+            .map(|(&block, positions)| {
+                let pos = chosen.get(&block).copied().or_else(|| {
+                    positions
+                        .iter()
+                        .rev()
+                        .find(|&&p| p < state.committed.0)
+                        .copied()
+                });
+                let data: &[u8] = match pos.and_then(|p| self.log.write_at(LogPos(p))) {
+                    Some((_, d)) => d,
+                    None => &self.base.image[block * BS..(block + 1) * BS],
+                };
+                (block, data)
+            })
+            .collect()
+    }
+}
+
+/// Runs `w` in `mode` on the recording device.
+pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
+    use crate::report::Kind as K;
+    let base = base(journaled(mode), &w.setup)?;
+    let image = base.image.to_vec();
+    let mem = MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?;
+    let rec = Arc::new(RecordingDevice::with_base(mem, image).map_err(|e| e.to_string())?);
+    let len = || rec.log().len();
+    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
+    let still = |label: &str, start: usize, end: usize, s: &State| FlushRec {
+        label: label.to_string(),
+        start,
+        end,
+        flush: Flush {
+            states: vec![s.clone(), s.clone()],
+            min_sizes: BTreeMap::new(),
+            ops: Vec::new(),
+        },
+    };
+    let disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
+    let mut flushes = vec![still("mount", 0, len(), &base.state)];
+    let mut problems = Vec::new();
+    let fs = MemFs::mount(disk, opts()).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(&fs, base.state.clone(), base.writes);
+    let mut setup_writes = 0;
+    for a in &w.setup {
+        // The model replays the setup (the image already holds it).
+        model_apply(&mut d.model, a, &mut setup_writes).map_err(|e| format!("setup {a}: {e}"))?;
+    }
+    for (i, step) in w.steps.iter().enumerate() {
+        let before = len();
+        match d.act(&step.action) {
+            Ok(_) => {}
+            Err(e) => {
+                problems.push((K::Semantics, format!("step {}: {e}", i + 1)));
+                break;
+            }
+        }
+        if len() != before {
+            problems.push((
+                K::Harness,
+                format!(
+                    "step {}: {} wrote to the device outside a persistence point",
+                    i + 1,
+                    step.action
+                ),
+            ));
+        }
+        let start = len();
+        match d.persist(&step.persist) {
+            Ok(Some(flush)) => flushes.push(FlushRec {
+                label: format!("step {}: {step}", i + 1),
+                start,
+                end: len(),
+                flush,
+            }),
+            Ok(None) => {}
+            Err(e) => {
+                problems.push((K::Harness, format!("step {}: {e}", i + 1)));
+                break;
+            }
+        }
+    }
+    if problems.is_empty() {
+        if let Err(e) = d.compare_with_model() {
+            problems.push((K::Semantics, e));
+        }
+    }
+    let start = len();
+    match d.persist(&Persist::Sync) {
+        Ok(Some(flush)) => flushes.push(FlushRec {
+            label: "final sync".into(),
+            start,
+            end: len(),
+            flush,
+        }),
+        Ok(None) => {}
+        Err(e) => problems.push((K::Harness, format!("final {e}"))),
+    }
+    let start = len();
+    if let Err(e) = fs.unmount() {
+        problems.push((K::Harness, format!("unmount: {e}")));
+    }
+    flushes.push(still("unmount", start, len(), d.oracle.disk()));
+    let log = rec.log();
+    let mut writes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (pos, e) in log.entries().iter().enumerate() {
+        if let stitch_blockdev::record::LogEntry::Write { block, .. } = e {
+            writes.entry(block.0 as usize).or_default().push(pos);
+        }
+    }
+    Ok(Recording {
+        mode,
+        base,
+        writes,
+        log,
+        flushes,
+        problems,
+    })
+}

@@ -1,0 +1,484 @@
+//! [`State`]: a file tree as the judge compares it, keyed by inode number
+//! (memfs shows the ext2 numbers, so expected and recovered trees share
+//! them), and [`Cells`], the state cut into independent facts (one entry,
+//! one attribute, one file's bytes) so that a crash image can be held to
+//! "each fact as in one of these states".
+//!
+//! Invariants: `lost+found` at the root is never part of a state (mkfs
+//! makes it, no workload touches it); link counts of an expected state are
+//! computed from its entries, a recovered state carries the counts the disk
+//! stores.
+
+use std::collections::{BTreeMap, BTreeSet};
+use stitch_model::{Content, Meta, Node, Tree};
+
+/// The root directory's inode number.
+pub const ROOT: u64 = 2;
+
+/// Longest file the judge reads back from an image (a corrupt size is a
+/// finding, not an allocation).
+const READ_LIMIT: u64 = 64 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Special,
+}
+
+/// One inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub kind: FileKind,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    /// A file's bytes or a symlink's target.
+    pub bytes: Vec<u8>,
+    /// A directory's entries, without `.` and `..`.
+    pub entries: BTreeMap<Vec<u8>, u64>,
+}
+
+impl Inode {
+    pub fn new(kind: FileKind, perm: u16, uid: u32, gid: u32) -> Inode {
+        Inode {
+            kind,
+            perm,
+            uid,
+            gid,
+            bytes: Vec::new(),
+            entries: BTreeMap::new(),
+        }
+    }
+}
+
+/// A whole tree.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct State {
+    pub inodes: BTreeMap<u64, Inode>,
+}
+
+impl State {
+    /// The inode `path` (`a/b`, empty for the root) names.
+    pub fn lookup(&self, path: &str) -> Option<u64> {
+        let mut at = ROOT;
+        for name in path.split('/').filter(|c| !c.is_empty()) {
+            at = *self.inodes.get(&at)?.entries.get(name.as_bytes())?;
+        }
+        Some(at)
+    }
+
+    /// The directory holding the entry of directory `dir`.
+    pub fn parent(&self, dir: u64) -> Option<u64> {
+        if dir == ROOT {
+            return Some(ROOT);
+        }
+        self.inodes
+            .iter()
+            .find(|(_, i)| i.kind == FileKind::Dir && i.entries.values().any(|&e| e == dir))
+            .map(|(&p, _)| p)
+    }
+
+    /// Link counts computed from the entries (a directory: 2 plus its
+    /// subdirectories).
+    pub fn links(&self) -> BTreeMap<u64, u32> {
+        let mut n: BTreeMap<u64, u32> = BTreeMap::new();
+        for (&ino, i) in &self.inodes {
+            if i.kind == FileKind::Dir {
+                *n.entry(ino).or_default() += 2;
+            }
+            for &e in i.entries.values() {
+                let is_dir = self.inodes.get(&e).is_some_and(|c| c.kind == FileKind::Dir);
+                if is_dir {
+                    *n.entry(ino).or_default() += 1;
+                } else {
+                    *n.entry(e).or_default() += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Paths from the root, depth first, each with its inode.
+    pub fn paths(&self) -> Vec<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        self.walk(ROOT, Vec::new(), &mut out, &mut seen);
+        out
+    }
+
+    fn walk(&self, ino: u64, at: Vec<u8>, out: &mut Vec<(Vec<u8>, u64)>, seen: &mut BTreeSet<u64>) {
+        out.push((at.clone(), ino));
+        let Some(i) = self.inodes.get(&ino) else {
+            return;
+        };
+        if i.kind != FileKind::Dir || !seen.insert(ino) {
+            return;
+        }
+        for (name, &child) in &i.entries {
+            let mut p = at.clone();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            self.walk(child, p, out, seen);
+        }
+    }
+
+    /// The tree as the reference model describes trees, with `links` as
+    /// the link counts (computed ones unless the disk's are given).
+    pub fn to_tree(&self, links: Option<&BTreeMap<u64, u32>>) -> Tree {
+        let computed;
+        let links = match links {
+            Some(l) => l,
+            None => {
+                computed = self.links();
+                &computed
+            }
+        };
+        let paths = self.paths();
+        let mut tree = Tree::default();
+        for (path, ino) in &paths {
+            let Some(i) = self.inodes.get(ino) else {
+                continue;
+            };
+            let (kind, size, content) = match i.kind {
+                FileKind::File => (
+                    stitch_model::Kind::File,
+                    Some(i.bytes.len() as u64),
+                    Content::Bytes(i.bytes.clone()),
+                ),
+                FileKind::Dir => (stitch_model::Kind::Dir, None, Content::None),
+                FileKind::Symlink => (
+                    stitch_model::Kind::Symlink,
+                    Some(i.bytes.len() as u64),
+                    Content::Target(i.bytes.clone()),
+                ),
+                FileKind::Special => (
+                    stitch_model::Kind::Special(stitch_model::Special::Fifo),
+                    Some(0),
+                    Content::None,
+                ),
+            };
+            let meta = Meta {
+                kind,
+                perm: u32::from(i.perm),
+                uid: i.uid,
+                gid: i.gid,
+                nlink: links.get(ino).copied().unwrap_or(0),
+                size,
+            };
+            tree.nodes.insert(
+                path.clone(),
+                Node {
+                    meta,
+                    content,
+                    same_as: None,
+                    mtime: None,
+                },
+            );
+        }
+        tree.link_groups(paths.into_iter());
+        tree
+    }
+
+    /// A listing for reports: one line per path.
+    pub fn show(&self, links: Option<&BTreeMap<u64, u32>>) -> String {
+        show_tree(&self.to_tree(links), &self.paths())
+    }
+}
+
+/// One line per path of `tree`: inode, kind, permissions, links, size and
+/// a digest of the contents.
+fn show_tree(tree: &Tree, paths: &[(Vec<u8>, u64)]) -> String {
+    let mut s = String::new();
+    for (path, ino) in paths {
+        let Some(n) = tree.nodes.get(path) else {
+            continue;
+        };
+        let content = match &n.content {
+            Content::Bytes(b) => format!(" bytes {}", digest(b)),
+            Content::Target(t) => format!(" -> {}", String::from_utf8_lossy(t)),
+            Content::None => String::new(),
+        };
+        s.push_str(&format!(
+            "/{:<12} ino {:<3} {:?} {:o} uid {} gid {} links {} size {:?}{}\n",
+            String::from_utf8_lossy(path),
+            ino,
+            n.meta.kind,
+            n.meta.perm,
+            n.meta.uid,
+            n.meta.gid,
+            n.meta.nlink,
+            n.meta.size,
+            content
+        ));
+    }
+    s
+}
+
+/// A short description of file bytes: runs of equal bytes, at most a few.
+pub fn digest(b: &[u8]) -> String {
+    let mut runs: Vec<(usize, usize, u8)> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        // Workload bytes change every byte, so describe by which write made
+        // them: a run is a range whose bytes are zero or all non-zero.
+        let zero = b[i] == 0;
+        let mut j = i;
+        while j < b.len() && (b[j] == 0) == zero {
+            j += 1;
+        }
+        runs.push((i, j, if zero { 0 } else { b[i] }));
+        i = j;
+    }
+    let mut s = format!("{}:", b.len());
+    for (n, (a, e, v)) in runs.iter().enumerate() {
+        if n == 6 {
+            s.push_str(" ...");
+            break;
+        }
+        if *v == 0 {
+            s.push_str(&format!(" [{a}..{e} zero]"));
+        } else {
+            s.push_str(&format!(" [{a}..{e} from {v:#04x}]"));
+        }
+    }
+    s
+}
+
+/// A tree read back from an image, with what the disk says that a
+/// computed state cannot: the stored link counts, and structural problems
+/// met on the way (a directory reachable twice).
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    pub state: State,
+    pub links: BTreeMap<u64, u32>,
+    pub problems: Vec<String>,
+}
+
+/// Reads the tree of a mounted diskfs from the root.
+pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, String> {
+    use stitch_diskfs::{FileType, InodeNo};
+    let mut found = Found::default();
+    let mut stack = vec![ROOT];
+    let mut named_dirs = BTreeSet::new();
+    let mut lost_found = 0;
+    while let Some(ino) = stack.pop() {
+        if found.state.inodes.contains_key(&ino) {
+            continue;
+        }
+        let a = fs
+            .getattr(InodeNo(ino as u32))
+            .map_err(|e| format!("inode {ino}: {e}"))?;
+        let kind = match a.kind {
+            Some(FileType::Regular) => FileKind::File,
+            Some(FileType::Directory) => FileKind::Dir,
+            Some(FileType::Symlink) => FileKind::Symlink,
+            Some(_) => FileKind::Special,
+            None => {
+                found.problems.push(format!(
+                    "an entry names inode {ino}, which has no file type"
+                ));
+                continue;
+            }
+        };
+        let mut inode = Inode::new(kind, a.perm, a.uid, a.gid);
+        match kind {
+            FileKind::File => {
+                if a.size > READ_LIMIT {
+                    found
+                        .problems
+                        .push(format!("inode {ino} has size {}", a.size));
+                } else {
+                    inode.bytes = fs
+                        .read(InodeNo(ino as u32), 0, a.size as usize)
+                        .map_err(|e| format!("read inode {ino}: {e}"))?;
+                }
+            }
+            FileKind::Symlink => {
+                inode.bytes = fs
+                    .readlink(InodeNo(ino as u32))
+                    .map_err(|e| format!("readlink {ino}: {e}"))?;
+            }
+            FileKind::Dir => {
+                for e in fs
+                    .readdir(InodeNo(ino as u32))
+                    .map_err(|e| format!("readdir {ino}: {e}"))?
+                {
+                    if e.name == b"." || e.name == b".." {
+                        continue;
+                    }
+                    if ino == ROOT && e.name == b"lost+found" {
+                        // Its ".." counts in the root's links; the state
+                        // leaves it out, so the count does too.
+                        lost_found = 1;
+                        continue;
+                    }
+                    let child = u64::from(e.ino.0);
+                    let is_dir = e.kind == Some(FileType::Directory);
+                    if is_dir && (child == ROOT || !named_dirs.insert(child)) {
+                        found.problems.push(format!(
+                            "directory {child} is reachable twice (again as {} in {ino})",
+                            String::from_utf8_lossy(&e.name)
+                        ));
+                        continue;
+                    }
+                    inode.entries.insert(e.name, child);
+                    stack.push(child);
+                }
+            }
+            FileKind::Special => {}
+        }
+        found.links.insert(ino, u32::from(a.nlink));
+        found.state.inodes.insert(ino, inode);
+    }
+    if let Some(l) = found.links.get_mut(&ROOT) {
+        *l = l.saturating_sub(lost_found);
+    }
+    Ok(found)
+}
+
+/// One independent fact of a state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cell {
+    /// The entry `name` of directory `dir`: which inode it names.
+    Entry(u64, Vec<u8>),
+    Kind(u64),
+    Perm(u64),
+    Owner(u64),
+    Links(u64),
+    Size(u64),
+    /// A file's bytes or a symlink's target.
+    Bytes(u64),
+}
+
+impl Cell {
+    /// The inode the fact is about (the directory, for an entry).
+    pub fn ino(&self) -> u64 {
+        match self {
+            Cell::Entry(d, _) => *d,
+            Cell::Kind(i)
+            | Cell::Perm(i)
+            | Cell::Owner(i)
+            | Cell::Links(i)
+            | Cell::Size(i)
+            | Cell::Bytes(i) => *i,
+        }
+    }
+
+    pub fn show(&self) -> String {
+        match self {
+            Cell::Entry(d, n) => format!("entry {:?} of dir {d}", String::from_utf8_lossy(n)),
+            Cell::Kind(i) => format!("kind of inode {i}"),
+            Cell::Perm(i) => format!("permissions of inode {i}"),
+            Cell::Owner(i) => format!("owner of inode {i}"),
+            Cell::Links(i) => format!("link count of inode {i}"),
+            Cell::Size(i) => format!("size of inode {i}"),
+            Cell::Bytes(i) => format!("contents of inode {i}"),
+        }
+    }
+}
+
+/// A fact's value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Value {
+    Ino(u64),
+    Kind(FileKind),
+    Num(u64),
+    Pair(u32, u32),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    pub fn show(&self) -> String {
+        match self {
+            Value::Ino(i) => format!("inode {i}"),
+            Value::Kind(k) => format!("{k:?}"),
+            Value::Num(n) => format!("{n}"),
+            Value::Pair(a, b) => format!("{a}:{b}"),
+            Value::Bytes(b) => digest(b),
+        }
+    }
+}
+
+pub fn show_opt(v: Option<&Value>) -> String {
+    v.map_or_else(|| "absent".to_string(), Value::show)
+}
+
+/// A state as facts.
+pub type Cells = BTreeMap<Cell, Value>;
+
+/// The facts of `state`, with `links` as its link counts.
+pub fn cells(state: &State, links: &BTreeMap<u64, u32>) -> Cells {
+    let mut c = Cells::new();
+    for (&ino, i) in &state.inodes {
+        c.insert(Cell::Kind(ino), Value::Kind(i.kind));
+        c.insert(Cell::Perm(ino), Value::Num(u64::from(i.perm)));
+        c.insert(Cell::Owner(ino), Value::Pair(i.uid, i.gid));
+        c.insert(
+            Cell::Links(ino),
+            Value::Num(u64::from(links.get(&ino).copied().unwrap_or(0))),
+        );
+        match i.kind {
+            FileKind::File | FileKind::Symlink => {
+                c.insert(Cell::Size(ino), Value::Num(i.bytes.len() as u64));
+                c.insert(Cell::Bytes(ino), Value::Bytes(i.bytes.clone()));
+            }
+            FileKind::Dir => {
+                for (name, &e) in &i.entries {
+                    c.insert(Cell::Entry(ino, name.clone()), Value::Ino(e));
+                }
+            }
+            FileKind::Special => {}
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> State {
+        let mut s = State::default();
+        let mut root = Inode::new(FileKind::Dir, 0o755, 0, 0);
+        root.entries.insert(b"a".to_vec(), 12);
+        root.entries.insert(b"d".to_vec(), 13);
+        let mut d = Inode::new(FileKind::Dir, 0o755, 0, 0);
+        d.entries.insert(b"b".to_vec(), 12);
+        let mut f = Inode::new(FileKind::File, 0o644, 0, 0);
+        f.bytes = vec![1, 2, 3];
+        s.inodes.insert(ROOT, root);
+        s.inodes.insert(13, d);
+        s.inodes.insert(12, f);
+        s
+    }
+
+    #[test]
+    fn links_count_entries_and_subdirectories() {
+        let s = sample();
+        let l = s.links();
+        assert_eq!(l[&ROOT], 3);
+        assert_eq!(l[&13], 2);
+        assert_eq!(l[&12], 2);
+        assert_eq!(s.lookup("d/b"), Some(12));
+        assert_eq!(s.parent(13), Some(ROOT));
+    }
+
+    #[test]
+    fn trees_record_hard_links() {
+        let t = sample().to_tree(None);
+        assert_eq!(t.nodes[&b"d/b".to_vec()].same_as, Some(b"a".to_vec()));
+        assert_eq!(t.nodes[&b"a".to_vec()].meta.nlink, 2);
+    }
+
+    #[test]
+    fn digest_names_runs() {
+        assert_eq!(
+            digest(&[0, 0, 5, 6, 0]),
+            "5: [0..2 zero] [2..4 from 0x05] [4..5 zero]"
+        );
+    }
+}

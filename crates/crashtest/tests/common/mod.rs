@@ -1,0 +1,41 @@
+//! Helpers of the crashtest tests: the short run every mode gets.
+#![allow(dead_code)]
+
+use stitch_crashtest::{workload, Config, Consistency, Summary, Workload};
+
+/// Seed of the sampled length-2 workloads and of crash-state sampling.
+pub const SEED: u64 = 7;
+
+/// The named workloads, every generated workload of length 1, and a
+/// sample of length 2.
+pub fn short_workloads(samples: usize) -> Vec<Workload> {
+    let mut w = workload::named();
+    w.extend(workload::exhaustive(1));
+    w.extend(workload::sampled(2, samples, SEED));
+    w
+}
+
+/// Runs `workloads` in `mode` (small epochs sampled), prints the table
+/// and the first violations.
+pub fn run(mode: Consistency, workloads: Vec<Workload>) -> Summary {
+    let cfg = Config {
+        max_states: 8,
+        seed: SEED,
+        jobs: 1,
+        command: "cargo run -p stitchfs -- crashtest".into(),
+        ..Config::new(vec![mode], workloads)
+    };
+    let s = stitch_crashtest::run(&cfg, &|_| {}).expect("crashtest runs");
+    print!("{}", s.table());
+    for v in s.violations.iter().take(10) {
+        println!(
+            "{} {} {}: {:?}\n  {}",
+            v.mode,
+            v.workload,
+            v.state.as_deref().unwrap_or("(run)"),
+            v.findings.first().map(|f| &f.message),
+            v.reproduce
+        );
+    }
+    s
+}
