@@ -177,7 +177,12 @@ impl BlockDevice for Overlay {
     fn read(&self, block: BlockNo, buf: &mut [u8]) -> Result<(), DevError> {
         self.geometry.check(block, buf.len())?;
         let i = block.0 as usize;
-        match self.blocks.lock().unwrap_or_else(|p| p.into_inner()).get(&i) {
+        match self
+            .blocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&i)
+        {
             Some(d) => buf.copy_from_slice(d),
             None => buf.copy_from_slice(&self.base[i * BS..(i + 1) * BS]),
         }
@@ -284,12 +289,7 @@ impl Checker {
         (f, true)
     }
 
-    fn compute(
-        &mut self,
-        mode: Consistency,
-        base: &Base,
-        blocks: &[(usize, &[u8])],
-    ) -> Facts {
+    fn compute(&mut self, mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> Facts {
         let checks = |me: &mut Checker, blocks: &[(usize, &[u8])]| match me
             .put(base, blocks.iter().copied())
         {
