@@ -3,7 +3,9 @@
 
 pub mod fsck;
 pub mod modes;
+pub mod mount;
 pub mod optimizations;
 mod postmark;
 mod synth;
+pub mod systems;
 pub mod tree;

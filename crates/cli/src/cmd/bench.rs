@@ -24,6 +24,12 @@ enum Suite {
     /// DIR, so the disk measured is that directory's; without --out, in the
     /// system's temporary directory).
     Modes(ModesArgs),
+    /// McoreFS §6 through a mount: smallfile, largefile, mailbench and
+    /// create/stat/unlink rates of stitchfs beside ext4 (loop device),
+    /// fuse2fs and bindfs, each on storage made fresh in --out DIR (so the
+    /// disk measured is that directory's; without --out, the system's
+    /// temporary directory). Needs root (loop mounts, dropping caches).
+    Mount(MountArgs),
     /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
     /// (needs root for the loop mount that fills it).
     Fsck(FsckArgs),
@@ -79,6 +85,38 @@ struct ModesArgs {
 }
 
 #[derive(clap::Args)]
+struct MountArgs {
+    #[command(flatten)]
+    output: Output,
+    /// Runs of every workload on every system; medians are reported
+    /// (default 3, 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Systems to compare, comma-separated, or `all`: stitchfs,
+    /// stitchfs-softupdates, stitchfs-writeback, stitchfs-data-journal,
+    /// stitchfs-async, ext4 (data=ordered), ext4-writeback, ext4-journal,
+    /// ext4-sync, ext2, fuse2fs, bindfs.
+    #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
+    systems: String,
+    /// smallfile: files created, written, fsynced and unlinked.
+    #[arg(long)]
+    files: Option<usize>,
+    /// largefile: MB written.
+    #[arg(long)]
+    large_mb: Option<u64>,
+    /// mailbench: messages per thread (two threads).
+    #[arg(long)]
+    messages: Option<usize>,
+    /// create/stat/unlink: files.
+    #[arg(long)]
+    meta_files: Option<usize>,
+    /// Seconds a phase may take before the system counts as hung (its FUSE
+    /// server is then killed).
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+#[derive(clap::Args)]
 struct OptArgs {
     #[command(flatten)]
     output: Output,
@@ -110,6 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.suite {
         Suite::Optimizations(a) => run_optimizations(a),
         Suite::Modes(a) => run_modes(a),
+        Suite::Mount(a) => run_mount(a),
         Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
     }
 }
@@ -138,6 +177,14 @@ impl Output {
     }
 }
 
+/// Where a suite on real storage puts its images: --out DIR, so the disk
+/// measured is the one the results go to, else the temporary directory.
+fn scratch_dir(out: &Output) -> anyhow::Result<PathBuf> {
+    let scratch = out.out.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    Ok(scratch)
+}
+
 /// A progress bar of `steps` steps, on stderr.
 fn progress(steps: usize) -> anyhow::Result<ProgressBar> {
     Ok(ProgressBar::new(steps as u64)
@@ -151,8 +198,7 @@ fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
         .tree
         .or_else(crate::bench::tree::default_tree)
         .context("no source tree to untar (give --tree DIR)")?;
-    let scratch = out.out.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let scratch = scratch_dir(out)?;
     let cfg = modes::Config {
         quick: out.quick,
         tree_files: a.tree_files,
@@ -173,6 +219,38 @@ fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
     let table = modes::table(&report);
     out.show(&report, &table)?;
     out.write("modes", &report, &table)
+}
+
+fn run_mount(a: MountArgs) -> anyhow::Result<()> {
+    use crate::bench::mount;
+    let out = &a.output;
+    let mut scale = if out.quick {
+        mount::Scale::QUICK
+    } else {
+        mount::Scale::FULL
+    };
+    scale.smallfile_files = a.files.unwrap_or(scale.smallfile_files);
+    scale.largefile_bytes = a.large_mb.map_or(scale.largefile_bytes, |m| m * 1_000_000);
+    scale.mail_messages = a.messages.unwrap_or(scale.mail_messages);
+    scale.meta_files = a.meta_files.unwrap_or(scale.meta_files);
+    let cfg = mount::Config {
+        scale,
+        runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
+        systems: crate::bench::systems::select(&a.systems)?,
+        scratch: scratch_dir(out)?,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let bar = progress(mount::steps(&cfg))?;
+    let report = mount::run(&cfg, |step| {
+        bar.set_message(step.to_string());
+        if step.starts_with("run ") {
+            bar.inc(1);
+        }
+    })?;
+    bar.finish_and_clear();
+    let table = mount::table(&report);
+    out.show(&report, &table)?;
+    out.write("mount", &report, &table)
 }
 
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what `stitchfs bench` needs beyond scripts/setup.sh on a Debian
+# machine (run as root, or with sudo available). Idempotent.
+#
+#   e2fsprogs  mkfs.ext4/mkfs.ext2 for the kernel's file systems, e2fsck
+#   mount      losetup, mount, umount (ext4 on a loop device)
+#   fuse3      fusermount3 (unmounting FUSE servers: stitchfs, bindfs)
+#   fuse2fs    e2fsprogs' FUSE server, a baseline
+#   bindfs     a FUSE passthrough, the baseline for FUSE's own overhead
+#   matplotlib plots of the results
+#
+# The suites that mount (`bench mount`, `bench fsck`) also need root and
+# /dev/fuse; a system whose tool is missing is skipped with a message
+# naming the package.
+set -euo pipefail
+
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+need_apt=()
+have mkfs.ext4 || need_apt+=(e2fsprogs)
+have losetup || need_apt+=(mount)
+have fusermount3 || need_apt+=(fuse3)
+have fuse2fs || need_apt+=(fuse2fs)
+have bindfs || need_apt+=(bindfs)
+if ((${#need_apt[@]})); then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
+fi
+
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  python3 -m pip install -q matplotlib || echo "setup-bench: matplotlib not installed; benchmarks will skip plots" >&2
+fi
+
+[ -e /dev/fuse ] || echo "setup-bench: /dev/fuse is missing; FUSE systems will be skipped" >&2
+[ "$(id -u)" = 0 ] || echo "setup-bench: not root; loop mounts and dropping caches need root" >&2
