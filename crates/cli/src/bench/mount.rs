@@ -131,11 +131,11 @@ pub struct Scale {
 impl Scale {
     pub const FULL: Scale = Scale {
         image_bytes: 2 << 30,
-        smallfile_files: 1_000,
+        smallfile_files: 5_000,
         smallfile_dirs: 100,
         largefile_bytes: 100_000_000,
         mail_threads: 2,
-        mail_messages: 100,
+        mail_messages: 250,
         message_bytes: 2048,
         meta_files: 10_000,
         probe_samples: 200,
