@@ -940,6 +940,31 @@ mod tests {
         }
     }
 
+    /// A call stuck on a FUSE mount ends when the watchdog kills the
+    /// server, and the error says the system hung. The workload here polls
+    /// until the mount fails, so it ends only through the watchdog.
+    #[test]
+    fn watchdog_ends_a_hung_fuse_mount() {
+        let sys = select("bindfs").unwrap()[0];
+        if let Some(why) = sys.missing() {
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let place = Place::new(dir.path()).unwrap();
+        sys.format(&place, 0).unwrap();
+        let m = sys.mount(&place).unwrap();
+        let err = m
+            .watched::<()>(Duration::from_millis(200), |root| loop {
+                std::fs::metadata(root.join("."))?;
+                std::thread::sleep(Duration::from_millis(10));
+            })
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("bindfs hung"), "{err:#}");
+        drop(m);
+        assert!(!is_mounted(&place.mnt()).unwrap());
+    }
+
     #[test]
     fn block_stat_fields() {
         let dir = tempfile::tempdir().unwrap();
