@@ -247,10 +247,15 @@ pub fn table(r: &Report) -> String {
          Device limits, on a raw file beside the images: a 4 KiB write + fdatasync takes \
          {:.3} ms (median of {}, p90 {:.3} ms), so at most {:.0} fsyncs/s one after another; \
          sequential write {:.0} MB/s ({} MiB + fdatasync).\n\n\
-         Sizes: smallfile {} files in {} directories (create, write 1 KB, fsync, unlink); \
-         largefile {:.0} MB in 1 MiB writes + fsync; mailbench {} threads × {} messages of {} B, \
-         6 fsyncs each; create/stat/unlink {} empty files in one directory, remounted before \
-         the cold stat; images {} MiB.\n\n",
+         Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
+         directories, each created, written 1 KB, fsynced, closed and unlinked; largefile, \
+         {:.0} MB in 1 MiB writes, then fsync; mailbench, {} threads × {} messages of {} B, \
+         each thread with its own spool and mailbox, per message: write spool/tmp/M + fsync, \
+         rename to spool/mess/M + fsync spool/mess, write envelope spool/tmp/eM + fsync, \
+         rename to spool/todo/M + fsync spool/todo, read both, write mail/tmp/M + fsync, \
+         rename to mail/new/M + fsync mail/new (6 fsyncs), unlink the queue files; \
+         create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
+         mounted again before the cold stat. Images {} MiB.\n\n",
         s.runs,
         if s.caches_dropped {
             ""
