@@ -16,9 +16,15 @@
 //! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
 //! `fs` (the operations), `flush` (closure, absorption, the batch).
 
+mod data;
 mod error;
+mod flush;
+mod fs;
+mod log;
+mod node;
 mod types;
 
 pub use error::{MemError, Result};
+pub use fs::MemFs;
 pub use stitch_diskfs::RenameFlags;
 pub use types::{Attr, DirEntry, Kind, Options, SetAttrs, StatFs, Stats};

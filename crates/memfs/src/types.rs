@@ -76,6 +76,9 @@ pub struct Options {
     /// How often everything is flushed in the background; `None` never
     /// (tests drive flushes themselves).
     pub flush_interval: Option<Duration>,
+    /// Stamp every change with this time instead of the clock (tests that
+    /// compare with a model).
+    pub fixed_time: Option<u32>,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
         Options {
             memory_limit: 1 << 30,
             flush_interval: Some(Duration::from_secs(5)),
+            fixed_time: None,
         }
     }
 }

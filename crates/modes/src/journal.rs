@@ -405,6 +405,21 @@ impl Journal {
         Ok(())
     }
 
+    /// A boundary between two operations of an atomic section: commit if
+    /// the running transaction has reached half the log, splitting the
+    /// section there (a batch larger than the log is written as several
+    /// transactions, oldest operations first: McoreFS §4.3).
+    pub(crate) fn split_point(&mut self, cache: &mut PatchCache) -> Result<()> {
+        let big = self
+            .running
+            .as_ref()
+            .is_some_and(|r| r.blocks.len() as u32 >= self.capacity() / 2);
+        if big {
+            self.commit(cache)?;
+        }
+        Ok(())
+    }
+
     /// Closes the running transaction: log record, commit block, release.
     pub fn commit(&mut self, cache: &mut PatchCache) -> Result<()> {
         self.want_commit = false;

@@ -212,6 +212,16 @@ impl Modes {
         }
     }
 
+    /// Between two whole operations of an atomic section: the journal
+    /// commits here only if the transaction has reached half the log, so a
+    /// batch too large for the log is split at an operation boundary.
+    pub fn split_point(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.split_point(&mut self.cache),
+            None => Ok(()),
+        }
+    }
+
     /// Commits the running transaction now (journal mode; otherwise nothing).
     pub fn commit(&mut self) -> Result<()> {
         match &mut self.journal {

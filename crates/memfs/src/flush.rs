@@ -1,0 +1,674 @@
+//! Flushing (McoreFS §4.3): the cut, the dependency closure, absorption,
+//! and one batch applied to diskfs as one atomic unit.
+//!
+//! The closure: an operation may reach the disk only with every earlier
+//! operation on any object it touches (`LogOp::objects`). That one rule
+//! gives McoreFS's: a cross-directory rename touches both directories (the
+//! partner is flushed up to the rename); a create or link touches the
+//! inode (inodes linked into a flushed directory go first); an rmdir
+//! touches the removed directory (deletions inside it go first); a
+//! directory moved to another parent touches that parent's ancestors as
+//! they were (their changes up to the move go first: no loop reaches the
+//! disk, Appendix A). It also keeps what diskfs needs to apply the subset:
+//! a directory exists before entries go into it, a name is free before it
+//! is reused.
+//!
+//! Absorption: an inode created and removed within the flushed operations,
+//! whose every operation can vanish with it, never reaches the disk; its
+//! number goes back to the pool (once nothing holds it open).
+//!
+//! File data and attributes are state, not operations: a `Dirty` entry
+//! says the inode changed, and the flush writes what memory holds at the
+//! cut (pages are snapshotted by pointer, copy-on-write for later writers):
+//! truncate to the smallest size seen since the last flush, write the
+//! dirty pages in runs, set the final size and attributes. A page
+//! rewritten many times is written once.
+//!
+//! Every flush ends with what it applied durable (the journal's commit, or
+//! the patches written), so "flushed" always means "durable".
+
+use crate::error::{MemError, Result};
+use crate::fs::{MemFs, ROOT};
+use crate::log::{Entry, LogOp, Made};
+use crate::node::Page;
+use crate::types::Kind;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr};
+use stitch_patch::PatchId;
+
+/// Pages per diskfs write (a bound on one operation's journal space).
+const RUN_PAGES: usize = 256;
+
+/// Entries cut from the logs but not yet applied, indexed by object.
+#[derive(Default)]
+pub(crate) struct Merged {
+    ops: BTreeMap<u64, Entry>,
+    by_obj: HashMap<u64, BTreeSet<u64>>,
+}
+
+impl Merged {
+    fn add(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+                self.by_obj.entry(o).or_default().insert(e.stamp);
+            }
+            self.ops.insert(e.stamp, e);
+        }
+    }
+
+    /// Every entry that must go with the entries on `targets` (each an
+    /// object and the last stamp wanted of it).
+    fn closure(&self, targets: &[(u64, u64)]) -> BTreeSet<u64> {
+        let mut selected = BTreeSet::new();
+        let mut reached: HashMap<u64, u64> = HashMap::new();
+        let mut work: Vec<(u64, u64)> = targets.to_vec();
+        while let Some((obj, limit)) = work.pop() {
+            let from = match reached.get(&obj) {
+                Some(&r) if r >= limit => continue,
+                Some(&r) => r + 1,
+                None => 0,
+            };
+            reached.insert(obj, limit);
+            let Some(stamps) = self.by_obj.get(&obj) else {
+                continue;
+            };
+            for &st in stamps.range(from..=limit) {
+                if selected.insert(st) {
+                    let e = &self.ops[&st];
+                    for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+                        work.push((o, st));
+                    }
+                }
+            }
+        }
+        selected
+    }
+
+    fn take(&mut self, stamp: u64) -> Entry {
+        let e = self.ops.remove(&stamp).expect("selected entry");
+        for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+            if let Some(s) = self.by_obj.get_mut(&o) {
+                s.remove(&stamp);
+                if s.is_empty() {
+                    self.by_obj.remove(&o);
+                }
+            }
+        }
+        e
+    }
+
+    fn pending_on(&self, obj: u64) -> impl Iterator<Item = u64> + '_ {
+        self.by_obj.get(&obj).into_iter().flatten().copied()
+    }
+}
+
+/// What a flush writes of one file: its state at the cut.
+struct FileState {
+    ino: u64,
+    pages: Vec<(u64, Page)>,
+    size: u64,
+    min_size: u64,
+    disk_size: u64,
+    attr: SetAttr,
+    /// Whether the inode still exists on disk after the operations.
+    write: bool,
+}
+
+/// One flush's work, decided at the cut.
+struct Plan {
+    ops: Vec<Entry>,
+    files: Vec<FileState>,
+    /// Inodes to tell diskfs are open before an unlink reaches them.
+    open: Vec<u64>,
+    absorbed: usize,
+    /// Blocks the flushed operations and pages had reserved.
+    reserved: i64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    All,
+    Inode(u64),
+}
+
+impl MemFs {
+    /// Makes everything durable (`sync`, `syncfs`).
+    pub fn sync(&self) -> Result<()> {
+        self.flush(Scope::All)
+    }
+
+    /// Makes `ino` durable (McoreFS §4.3): a file's data, attributes and
+    /// the creation of its inode (its name too, as diskfs creates both at
+    /// once); a directory's entries and whatever they depend on. `datasync`
+    /// (fdatasync) is served the same way.
+    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+        self.flush(Scope::Inode(ino))
+    }
+
+    fn flush(&self, scope: Scope) -> Result<()> {
+        if self.inner.read_only.load(Ordering::SeqCst) {
+            return Err(MemError::Io("an earlier device error is latched".into()));
+        }
+        let mut merged = self.inner.merged.lock();
+        let plan = self.cut(&mut merged, scope)?;
+        drop(merged);
+        let Some(plan) = plan else {
+            self.inner.stats.lock().fsync_noops += 1;
+            return Ok(());
+        };
+        // The merged lock is released: later flushes may cut while this
+        // one applies, and diskfs's lock orders the applies.
+        let _order = self.inner.apply_lock.lock();
+        self.apply(plan)
+    }
+
+    /// The cut: every operation in progress finishes, the logs are merged,
+    /// and the plan is taken while nothing changes.
+    fn cut(&self, merged: &mut Merged, scope: Scope) -> Result<Option<Plan>> {
+        let _w = self.inner.gate.write();
+        merged.add(self.inner.logs.drain());
+        let selected: BTreeSet<u64> = match scope {
+            Scope::All => merged.ops.keys().copied().collect(),
+            Scope::Inode(ino) => {
+                let n = self.inner.nodes.read().get(&ino).cloned();
+                if n.is_some_and(|n| n.s.read().never_disk) {
+                    return Ok(None);
+                }
+                merged.closure(&[(ino, u64::MAX)])
+            }
+        };
+        if selected.is_empty() {
+            return Ok(None);
+        }
+        let nodes = self.inner.nodes.read().clone();
+        let dead = self.absorbable(merged, &selected, &nodes);
+        let mut plan = Plan {
+            ops: Vec::new(),
+            files: Vec::new(),
+            open: Vec::new(),
+            absorbed: 0,
+            reserved: 0,
+        };
+        for st in &selected {
+            let e = merged.take(*st);
+            for o in e.op.objects() {
+                if let Some(n) = nodes.get(&o) {
+                    n.pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            if e.op.adds_entry() {
+                plan.reserved += 1;
+            }
+            if e.op.subjects().iter().any(|s| dead.contains(s)) {
+                plan.absorbed += 1;
+                continue;
+            }
+            match &e.op {
+                LogOp::Dirty { ino } => {
+                    if let Some(f) = self.take_state(*ino, merged, &nodes, &mut plan.reserved) {
+                        plan.files.push(f);
+                    }
+                }
+                LogOp::Unlink { ino, .. }
+                | LogOp::Rename {
+                    other: Some(ino), ..
+                } => {
+                    if let Some(n) = nodes.get(ino) {
+                        let mut s = n.s.write();
+                        if s.open > 0 && !s.disk_open {
+                            s.disk_open = true;
+                            plan.open.push(*ino);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            plan.ops.push(e);
+        }
+        for ino in &dead {
+            let Some(n) = nodes.get(ino) else { continue };
+            let mut s = n.s.write();
+            s.never_disk = true;
+            s.dirty = false;
+            if s.open == 0 {
+                let dir = s.kind == Kind::Dir;
+                drop(s);
+                self.inner.nodes.write().remove(ino);
+                self.recycle_ino(*ino, dir);
+            }
+        }
+        Ok(Some(plan))
+    }
+
+    /// Inodes created and removed within `selected` whose every operation
+    /// can vanish with them.
+    fn absorbable(
+        &self,
+        merged: &Merged,
+        selected: &BTreeSet<u64>,
+        nodes: &HashMap<u64, std::sync::Arc<crate::node::Node>>,
+    ) -> HashSet<u64> {
+        let mut dead: HashSet<u64> = selected
+            .iter()
+            .filter_map(|st| match &merged.ops[st].op {
+                LogOp::Create { ino, .. } => Some(*ino),
+                _ => None,
+            })
+            .filter(|ino| {
+                nodes.get(ino).is_some_and(|n| n.s.read().nlink == 0)
+                    && merged.pending_on(*ino).all(|st| selected.contains(&st))
+            })
+            .collect();
+        loop {
+            let before = dead.len();
+            let mut out = Vec::new();
+            for &ino in &dead {
+                let ok = merged.pending_on(ino).all(|st| {
+                    let op = &merged.ops[&st].op;
+                    op.absorbable() && op.subjects().iter().all(|s| dead.contains(s))
+                });
+                if !ok {
+                    out.push(ino);
+                }
+            }
+            for ino in out {
+                dead.remove(&ino);
+            }
+            if dead.len() == before {
+                return dead;
+            }
+        }
+    }
+
+    /// Takes a file's state for writing and marks it clean.
+    fn take_state(
+        &self,
+        ino: u64,
+        merged: &Merged,
+        nodes: &HashMap<u64, std::sync::Arc<crate::node::Node>>,
+        reserved: &mut i64,
+    ) -> Option<FileState> {
+        let n = nodes.get(&ino)?;
+        let mut s = n.s.write();
+        if !s.dirty || s.never_disk {
+            return None;
+        }
+        s.dirty = false;
+        // Gone for good once every operation on it is applied: its data
+        // has no reader after a crash.
+        let leaves = s.nlink == 0 && merged.pending_on(ino).next().is_none();
+        let pages: Vec<(u64, Page)> = s
+            .dirty_pages
+            .iter()
+            .map(|i| (*i, s.pages[i].clone()))
+            .collect();
+        *reserved += pages.len() as i64;
+        s.dirty_pages.clear();
+        let f = FileState {
+            ino,
+            pages: if s.kind == Kind::File {
+                pages
+            } else {
+                Vec::new()
+            },
+            size: s.size,
+            min_size: s.min_size,
+            disk_size: s.disk_size,
+            attr: SetAttr {
+                perm: Some(s.perm),
+                uid: Some(s.uid),
+                gid: Some(s.gid),
+                atime: Some(s.atime),
+                mtime: Some(s.mtime),
+                ctime: Some(s.ctime),
+            },
+            write: !leaves,
+        };
+        if s.kind == Kind::File {
+            s.disk_size = s.size;
+            s.min_size = s.size;
+        }
+        Some(f)
+    }
+
+    /// Applies a plan to diskfs as one atomic unit and waits until it is
+    /// durable.
+    fn apply(&self, plan: Plan) -> Result<()> {
+        let t = self.now();
+        let n_ops = plan.ops.len();
+        let n_pages: usize = plan.files.iter().map(|f| f.pages.len()).sum();
+        let result = {
+            let mut d = self.inner.disk.lock();
+            let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
+            disk.modes_mut().begin_atomic();
+            let mut patches = Vec::new();
+            let r = apply_plan(disk, &plan, t, &mut patches);
+            let end = disk.modes_mut().end_atomic().map_err(Into::into);
+            let r = r.and(end).and_then(|()| {
+                if patches.is_empty() {
+                    return Ok(());
+                }
+                let g = disk
+                    .modes_mut()
+                    .group(&patches)
+                    .map_err(stitch_diskfs::DiskError::from)?;
+                disk.sync_patch(g)
+            });
+            let sectors: Vec<(u64, u64)> = plan
+                .files
+                .iter()
+                .filter(|f| f.write)
+                .filter_map(|f| {
+                    disk.getattr(InodeNo(f.ino as u32))
+                        .ok()
+                        .map(|a| (f.ino, u64::from(a.sectors)))
+                })
+                .collect();
+            let sb = disk.superblock();
+            self.inner
+                .disk_free_blocks
+                .store(u64::from(sb.free_blocks_count_lo), Ordering::Release);
+            self.inner
+                .disk_free_inodes
+                .store(u64::from(sb.free_inodes_count), Ordering::Release);
+            r.map(|()| sectors)
+        };
+        self.inner
+            .reserved_blocks
+            .fetch_sub(plan.reserved, Ordering::AcqRel);
+        let sectors = match result {
+            Ok(s) => s,
+            Err(e) => {
+                let e = self.latch(e);
+                // The operations stay in the history they were cut from;
+                // a failed device latches and nothing more is written.
+                return Err(match e {
+                    MemError::NoSpace => MemError::NoSpace,
+                    MemError::Io(m) => MemError::Io(m),
+                    other => MemError::Io(other.to_string()),
+                });
+            }
+        };
+        let nodes = self.inner.nodes.read().clone();
+        for (ino, sec) in sectors {
+            if let Some(n) = nodes.get(&ino) {
+                n.s.write().disk_sectors = sec;
+            }
+        }
+        // Inodes whose removal reached the disk leave memory.
+        for e in &plan.ops {
+            for ino in e.op.subjects() {
+                let Some(n) = nodes.get(&ino) else { continue };
+                let s = n.s.read();
+                if s.nlink == 0
+                    && s.open == 0
+                    && n.pending.load(Ordering::Acquire) == 0
+                    && ino != ROOT
+                {
+                    drop(s);
+                    self.inner.nodes.write().remove(&ino);
+                }
+            }
+        }
+        let mut st = self.inner.stats.lock();
+        st.flushes += 1;
+        st.ops_applied += n_ops as u64;
+        st.ops_absorbed += plan.absorbed as u64;
+        st.pages_written += n_pages as u64;
+        Ok(())
+    }
+
+    // ---- background work ----------------------------------------------
+
+    pub(crate) fn background(&self, every: Duration) {
+        let (lock, cv) = &self.inner.stop;
+        let mut stop = lock.lock();
+        while !*stop {
+            if cv.wait_for(&mut stop, every).timed_out() && !*stop {
+                drop(stop);
+                if let Err(e) = self.sync() {
+                    eprintln!("stitchfs: background flush failed: {e}");
+                }
+                stop = lock.lock();
+            }
+        }
+    }
+
+    /// Over the memory bound: flush, then drop clean pages (and clean,
+    /// unused inodes) until a quarter of the bound is free.
+    pub(crate) fn relieve_pressure(&self) {
+        let bs = self.inner.block_size;
+        let limit = self.inner.opts.memory_limit / bs;
+        if self.inner.pages.load(Ordering::Acquire) <= limit {
+            return;
+        }
+        if let Err(e) = self.sync() {
+            eprintln!("stitchfs: flush under memory pressure failed: {e}");
+            return;
+        }
+        let target = limit - limit / 4;
+        let _w = self.inner.gate.write();
+        let nodes: Vec<_> = self.inner.nodes.read().values().cloned().collect();
+        let mut evicted = 0u64;
+        for n in &nodes {
+            if self.inner.pages.load(Ordering::Acquire) <= target {
+                break;
+            }
+            let mut s = n.s.write();
+            let clean: Vec<u64> = s
+                .pages
+                .keys()
+                .filter(|k| !s.dirty_pages.contains(k))
+                .copied()
+                .collect();
+            for k in clean {
+                s.pages.remove(&k);
+                evicted += 1;
+                self.inner.pages.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        // Inodes nobody uses and memory agrees with the disk about.
+        let mut table = self.inner.nodes.write();
+        table.retain(|ino, n| {
+            if *ino == ROOT || n.pending.load(Ordering::Acquire) > 0 {
+                return true;
+            }
+            let s = n.s.read();
+            s.open > 0 || s.dirty || !s.pages.is_empty() || s.never_disk
+        });
+        self.inner.stats.lock().pages_evicted += evicted;
+    }
+
+    /// Flushes everything, stops the flusher and unmounts diskfs (the
+    /// image is marked clean). Later calls fail.
+    pub fn unmount(&self) -> Result<stitch_patch::PatchCache> {
+        {
+            let (lock, cv) = &self.inner.stop;
+            *lock.lock() = true;
+            cv.notify_all();
+        }
+        if let Some(h) = self.inner.flusher.lock().take() {
+            let _ = h.join();
+        }
+        let flushed = self.sync();
+        let _order = self.inner.apply_lock.lock();
+        let disk = self
+            .inner
+            .disk
+            .lock()
+            .take()
+            .ok_or(MemError::Io("unmounted twice".into()))?;
+        flushed?;
+        let mut disk = disk;
+        let pool: Vec<u64> = {
+            let mut p = self.inner.pool.lock();
+            p.iter_mut().flat_map(std::mem::take).collect()
+        };
+        for ino in pool {
+            disk.unreserve_inode(InodeNo(ino as u32));
+        }
+        disk.unmount(self.now()).map_err(|e| self.latch(e))
+    }
+}
+
+/// Applies the plan's operations in stamp order, then the files' states.
+fn apply_plan(
+    disk: &mut DiskFs,
+    plan: &Plan,
+    t: u32,
+    patches: &mut Vec<PatchId>,
+) -> stitch_diskfs::Result<()> {
+    for ino in &plan.open {
+        disk.open(InodeNo(*ino as u32))?;
+    }
+    for e in &plan.ops {
+        let time = e.time;
+        let p = match &e.op {
+            LogOp::Create {
+                parent,
+                name,
+                ino,
+                made,
+                uid,
+                gid,
+            } => {
+                let parent = InodeNo(*parent as u32);
+                let (name, uid, gid) = (name.clone(), *uid, *gid);
+                let op = match made {
+                    Made::File { perm } => Op::Create {
+                        parent,
+                        name,
+                        perm: *perm,
+                        uid,
+                        gid,
+                    },
+                    Made::Dir { perm } => Op::Mkdir {
+                        parent,
+                        name,
+                        perm: *perm,
+                        uid,
+                        gid,
+                    },
+                    Made::Special { kind, perm } => Op::Mknod {
+                        parent,
+                        name,
+                        kind: *kind,
+                        perm: *perm,
+                        uid,
+                        gid,
+                    },
+                    Made::Symlink { target } => Op::Symlink {
+                        parent,
+                        name,
+                        target: target.clone(),
+                        uid,
+                        gid,
+                    },
+                };
+                Some(disk.apply_as(&op, Some(InodeNo(*ino as u32)), time)?.patch)
+            }
+            LogOp::Link { ino, parent, name } => Some(
+                disk.apply(
+                    &Op::Link {
+                        ino: InodeNo(*ino as u32),
+                        parent: InodeNo(*parent as u32),
+                        name: name.clone(),
+                    },
+                    time,
+                )?
+                .patch,
+            ),
+            LogOp::Unlink {
+                parent, name, dir, ..
+            } => {
+                let (parent, name) = (InodeNo(*parent as u32), name.clone());
+                let op = if *dir {
+                    Op::Rmdir { parent, name }
+                } else {
+                    Op::Unlink { parent, name }
+                };
+                Some(disk.apply(&op, time)?.patch)
+            }
+            LogOp::Rename {
+                from_dir,
+                from,
+                to_dir,
+                to,
+                flags,
+                ..
+            } => Some(
+                disk.apply(
+                    &Op::Rename {
+                        from_dir: InodeNo(*from_dir as u32),
+                        from: from.clone(),
+                        to_dir: InodeNo(*to_dir as u32),
+                        to: to.clone(),
+                        flags: *flags,
+                    },
+                    time,
+                )?
+                .patch,
+            ),
+            LogOp::Release { ino } => disk.release(InodeNo(*ino as u32), time)?,
+            LogOp::Dirty { .. } => None,
+        };
+        patches.extend(p);
+        disk.modes_mut()
+            .split_point()
+            .map_err(stitch_diskfs::DiskError::from)?;
+    }
+    for f in plan.files.iter().filter(|f| f.write) {
+        write_file(disk, f, t, patches)?;
+    }
+    Ok(())
+}
+
+/// One file's state: cut to the smallest size seen, the dirty pages in
+/// runs, the final size, the attributes.
+fn write_file(
+    disk: &mut DiskFs,
+    f: &FileState,
+    t: u32,
+    patches: &mut Vec<PatchId>,
+) -> stitch_diskfs::Result<()> {
+    let ino = InodeNo(f.ino as u32);
+    let bs = disk.block_size() as u64;
+    let mut on_disk = f.disk_size;
+    if f.min_size < on_disk {
+        patches.push(disk.truncate(ino, f.min_size, t)?);
+        on_disk = f.min_size;
+    }
+    let mut i = 0;
+    while i < f.pages.len() {
+        let mut j = i + 1;
+        while j < f.pages.len() && j - i < RUN_PAGES && f.pages[j].0 == f.pages[j - 1].0 + 1 {
+            j += 1;
+        }
+        let start = f.pages[i].0 * bs;
+        let end = ((f.pages[j - 1].0 + 1) * bs).min(f.size);
+        if end > start {
+            let mut buf = Vec::with_capacity((end - start) as usize);
+            for (_, p) in &f.pages[i..j] {
+                buf.extend_from_slice(p);
+            }
+            buf.truncate((end - start) as usize);
+            let (n, p) = disk.write(ino, start, &buf, t)?;
+            if n < buf.len() {
+                return Err(stitch_diskfs::DiskError::NoSpace("short write at flush"));
+            }
+            patches.push(p);
+            on_disk = on_disk.max(end);
+            disk.modes_mut()
+                .split_point()
+                .map_err(stitch_diskfs::DiskError::from)?;
+        }
+        i = j;
+    }
+    if on_disk != f.size {
+        patches.push(disk.truncate(ino, f.size, t)?);
+    }
+    patches.push(disk.setattr(ino, f.attr, t)?);
+    Ok(())
+}

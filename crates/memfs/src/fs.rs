@@ -1,0 +1,984 @@
+//! The memfs handle, its shared state, and the namespace operations.
+//!
+//! Locking, outermost first: the cut gate (shared by every operation,
+//! exclusive for a flush's cut); the global rename lock (moves of a
+//! directory to another parent, McoreFS §4.3); inode locks, always taken
+//! together in inode-number order; the disk lock; the inode table. A flush
+//! never takes an inode lock while it holds the disk lock, and never takes
+//! the gate while it holds the disk lock.
+
+use crate::error::{MemError, Result};
+use crate::flush::Merged;
+use crate::log::{LogOp, Logs, Made};
+use crate::node::{Node, NodeState};
+use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special};
+
+pub(crate) const ROOT: u64 = 2;
+const NAME_MAX: usize = 255;
+const LINK_MAX: u32 = 32_000;
+/// Inode numbers reserved from diskfs at a time.
+const POOL_REFILL: usize = 32;
+
+/// The in-memory file system. Cheap to clone; every clone is the same
+/// mount.
+#[derive(Clone)]
+pub struct MemFs {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub disk: Mutex<Option<DiskFs>>,
+    pub nodes: RwLock<HashMap<u64, Arc<Node>>>,
+    /// Shared by every operation, exclusive for a cut (McoreFS §4.2).
+    pub gate: RwLock<()>,
+    pub rename_lock: Mutex<()>,
+    pub logs: Logs,
+    /// The merged, not yet applied entries; held for a cut.
+    pub merged: Mutex<Merged>,
+    /// Held while a plan is applied: plans reach diskfs in cut order.
+    pub apply_lock: Mutex<()>,
+    /// Reserved inode numbers not yet used: [files, directories].
+    pub pool: Mutex<[Vec<u64>; 2]>,
+    /// Blocks the in-memory changes will need (dirty pages, new entries).
+    pub reserved_blocks: AtomicI64,
+    /// Free blocks and inodes on disk after the last flush.
+    pub disk_free_blocks: AtomicU64,
+    pub disk_free_inodes: AtomicU64,
+    pub total_blocks: u64,
+    pub total_inodes: u64,
+    pub reserved_root_blocks: u64,
+    pub block_size: u64,
+    /// Pages in memory, and the bound.
+    pub pages: AtomicU64,
+    pub opts: Options,
+    /// A device error was latched: no more changes.
+    pub read_only: AtomicBool,
+    pub stats: Mutex<Stats>,
+    /// Stops the background flusher.
+    pub stop: (Mutex<bool>, Condvar),
+    pub flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn wall_clock() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
+}
+
+pub(crate) fn kind_of(ft: Option<FileType>) -> Kind {
+    match ft {
+        Some(FileType::Directory) => Kind::Dir,
+        Some(FileType::Symlink) => Kind::Symlink,
+        Some(FileType::Fifo) => Kind::Fifo,
+        Some(FileType::Socket) => Kind::Socket,
+        Some(FileType::CharDevice) => Kind::CharDev,
+        Some(FileType::BlockDevice) => Kind::BlockDev,
+        _ => Kind::File,
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(MemError::Invalid("bad file name"));
+    }
+    if name.len() > NAME_MAX {
+        return Err(MemError::NameTooLong);
+    }
+    Ok(())
+}
+
+impl MemFs {
+    /// Puts memfs in front of a mounted diskfs and starts the background
+    /// flusher (if `opts.flush_interval` is set).
+    pub fn mount(disk: DiskFs, opts: Options) -> Result<MemFs> {
+        let sb = disk.superblock();
+        let inner = Arc::new(Inner {
+            total_blocks: u64::from(sb.blocks_count()),
+            total_inodes: u64::from(sb.inodes_count),
+            reserved_root_blocks: u64::from(sb.r_blocks_count_lo),
+            disk_free_blocks: AtomicU64::new(u64::from(sb.free_blocks_count_lo)),
+            disk_free_inodes: AtomicU64::new(u64::from(sb.free_inodes_count)),
+            block_size: disk.block_size() as u64,
+            disk: Mutex::new(Some(disk)),
+            nodes: RwLock::new(HashMap::new()),
+            gate: RwLock::new(()),
+            rename_lock: Mutex::new(()),
+            logs: Logs::new(),
+            merged: Mutex::new(Merged::default()),
+            apply_lock: Mutex::new(()),
+            pool: Mutex::new([Vec::new(), Vec::new()]),
+            reserved_blocks: AtomicI64::new(0),
+            pages: AtomicU64::new(0),
+            opts,
+            read_only: AtomicBool::new(false),
+            stats: Mutex::new(Stats::default()),
+            stop: (Mutex::new(false), Condvar::new()),
+            flusher: Mutex::new(None),
+        });
+        let fs = MemFs { inner };
+        fs.node(ROOT)?;
+        if let Some(every) = fs.inner.opts.flush_interval {
+            let bg = fs.clone();
+            let h = std::thread::Builder::new()
+                .name("stitch-flush".into())
+                .spawn(move || bg.background(every))
+                .map_err(|e| MemError::Io(e.to_string()))?;
+            *fs.inner.flusher.lock() = Some(h);
+        }
+        Ok(fs)
+    }
+
+    pub fn root(&self) -> u64 {
+        ROOT
+    }
+
+    /// The time stamped on changes: the wall clock, or the tests' fixed one.
+    pub(crate) fn now(&self) -> u32 {
+        self.inner.opts.fixed_time.unwrap_or_else(wall_clock)
+    }
+
+    pub fn stats(&self) -> Stats {
+        *self.inner.stats.lock()
+    }
+
+    /// Runs `f` on diskfs (tests and tools: the device, the journal).
+    pub fn with_disk<R>(&self, f: impl FnOnce(&mut DiskFs) -> R) -> Result<R> {
+        let mut d = self.inner.disk.lock();
+        let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
+        Ok(f(disk))
+    }
+
+    // ---- inode table ------------------------------------------------
+
+    /// The node of `ino`, loaded from diskfs if memory lacks it.
+    pub(crate) fn node(&self, ino: u64) -> Result<Arc<Node>> {
+        let cached = self.inner.nodes.read().get(&ino).cloned();
+        match cached {
+            Some(n) => Ok(n),
+            None => self.load(ino, 0),
+        }
+    }
+
+    fn load(&self, ino: u64, parent: u64) -> Result<Arc<Node>> {
+        let (attr, disk_size) = self.disk_op(|d| {
+            let a = d.getattr(InodeNo(ino as u32))?;
+            Ok((a.clone(), a.size))
+        })?;
+        if attr.nlink == 0 || attr.kind.is_none() {
+            return Err(MemError::Stale(ino));
+        }
+        let kind = kind_of(attr.kind);
+        let s = NodeState {
+            kind,
+            perm: attr.perm,
+            nlink: u32::from(attr.nlink),
+            uid: attr.uid,
+            gid: attr.gid,
+            size: attr.size,
+            atime: attr.atime,
+            mtime: attr.mtime,
+            ctime: attr.ctime,
+            rdev: attr.rdev.unwrap_or((0, 0)),
+            disk_sectors: u64::from(attr.sectors),
+            disk_size,
+            min_size: disk_size,
+            entries: None,
+            ..NodeState::fresh(kind, 0, 0, 0, 0)
+        };
+        let parent = if ino == ROOT { ROOT } else { parent };
+        let node = Node::new(ino, parent, s);
+        let mut nodes = self.inner.nodes.write();
+        Ok(nodes.entry(ino).or_insert(node).clone())
+    }
+
+    /// Runs a diskfs call under the disk lock, latching device errors.
+    pub(crate) fn disk_op<R>(
+        &self,
+        f: impl FnOnce(&mut DiskFs) -> stitch_diskfs::Result<R>,
+    ) -> Result<R> {
+        let mut d = self.inner.disk.lock();
+        let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
+        f(disk).map_err(|e| self.latch(e))
+    }
+
+    /// Turns a diskfs error into ours; a device failure makes the mount
+    /// read-only for good.
+    pub(crate) fn latch(&self, e: stitch_diskfs::DiskError) -> MemError {
+        use stitch_diskfs::DiskError as D;
+        if matches!(e, D::Patch(_) | D::Journal(_) | D::Corrupt(_)) {
+            self.inner.read_only.store(true, Ordering::SeqCst);
+        }
+        e.into()
+    }
+
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.inner.read_only.load(Ordering::SeqCst) {
+            Err(MemError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Makes sure a directory's entries are in memory.
+    pub(crate) fn loaded_dir(&self, dir: u64) -> Result<Arc<Node>> {
+        let n = self.node(dir)?;
+        {
+            let s = n.s.read();
+            if s.kind != Kind::Dir {
+                return Err(MemError::NotDir);
+            }
+            if s.entries.is_some() {
+                return Ok(n.clone());
+            }
+        }
+        let mut s = n.s.write();
+        if s.entries.is_none() {
+            let list = self.disk_op(|d| d.readdir(InodeNo(dir as u32)))?;
+            let mut map = HashMap::with_capacity(list.len());
+            for e in list {
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                map.insert(e.name, (u64::from(e.ino.0), kind_of(e.kind)));
+            }
+            s.entries = Some(map);
+        }
+        drop(s);
+        Ok(n)
+    }
+
+    /// A directory's parent, read from disk if not yet known.
+    pub fn parent(&self, dir: u64) -> Result<u64> {
+        let n = self.node(dir)?;
+        if n.s.read().kind != Kind::Dir {
+            return Err(MemError::NotDir);
+        }
+        let p = n.parent();
+        if p != 0 {
+            return Ok(p);
+        }
+        let e = self
+            .disk_op(|d| d.lookup(InodeNo(dir as u32), b".."))?
+            .ok_or(MemError::Io("directory without ..".into()))?;
+        let p = u64::from(e.ino.0);
+        // Only a rename (under the rename lock) sets a known parent.
+        let _ = n
+            .parent
+            .compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
+        Ok(n.parent())
+    }
+
+    /// The entry `name` in `dir`.
+    pub(crate) fn entry(&self, dir: &Node, name: &[u8]) -> Result<Option<(u64, Kind)>> {
+        let s = dir.s.read();
+        let e = s.entries.as_ref().ok_or(MemError::NotDir)?;
+        Ok(e.get(name).copied())
+    }
+
+    /// Locks `nodes` for writing in inode order (duplicates once).
+    pub(crate) fn lock_all<'a>(
+        nodes: &[&'a Arc<Node>],
+    ) -> Vec<(u64, RwLockWriteGuard<'a, NodeState>)> {
+        let mut order: Vec<&Arc<Node>> = nodes.to_vec();
+        order.sort_by_key(|n| n.ino);
+        order.dedup_by_key(|n| n.ino);
+        order.into_iter().map(|n| (n.ino, n.s.write())).collect()
+    }
+
+    pub(crate) fn log(&self, time: u32, op: LogOp) {
+        for o in op.objects() {
+            if let Some(n) = self.inner.nodes.read().get(&o) {
+                n.pending.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        if op.adds_entry() {
+            self.inner.reserved_blocks.fetch_add(1, Ordering::AcqRel);
+        }
+        self.inner.logs.append(time, op);
+    }
+
+    /// Whether `n` more blocks fit beside what memory already needs.
+    pub(crate) fn room_for(&self, n: u64) -> bool {
+        let free = self.inner.disk_free_blocks.load(Ordering::Acquire) as i64;
+        // Indirect blocks: about one per 1024 data blocks, plus slack.
+        let margin = free / 512 + 8;
+        self.inner.reserved_blocks.load(Ordering::Acquire) + n as i64 <= free - margin
+    }
+
+    /// Makes room for `n` blocks: flushes once if memory's needs would
+    /// exceed the disk's free space.
+    pub(crate) fn ensure_room(&self, n: u64) -> Result<()> {
+        if self.room_for(n) {
+            return Ok(());
+        }
+        self.sync()?;
+        if self.room_for(n) {
+            Ok(())
+        } else {
+            Err(MemError::NoSpace)
+        }
+    }
+
+    /// A reserved inode number for a new inode in `parent`.
+    fn new_ino(&self, parent: u64, dir: bool) -> Result<u64> {
+        let i = usize::from(dir);
+        if let Some(ino) = self.inner.pool.lock()[i].pop() {
+            return Ok(ino);
+        }
+        let got = self.disk_op(|d| {
+            let mut v = Vec::with_capacity(POOL_REFILL);
+            for _ in 0..POOL_REFILL {
+                match d.reserve_inode(InodeNo(parent as u32), dir) {
+                    Ok(ino) => v.push(u64::from(ino.0)),
+                    Err(stitch_diskfs::DiskError::NoSpace(_)) if !v.is_empty() => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(v)
+        });
+        let mut got = match got {
+            Ok(v) => v,
+            Err(MemError::NoSpace) => {
+                // Frees may be waiting in the logs: flush and try once more.
+                self.sync()?;
+                self.disk_op(|d| d.reserve_inode(InodeNo(parent as u32), dir))
+                    .map(|i| vec![u64::from(i.0)])?
+            }
+            Err(e) => return Err(e),
+        };
+        got.reverse();
+        let ino = got.pop().ok_or(MemError::NoSpace)?;
+        self.inner.pool.lock()[i].extend(got);
+        Ok(ino)
+    }
+
+    /// Gives back the number of an inode that will never reach the disk.
+    pub(crate) fn recycle_ino(&self, ino: u64, dir: bool) {
+        self.inner.pool.lock()[usize::from(dir)].push(ino);
+    }
+
+    // ---- lookups ----------------------------------------------------
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        if name.len() > NAME_MAX {
+            return Err(MemError::NameTooLong);
+        }
+        let _g = self.inner.gate.read();
+        let dir = self.loaded_dir(parent)?;
+        let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
+        let cached = self.inner.nodes.read().get(&ino).cloned();
+        let child = match cached {
+            Some(n) => n,
+            None => self.load(ino, if kind == Kind::Dir { parent } else { 0 })?,
+        };
+        let a = child.s.read().attr(ino, self.inner.block_size);
+        Ok(a)
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        let s = n.s.read();
+        if s.nlink == 0 && s.open == 0 {
+            return Err(MemError::Stale(ino));
+        }
+        Ok(s.attr(ino, self.inner.block_size))
+    }
+
+    pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
+        let _g = self.inner.gate.read();
+        let n = self.loaded_dir(dir)?;
+        let s = n.s.read();
+        let mut v: Vec<DirEntry> = s
+            .entries
+            .as_ref()
+            .ok_or(MemError::NotDir)?
+            .iter()
+            .map(|(name, (ino, kind))| DirEntry {
+                name: name.clone(),
+                ino: *ino,
+                kind: *kind,
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        {
+            let s = n.s.read();
+            if s.kind != Kind::Symlink {
+                return Err(MemError::Invalid("not a symlink"));
+            }
+            if let Some(t) = &s.target {
+                return Ok(t.clone());
+            }
+        }
+        let t = self.disk_op(|d| d.readlink(InodeNo(ino as u32)))?;
+        n.s.write().target = Some(t.clone());
+        Ok(t)
+    }
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let i = &self.inner;
+        let reserved = i.reserved_blocks.load(Ordering::Acquire).max(0) as u64;
+        let bfree = i
+            .disk_free_blocks
+            .load(Ordering::Acquire)
+            .saturating_sub(reserved);
+        let pooled = {
+            let p = i.pool.lock();
+            (p[0].len() + p[1].len()) as u64
+        };
+        let unflushed = self.with_disk(|d| d.reserved_inodes() as u64)?;
+        let ffree = i
+            .disk_free_inodes
+            .load(Ordering::Acquire)
+            .saturating_sub(unflushed.saturating_sub(pooled));
+        Ok(StatFs {
+            blocks: i.total_blocks,
+            bfree,
+            bavail: bfree.saturating_sub(i.reserved_root_blocks),
+            files: i.total_inodes,
+            ffree,
+            bsize: i.block_size as u32,
+            namelen: NAME_MAX as u32,
+        })
+    }
+
+    // ---- namespace changes -------------------------------------------
+
+    /// A regular file, fifo, socket or device node.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        perm: u16,
+        rdev: (u32, u32),
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let made = match kind {
+            Kind::File => Made::File { perm },
+            Kind::Fifo => Made::Special {
+                kind: Special::Fifo,
+                perm,
+            },
+            Kind::Socket => Made::Special {
+                kind: Special::Socket,
+                perm,
+            },
+            Kind::CharDev => Made::Special {
+                kind: Special::Char {
+                    major: rdev.0,
+                    minor: rdev.1,
+                },
+                perm,
+            },
+            Kind::BlockDev => Made::Special {
+                kind: Special::Block {
+                    major: rdev.0,
+                    minor: rdev.1,
+                },
+                perm,
+            },
+            Kind::Dir | Kind::Symlink => return Err(MemError::Invalid("mknod of this kind")),
+        };
+        self.make(parent, name, kind, made, perm, rdev, uid, gid)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Attr> {
+        self.make(
+            parent,
+            name,
+            Kind::Dir,
+            Made::Dir { perm },
+            perm,
+            (0, 0),
+            uid,
+            gid,
+        )
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if target.is_empty() || target.len() >= self.inner.block_size as usize {
+            return Err(if target.is_empty() {
+                MemError::NotFound
+            } else {
+                MemError::NameTooLong
+            });
+        }
+        let made = Made::Symlink {
+            target: target.to_vec(),
+        };
+        self.make(parent, name, Kind::Symlink, made, 0o777, (0, 0), uid, gid)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        made: Made,
+        perm: u16,
+        rdev: (u32, u32),
+        uid: u32,
+        mut gid: u32,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        self.writable()?;
+        self.ensure_room(1)?;
+        let _g = self.inner.gate.read();
+        let dir = self.loaded_dir(parent)?;
+        if self.entry(&dir, name)?.is_some() {
+            return Err(MemError::Exists);
+        }
+        let is_dir = kind == Kind::Dir;
+        let ino = self.new_ino(parent, is_dir)?;
+        let mut d = dir.s.write();
+        let t = self.now();
+        let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
+        if entries.contains_key(name) {
+            drop(d);
+            self.recycle_ino(ino, is_dir);
+            return Err(MemError::Exists);
+        }
+        if d.nlink == 0 {
+            drop(d);
+            self.recycle_ino(ino, is_dir);
+            return Err(MemError::NotFound);
+        }
+        if is_dir && d.nlink >= LINK_MAX {
+            drop(d);
+            self.recycle_ino(ino, is_dir);
+            return Err(MemError::TooManyLinks);
+        }
+        // ext2's inode_init_owner: a setgid directory passes its group on,
+        // and its setgid bit to new directories.
+        let mut perm = perm & 0o7777;
+        if d.perm & 0o2000 != 0 {
+            gid = d.gid;
+            if is_dir {
+                perm |= 0o2000;
+            }
+        }
+        let made = match made {
+            Made::File { .. } => Made::File { perm },
+            Made::Dir { .. } => Made::Dir { perm },
+            Made::Special { kind, .. } => Made::Special { kind, perm },
+            m @ Made::Symlink { .. } => m,
+        };
+        let mut s = NodeState::fresh(kind, perm, uid, gid, t);
+        s.rdev = rdev;
+        if let Made::Symlink { target } = &made {
+            s.size = target.len() as u64;
+            s.target = Some(target.clone());
+        }
+        let node = Node::new(ino, if is_dir { parent } else { 0 }, s);
+        d.entries
+            .as_mut()
+            .expect("checked above")
+            .insert(name.to_vec(), (ino, kind));
+        if is_dir {
+            d.nlink += 1;
+        }
+        d.mtime = t;
+        d.ctime = t;
+        let attr = node.s.read().attr(ino, self.inner.block_size);
+        self.inner.nodes.write().insert(ino, node);
+        self.log(
+            t,
+            LogOp::Create {
+                parent,
+                name: name.to_vec(),
+                ino,
+                made,
+                uid,
+                gid,
+            },
+        );
+        drop(d);
+        Ok(attr)
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        check_name(newname)?;
+        self.writable()?;
+        self.ensure_room(1)?;
+        if ino == newparent {
+            return Err(MemError::NotPermitted("hard link to a directory"));
+        }
+        let _g = self.inner.gate.read();
+        let dir = self.loaded_dir(newparent)?;
+        let n = self.node(ino)?;
+        let mut locks = Self::lock_all(&[&dir, &n]);
+        let (d, s) = pair(&mut locks, newparent, ino);
+        if s.kind == Kind::Dir {
+            return Err(MemError::NotPermitted("hard link to a directory"));
+        }
+        if s.nlink == 0 {
+            return Err(MemError::NotFound);
+        }
+        if s.nlink >= LINK_MAX {
+            return Err(MemError::TooManyLinks);
+        }
+        if d.nlink == 0 {
+            return Err(MemError::NotFound);
+        }
+        let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
+        if entries.contains_key(newname) {
+            return Err(MemError::Exists);
+        }
+        let t = self.now();
+        entries.insert(newname.to_vec(), (ino, s.kind));
+        s.nlink += 1;
+        s.ctime = t;
+        d.mtime = t;
+        d.ctime = t;
+        let attr = s.attr(ino, self.inner.block_size);
+        self.log(
+            t,
+            LogOp::Link {
+                ino,
+                parent: newparent,
+                name: newname.to_vec(),
+            },
+        );
+        Ok(attr)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(MemError::Invalid("rmdir of ."));
+        }
+        if name == b".." {
+            return Err(MemError::NotEmpty);
+        }
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+        if name.len() > NAME_MAX {
+            return Err(MemError::NameTooLong);
+        }
+        self.writable()?;
+        let _g = self.inner.gate.read();
+        let dir = self.loaded_dir(parent)?;
+        let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
+        let victim = if kind == Kind::Dir {
+            self.loaded_dir(ino)?
+        } else {
+            self.node(ino)?
+        };
+        let mut locks = Self::lock_all(&[&dir, &victim]);
+        let (d, v) = pair(&mut locks, parent, ino);
+        if d.entries.as_ref().and_then(|e| e.get(name)).map(|e| e.0) != Some(ino) {
+            return Err(MemError::NotFound); // changed under us; the caller may retry
+        }
+        if want_dir && !v.is_dir() {
+            return Err(MemError::NotDir);
+        }
+        if !want_dir && v.is_dir() {
+            return Err(MemError::IsDir);
+        }
+        if want_dir && !v.entries.as_ref().is_some_and(|e| e.is_empty()) {
+            return Err(MemError::NotEmpty);
+        }
+        let t = self.now();
+        d.entries.as_mut().expect("loaded").remove(name);
+        d.mtime = t;
+        d.ctime = t;
+        if want_dir {
+            d.nlink -= 1;
+            v.nlink = 0;
+        } else {
+            v.nlink -= 1;
+        }
+        v.ctime = t;
+        self.log(
+            t,
+            LogOp::Unlink {
+                parent,
+                name: name.to_vec(),
+                ino,
+                dir: want_dir,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if flags.noreplace && flags.exchange {
+            return Err(MemError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        if name.len() > NAME_MAX || newname.len() > NAME_MAX {
+            return Err(MemError::NameTooLong);
+        }
+        check_name(newname).map_err(|e| match e {
+            MemError::Invalid(_) if newname == b"." || newname == b".." => {
+                MemError::Invalid("rename to . or ..")
+            }
+            e => e,
+        })?;
+        self.writable()?;
+        self.ensure_room(1)?;
+        let _g = self.inner.gate.read();
+        let from = self.loaded_dir(parent)?;
+        let to = self.loaded_dir(newparent)?;
+        let (moved, mkind) = self.entry(&from, name)?.ok_or(MemError::NotFound)?;
+        let other = self.entry(&to, newname)?;
+        let dir_moves =
+            (mkind == Kind::Dir || other.is_some_and(|o| o.1 == Kind::Dir)) && parent != newparent;
+        // Moves of directories between parents are serialized (McoreFS
+        // §4.3): no loop in memory, and a stable list of ancestors.
+        let _r = dir_moves.then(|| self.inner.rename_lock.lock());
+        let mut ancestors = Vec::new();
+        if dir_moves {
+            for (d, p) in [(moved, newparent), (other.map_or(0, |o| o.0), parent)] {
+                if d == 0 || self.node(d)?.s.read().kind != Kind::Dir {
+                    continue;
+                }
+                let mut a = p;
+                loop {
+                    if a == d {
+                        return Err(MemError::Invalid("a directory moved below itself"));
+                    }
+                    ancestors.push(a);
+                    if a == ROOT {
+                        break;
+                    }
+                    a = self.parent(a)?;
+                }
+            }
+            ancestors.sort_unstable();
+            ancestors.dedup();
+        }
+        let mnode = if mkind == Kind::Dir {
+            self.loaded_dir(moved)?
+        } else {
+            self.node(moved)?
+        };
+        let onode = match other {
+            Some((o, Kind::Dir)) => Some(self.loaded_dir(o)?),
+            Some((o, _)) => Some(self.node(o)?),
+            None => None,
+        };
+        let mut set = vec![&from, &to, &mnode];
+        if let Some(o) = &onode {
+            set.push(o);
+        }
+        let mut locks = Self::lock_all(&set);
+        // Everything looked up above must still hold.
+        let cur = |locks: &Vec<(u64, RwLockWriteGuard<'_, NodeState>)>, dir: u64, n: &[u8]| {
+            locks
+                .iter()
+                .find(|(i, _)| *i == dir)
+                .and_then(|(_, s)| s.entries.as_ref())
+                .and_then(|e| e.get(n).copied())
+        };
+        if cur(&locks, parent, name) != Some((moved, mkind))
+            || cur(&locks, newparent, newname) != other
+        {
+            return Err(MemError::NotFound);
+        }
+        if get(&mut locks, parent).nlink == 0 || get(&mut locks, newparent).nlink == 0 {
+            return Err(MemError::NotFound);
+        }
+        let t = self.now();
+        match other {
+            Some((o, _)) if o == moved => return Ok(()), // two names of one file
+            None if flags.exchange => return Err(MemError::NotFound),
+            Some(_) if flags.noreplace => return Err(MemError::Exists),
+            _ => {}
+        }
+        let okind = other.map(|o| o.1);
+        if let (false, Some(ok)) = (flags.exchange, okind) {
+            if mkind == Kind::Dir && ok != Kind::Dir {
+                return Err(MemError::NotDir);
+            }
+            if mkind != Kind::Dir && ok == Kind::Dir {
+                return Err(MemError::IsDir);
+            }
+            if ok == Kind::Dir {
+                let o = other.expect("some").0;
+                if !get(&mut locks, o)
+                    .entries
+                    .as_ref()
+                    .is_some_and(|e| e.is_empty())
+                {
+                    return Err(MemError::NotEmpty);
+                }
+            }
+        }
+        if mkind == Kind::Dir
+            && parent != newparent
+            && okind != Some(Kind::Dir)
+            && get(&mut locks, newparent).nlink >= LINK_MAX
+        {
+            return Err(MemError::TooManyLinks);
+        }
+        // The change, in memory.
+        {
+            let f = get(&mut locks, parent);
+            f.entries.as_mut().expect("loaded").remove(name);
+            f.mtime = t;
+            f.ctime = t;
+        }
+        {
+            let d = get(&mut locks, newparent);
+            d.entries
+                .as_mut()
+                .expect("loaded")
+                .insert(newname.to_vec(), (moved, mkind));
+            d.mtime = t;
+            d.ctime = t;
+        }
+        get(&mut locks, moved).ctime = t;
+        if mkind == Kind::Dir && parent != newparent {
+            get(&mut locks, parent).nlink -= 1;
+            get(&mut locks, newparent).nlink += 1;
+            mnode.parent.store(newparent, Ordering::Release);
+        }
+        if let Some((o, ok)) = other {
+            if flags.exchange {
+                get(&mut locks, parent)
+                    .entries
+                    .as_mut()
+                    .expect("loaded")
+                    .insert(name.to_vec(), (o, ok));
+                get(&mut locks, o).ctime = t;
+                if ok == Kind::Dir && parent != newparent {
+                    get(&mut locks, newparent).nlink -= 1;
+                    get(&mut locks, parent).nlink += 1;
+                    if let Some(on) = &onode {
+                        on.parent.store(parent, Ordering::Release);
+                    }
+                }
+            } else {
+                let v = get(&mut locks, o);
+                v.ctime = t;
+                if ok == Kind::Dir {
+                    v.nlink = 0;
+                    get(&mut locks, newparent).nlink -= 1;
+                } else {
+                    v.nlink -= 1;
+                }
+            }
+        }
+        self.log(
+            t,
+            LogOp::Rename {
+                from_dir: parent,
+                from: name.to_vec(),
+                to_dir: newparent,
+                to: newname.to_vec(),
+                flags,
+                moved,
+                other: other.map(|o| o.0),
+                ancestors,
+            },
+        );
+        drop(locks);
+        Ok(())
+    }
+
+    // ---- open handles --------------------------------------------------
+
+    pub fn open(&self, ino: u64) -> Result<()> {
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        let mut s = n.s.write();
+        if s.nlink == 0 && s.open == 0 {
+            return Err(MemError::Stale(ino));
+        }
+        s.open += 1;
+        Ok(())
+    }
+
+    pub fn release(&self, ino: u64) -> Result<()> {
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        let mut s = n.s.write();
+        if s.open == 0 {
+            return Err(MemError::Invalid("release of an inode not open"));
+        }
+        s.open -= 1;
+        if s.open == 0 && s.nlink == 0 {
+            // The last close of an unlinked inode: its pages go now.
+            let dropped = s.dirty_pages.len() as i64;
+            self.inner
+                .reserved_blocks
+                .fetch_sub(dropped, Ordering::AcqRel);
+            self.inner
+                .pages
+                .fetch_sub(s.pages.len() as u64, Ordering::AcqRel);
+            s.pages.clear();
+            s.dirty_pages.clear();
+            if s.disk_open {
+                s.disk_open = false;
+                self.log(self.now(), LogOp::Release { ino });
+            } else if s.never_disk {
+                let dir = s.is_dir();
+                drop(s);
+                self.inner.nodes.write().remove(&ino);
+                self.recycle_ino(ino, dir);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The guards of two locked inodes (the same inode twice is refused by
+/// the callers' checks, so `a != b` here unless both are the same dir).
+pub(crate) fn pair<'a, 'b>(
+    locks: &'b mut [(u64, RwLockWriteGuard<'a, NodeState>)],
+    a: u64,
+    b: u64,
+) -> (&'b mut NodeState, &'b mut NodeState) {
+    let ia = locks.iter().position(|(i, _)| *i == a).expect("locked");
+    let ib = locks.iter().position(|(i, _)| *i == b).expect("locked");
+    assert_ne!(ia, ib, "pair of one inode");
+    let (lo, hi) = locks.split_at_mut(ia.max(ib));
+    let (x, y) = (&mut *lo[ia.min(ib)].1, &mut *hi[0].1);
+    if ia < ib {
+        (x, y)
+    } else {
+        (y, x)
+    }
+}
+
+pub(crate) fn get<'a, 'b>(
+    locks: &'b mut [(u64, RwLockWriteGuard<'a, NodeState>)],
+    ino: u64,
+) -> &'b mut NodeState {
+    let i = locks.iter().position(|(n, _)| *n == ino).expect("locked");
+    &mut locks[i].1
+}

@@ -1,0 +1,215 @@
+//! Per-thread operation logs (McoreFS §4.1–§4.2, after OpLog). Each
+//! operation that changes the namespace or an inode appends one entry to
+//! the log of the thread that ran it, stamped at its linearization point:
+//! the stamp is taken while the operation still holds the locks of every
+//! inode it changed, so two operations on a common inode are stamped in
+//! the order readers saw them. A cut (the flush) merges the logs by stamp.
+//!
+//! The merge rule of §4.2 (a cut must wait for operations in progress that
+//! started before it, or it could miss one stamped before the cut) is kept
+//! by the cut gate in `fs`: every operation holds it shared from start to
+//! end, the cut takes it exclusively.
+//!
+//! Entries name the objects they depend on (`objects`); the flush closes
+//! over them. Ordering domains (streams, patchgroups) will be more objects
+//! on an entry (`domains`): the closure then keeps a domain's prefix
+//! exactly as it keeps a directory's.
+
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use stitch_diskfs::{RenameFlags, Special};
+
+/// What a create made.
+#[derive(Clone, Debug)]
+pub(crate) enum Made {
+    File { perm: u16 },
+    Dir { perm: u16 },
+    Special { kind: Special, perm: u16 },
+    Symlink { target: Vec<u8> },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum LogOp {
+    Create {
+        parent: u64,
+        name: Vec<u8>,
+        ino: u64,
+        made: Made,
+        uid: u32,
+        gid: u32,
+    },
+    Link {
+        ino: u64,
+        parent: u64,
+        name: Vec<u8>,
+    },
+    Unlink {
+        parent: u64,
+        name: Vec<u8>,
+        ino: u64,
+        dir: bool,
+    },
+    Rename {
+        from_dir: u64,
+        from: Vec<u8>,
+        to_dir: u64,
+        to: Vec<u8>,
+        flags: RenameFlags,
+        moved: u64,
+        /// The inode the rename replaced (or, for an exchange, the other).
+        other: Option<u64>,
+        /// For a directory moved to another parent: the new parent's
+        /// ancestors at the time (McoreFS Appendix A, loop avoidance).
+        ancestors: Vec<u64>,
+    },
+    /// The inode's data or attributes changed; the flush writes the values
+    /// it finds then.
+    Dirty { ino: u64 },
+    /// The last close of an inode that diskfs holds open.
+    Release { ino: u64 },
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub stamp: u64,
+    /// Wall-clock seconds when the operation ran (its on-disk times).
+    pub time: u32,
+    pub op: LogOp,
+    /// Ordering domains the operation belongs to (none yet).
+    pub domains: Vec<u64>,
+}
+
+impl LogOp {
+    /// Every object the operation touches: an earlier operation on any of
+    /// them must reach the disk no later than this one.
+    pub fn objects(&self) -> Vec<u64> {
+        match self {
+            LogOp::Create { parent, ino, .. } | LogOp::Link { ino, parent, .. } => {
+                vec![*parent, *ino]
+            }
+            LogOp::Unlink { parent, ino, .. } => vec![*parent, *ino],
+            LogOp::Rename {
+                from_dir,
+                to_dir,
+                moved,
+                other,
+                ancestors,
+                ..
+            } => {
+                let mut v = vec![*from_dir, *to_dir, *moved];
+                v.extend(other);
+                v.extend(ancestors);
+                v.sort_unstable();
+                v.dedup();
+                v
+            }
+            LogOp::Dirty { ino } | LogOp::Release { ino } => vec![*ino],
+        }
+    }
+
+    /// The inodes the operation is about (not the directories it edits):
+    /// it may be absorbed only if every one of them is.
+    pub fn subjects(&self) -> Vec<u64> {
+        match self {
+            LogOp::Create { ino, .. }
+            | LogOp::Link { ino, .. }
+            | LogOp::Unlink { ino, .. }
+            | LogOp::Dirty { ino }
+            | LogOp::Release { ino } => vec![*ino],
+            LogOp::Rename { moved, other, .. } => {
+                let mut v = vec![*moved];
+                v.extend(other);
+                v
+            }
+        }
+    }
+
+    /// Whether the operation may vanish with its subjects: a rename that
+    /// replaced or exchanged another inode changed that inode too.
+    pub fn absorbable(&self) -> bool {
+        match self {
+            LogOp::Rename { other, .. } => other.is_none(),
+            _ => true,
+        }
+    }
+
+    /// Whether the operation may need a new directory entry (space).
+    pub fn adds_entry(&self) -> bool {
+        matches!(
+            self,
+            LogOp::Create { .. } | LogOp::Link { .. } | LogOp::Rename { .. }
+        )
+    }
+}
+
+type Log = Mutex<Vec<Entry>>;
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// This thread's log in each mounted memfs, by memfs id.
+    static MINE: RefCell<Vec<(usize, Weak<Log>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The logs of one memfs: one per thread that ever changed something.
+pub(crate) struct Logs {
+    id: usize,
+    stamp: AtomicU64,
+    all: Mutex<Vec<Arc<Log>>>,
+}
+
+impl Logs {
+    pub fn new() -> Logs {
+        Logs {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            stamp: AtomicU64::new(1),
+            all: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Appends `op` to the calling thread's log, stamped now: call it while
+    /// holding the locks of the inodes the operation changed.
+    pub fn append(&self, time: u32, op: LogOp) -> u64 {
+        let log = self.mine();
+        let stamp = self.stamp.fetch_add(1, Ordering::SeqCst);
+        log.lock().push(Entry {
+            stamp,
+            time,
+            op,
+            domains: Vec::new(),
+        });
+        stamp
+    }
+
+    /// Takes every entry from every log, merged by stamp. The caller holds
+    /// the cut gate exclusively, so no operation is half-logged.
+    pub fn drain(&self) -> Vec<Entry> {
+        let logs = self.all.lock().clone();
+        let mut out = Vec::new();
+        for l in logs {
+            out.append(&mut l.lock());
+        }
+        out.sort_unstable_by_key(|e| e.stamp);
+        out
+    }
+
+    fn mine(&self) -> Arc<Log> {
+        MINE.with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some(l) = m
+                .iter()
+                .find(|(id, _)| *id == self.id)
+                .and_then(|(_, w)| w.upgrade())
+            {
+                return l;
+            }
+            m.retain(|(_, w)| w.strong_count() > 0);
+            let l = Arc::new(Mutex::new(Vec::new()));
+            self.all.lock().push(l.clone());
+            m.push((self.id, Arc::downgrade(&l)));
+            l
+        })
+    }
+}

@@ -1,0 +1,138 @@
+//! In-memory inodes: attributes, a directory's entries (a hash table
+//! loaded from diskfs on first use), a file's pages with dirty tracking,
+//! a symlink's target. Pages are reference-counted so a flush snapshots
+//! them by cloning the pointer; a writer that finds its page shared copies
+//! it first (copy-on-write), so writers never wait for the disk and the
+//! disk never sees a half-applied write.
+
+use crate::types::{Attr, Kind};
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub(crate) type Page = Arc<Vec<u8>>;
+
+pub(crate) struct Node {
+    pub ino: u64,
+    /// A directory's parent; 0 while unknown (read from disk on demand).
+    /// Changed only by renames holding the global rename lock.
+    pub parent: AtomicU64,
+    /// Logged operations naming this inode not yet applied to diskfs
+    /// (a node with any is never evicted).
+    pub pending: AtomicU32,
+    pub s: RwLock<NodeState>,
+}
+
+pub(crate) struct NodeState {
+    pub kind: Kind,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime: u32,
+    pub mtime: u32,
+    pub ctime: u32,
+    pub rdev: (u32, u32),
+    /// Sectors allocated on disk at the last flush or load.
+    pub disk_sectors: u64,
+    /// The create was absorbed: nothing of this inode ever reaches disk.
+    pub never_disk: bool,
+    /// Open handles (files and directories).
+    pub open: u32,
+    /// diskfs was told the inode is open (an unlink reached the disk while
+    /// it was open); its last release must reach diskfs too.
+    pub disk_open: bool,
+    /// Data or attributes changed since the last flush took them (a
+    /// `Dirty` entry is logged when this turns on).
+    pub dirty: bool,
+    /// Size on disk after the last flush.
+    pub disk_size: u64,
+    /// The smallest size since the last flush (the flush truncates to it
+    /// first, so no stale bytes reappear when the file grows again).
+    pub min_size: u64,
+    pub pages: BTreeMap<u64, Page>,
+    pub dirty_pages: BTreeSet<u64>,
+    /// A directory's entries, once loaded.
+    pub entries: Option<HashMap<Vec<u8>, (u64, Kind)>>,
+    /// A symlink's target, once loaded.
+    pub target: Option<Vec<u8>>,
+}
+
+impl Node {
+    pub fn new(ino: u64, parent: u64, s: NodeState) -> Arc<Node> {
+        Arc::new(Node {
+            ino,
+            parent: AtomicU64::new(parent),
+            pending: AtomicU32::new(0),
+            s: RwLock::new(s),
+        })
+    }
+
+    pub fn parent(&self) -> u64 {
+        self.parent.load(Ordering::Acquire)
+    }
+}
+
+impl NodeState {
+    /// A brand-new inode (not on disk yet).
+    pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: u32) -> NodeState {
+        NodeState {
+            kind,
+            perm,
+            nlink: if kind == Kind::Dir { 2 } else { 1 },
+            uid,
+            gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            rdev: (0, 0),
+            disk_sectors: 0,
+            never_disk: false,
+            open: 0,
+            disk_open: false,
+            dirty: false,
+            disk_size: 0,
+            min_size: 0,
+            pages: BTreeMap::new(),
+            dirty_pages: BTreeSet::new(),
+            entries: (kind == Kind::Dir).then(HashMap::new),
+            target: None,
+        }
+    }
+
+    pub fn attr(&self, ino: u64, block_size: u64) -> Attr {
+        // Sectors: what the disk holds, or what the data will need.
+        let need = self.size.div_ceil(block_size) * (block_size / 512);
+        let blocks = match self.kind {
+            Kind::File => self
+                .disk_sectors
+                .max(need.min(self.pages_sectors(block_size))),
+            _ => self.disk_sectors,
+        };
+        Attr {
+            ino,
+            kind: self.kind,
+            perm: self.perm,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            size: self.size,
+            blocks,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            rdev: self.rdev,
+        }
+    }
+
+    fn pages_sectors(&self, block_size: u64) -> u64 {
+        self.dirty_pages.len() as u64 * (block_size / 512) + self.disk_sectors
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+}

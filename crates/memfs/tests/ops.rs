@@ -1,0 +1,180 @@
+//! memfs operations end to end: through memfs, flushed to diskfs, judged
+//! by e2fsck after unmount and read back after a remount.
+
+mod common;
+use common::*;
+use stitch_memfs::{Kind, MemError, RenameFlags, SetAttrs};
+
+#[test]
+fn files_survive_a_remount_with_their_inode_numbers() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        let d = fs.mkdir(r, b"dir", 0o755, 0, 0).unwrap();
+        let f = fs
+            .mknod(d.ino, b"file", Kind::File, 0o644, (0, 0), 1000, 100)
+            .unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(fs.write(f.ino, 0, &data, false).unwrap(), 100_000);
+        fs.symlink(r, b"link", b"dir/file", 0, 0).unwrap();
+        fs.link(f.ino, r, b"hard").unwrap();
+        fs.mknod(r, b"fifo", Kind::Fifo, 0o600, (0, 0), 0, 0)
+            .unwrap();
+        fs.mknod(r, b"dev", Kind::CharDev, 0o600, (4, 5), 0, 0)
+            .unwrap();
+        let sparse = fs
+            .mknod(r, b"sparse", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        fs.write(sparse.ino, 10 << 20, b"end", false).unwrap();
+        fs.unmount().unwrap();
+        let (code, out) = e2fsck(&dev);
+        assert_eq!(code, 0, "{mode:?}: {out}");
+
+        let fs = mount_on(dev.clone(), mode, opts());
+        let d2 = fs.lookup(r, b"dir").unwrap();
+        assert_eq!(d2.ino, d.ino);
+        let f2 = fs.lookup(d.ino, b"file").unwrap();
+        assert_eq!(
+            (f2.ino, f2.nlink, f2.uid, f2.gid, f2.size),
+            (f.ino, 2, 1000, 100, 100_000)
+        );
+        assert_eq!(fs.read(f.ino, 0, 200_000).unwrap(), data);
+        assert_eq!(
+            fs.readlink(fs.lookup(r, b"link").unwrap().ino).unwrap(),
+            b"dir/file"
+        );
+        assert_eq!(fs.lookup(r, b"dev").unwrap().rdev, (4, 5));
+        let s = fs.lookup(r, b"sparse").unwrap();
+        assert_eq!(s.size, (10 << 20) + 3);
+        assert_eq!(fs.read(s.ino, 0, 4096).unwrap(), vec![0; 4096]);
+        assert_eq!(fs.read(s.ino, 10 << 20, 10).unwrap(), b"end");
+        let names: Vec<_> = fs.readdir(r).unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names.len(), 7, "{names:?}"); // lost+found too
+        fs.unmount().unwrap();
+    }
+}
+
+#[test]
+fn a_created_and_removed_file_never_reaches_the_disk() {
+    let dev = device(fresh_image(64 << 20, true));
+    let fs = mount_on(dev.clone(), MODES[1], opts());
+    let r = fs.root();
+    fs.sync().unwrap();
+    let before = dev.snapshot();
+    let f = fs
+        .mknod(r, b"tmp", Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    fs.write(f.ino, 0, &[7; 10_000], false).unwrap();
+    fs.rename(r, b"tmp", r, b"tmp2", RenameFlags::default())
+        .unwrap();
+    fs.unlink(r, b"tmp2").unwrap();
+    let d = fs.mkdir(r, b"d", 0o755, 0, 0).unwrap();
+    let x = fs
+        .mknod(d.ino, b"x", Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    fs.unlink(d.ino, b"x").unwrap();
+    fs.rmdir(r, b"d").unwrap();
+    fs.sync().unwrap();
+    let st = fs.stats();
+    assert_eq!(st.ops_applied, 0, "{st:?}");
+    assert!(st.ops_absorbed >= 7, "{st:?}");
+    assert_eq!(
+        dev.snapshot(),
+        before,
+        "an absorbed create changed the disk"
+    );
+    // The number comes back for the next file.
+    let g = fs
+        .mknod(r, b"next", Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    assert!(g.ino == f.ino || g.ino == x.ino, "{} not recycled", g.ino);
+    fs.unmount().unwrap();
+    assert_eq!(e2fsck(&dev).0, 0);
+}
+
+#[test]
+fn an_open_unlinked_file_keeps_its_data_until_release() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(f.ino, 0, &[9; 50_000], false).unwrap();
+        fs.fsync(f.ino, false).unwrap();
+        fs.open(f.ino).unwrap();
+        fs.unlink(r, b"f").unwrap();
+        fs.sync().unwrap();
+        // Evicted pages must come back from the orphan on disk.
+        assert_eq!(fs.read(f.ino, 0, 50_000).unwrap(), vec![9; 50_000]);
+        assert!(matches!(fs.lookup(r, b"f"), Err(MemError::NotFound)));
+        fs.release(f.ino).unwrap();
+        fs.unmount().unwrap();
+        let (code, out) = e2fsck(&dev);
+        assert_eq!(code, 0, "{mode:?}: {out}");
+    }
+}
+
+#[test]
+fn truncate_then_grow_shows_zeros() {
+    let dev = device(fresh_image(64 << 20, true));
+    let fs = mount_on(dev.clone(), MODES[1], opts());
+    let r = fs.root();
+    let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.write(f.ino, 0, &[1; 100_000], false).unwrap();
+    fs.sync().unwrap();
+    fs.setattr(
+        f.ino,
+        SetAttrs {
+            size: Some(5_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.write(f.ino, 80_000, b"tail", false).unwrap();
+    let want = {
+        let mut v = vec![1u8; 5_000];
+        v.resize(80_000, 0);
+        v.extend_from_slice(b"tail");
+        v
+    };
+    assert_eq!(fs.read(f.ino, 0, 200_000).unwrap(), want);
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    let fs = mount_on(dev.clone(), MODES[1], opts());
+    assert_eq!(fs.read(f.ino, 0, 200_000).unwrap(), want);
+    fs.unmount().unwrap();
+    assert_eq!(e2fsck(&dev).0, 0);
+}
+
+#[test]
+fn rename_refuses_a_loop_and_handles_flags() {
+    let dev = device(fresh_image(64 << 20, true));
+    let fs = mount_on(dev.clone(), MODES[0], opts());
+    let r = fs.root();
+    let a = fs.mkdir(r, b"a", 0o755, 0, 0).unwrap();
+    let b = fs.mkdir(a.ino, b"b", 0o755, 0, 0).unwrap();
+    assert!(matches!(
+        fs.rename(r, b"a", b.ino, b"x", RenameFlags::default()),
+        Err(MemError::Invalid(_))
+    ));
+    fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    let noreplace = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert!(matches!(
+        fs.rename(r, b"f", r, b"g", noreplace),
+        Err(MemError::Exists)
+    ));
+    let exchange = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
+    fs.rename(r, b"f", a.ino, b"b", exchange).unwrap();
+    assert_eq!(fs.lookup(r, b"f").unwrap().kind, Kind::Dir);
+    assert_eq!(fs.parent(b.ino).unwrap(), r);
+    fs.unmount().unwrap();
+    assert_eq!(e2fsck(&dev).0, 0, "{}", e2fsck(&dev).1);
+}
