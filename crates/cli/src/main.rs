@@ -5,6 +5,7 @@
 
 mod bench;
 mod cmd;
+mod fuse;
 mod plot;
 mod repair;
 
@@ -26,6 +27,9 @@ enum Command {
     Fsck(cmd::fsck::Args),
     /// Run a benchmark suite and print its figures.
     Bench(cmd::bench::Args),
+    /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
+    /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
+    Mount(cmd::mount::Args),
 }
 
 fn main() {
@@ -37,6 +41,7 @@ fn main() {
             Err(e) => Err(e),
         },
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Mount(args) => cmd::mount::run(args),
     };
     if let Err(err) = result {
         eprintln!("stitchfs: {err:#}");

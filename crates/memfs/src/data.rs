@@ -79,6 +79,7 @@ impl MemFs {
             pos += take as u64;
         }
         drop(s);
+        drop(_g);
         self.relieve_pressure();
         Ok(out)
     }

@@ -114,6 +114,8 @@ struct FileState {
     attr: SetAttr,
     /// Whether the inode still exists on disk after the operations.
     write: bool,
+    /// A regular file (only files have pages and sizes to set).
+    file: bool,
 }
 
 /// One flush's work, decided at the cut.
@@ -153,14 +155,16 @@ impl MemFs {
         }
         let mut merged = self.inner.merged.lock();
         let plan = self.cut(&mut merged, scope)?;
+        // Plans are applied in the order they were cut: take the apply
+        // lock before another flush may cut. Even with nothing to write,
+        // wait for the plans cut before (they may hold what this fsync
+        // covers) to be durable.
+        let _order = self.inner.apply_lock.lock();
         drop(merged);
         let Some(plan) = plan else {
             self.inner.stats.lock().fsync_noops += 1;
             return Ok(());
         };
-        // The merged lock is released: later flushes may cut while this
-        // one applies, and diskfs's lock orders the applies.
-        let _order = self.inner.apply_lock.lock();
         self.apply(plan)
     }
 
@@ -207,7 +211,9 @@ impl MemFs {
             }
             match &e.op {
                 LogOp::Dirty { ino } => {
-                    if let Some(f) = self.take_state(*ino, merged, &nodes, &mut plan.reserved) {
+                    if let Some(f) =
+                        self.take_state(*ino, merged, &selected, &nodes, &mut plan.reserved)
+                    {
                         plan.files.push(f);
                     }
                 }
@@ -217,7 +223,7 @@ impl MemFs {
                 } => {
                     if let Some(n) = nodes.get(ino) {
                         let mut s = n.s.write();
-                        if s.open > 0 && !s.disk_open {
+                        if s.open > 0 && !s.disk_open && s.kind != Kind::Dir {
                             s.disk_open = true;
                             plan.open.push(*ino);
                         }
@@ -287,6 +293,7 @@ impl MemFs {
         &self,
         ino: u64,
         merged: &Merged,
+        selected: &BTreeSet<u64>,
         nodes: &HashMap<u64, std::sync::Arc<crate::node::Node>>,
         reserved: &mut i64,
     ) -> Option<FileState> {
@@ -296,9 +303,11 @@ impl MemFs {
             return None;
         }
         s.dirty = false;
-        // Gone for good once every operation on it is applied: its data
-        // has no reader after a crash.
-        let leaves = s.nlink == 0 && merged.pending_on(ino).next().is_none();
+        // Gone from the disk once this plan's operations are applied (no
+        // name, nobody holding it open): its data has no reader, and
+        // writing it would give blocks to a freed inode.
+        let leaves =
+            s.nlink == 0 && s.open == 0 && merged.pending_on(ino).all(|st| selected.contains(&st));
         let pages: Vec<(u64, Page)> = s
             .dirty_pages
             .iter()
@@ -325,6 +334,7 @@ impl MemFs {
                 ctime: Some(s.ctime),
             },
             write: !leaves,
+            file: s.kind == Kind::File,
         };
         if s.kind == Kind::File {
             s.disk_size = s.size;
@@ -634,6 +644,10 @@ fn write_file(
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
+    if !f.file {
+        patches.push(disk.setattr(ino, f.attr, t)?);
+        return Ok(());
+    }
     let bs = disk.block_size() as u64;
     let mut on_disk = f.disk_size;
     if f.min_size < on_disk {

@@ -545,13 +545,17 @@ impl MemFs {
         check_name(name)?;
         self.writable()?;
         self.ensure_room(1)?;
-        let _g = self.inner.gate.read();
-        let dir = self.loaded_dir(parent)?;
-        if self.entry(&dir, name)?.is_some() {
-            return Err(MemError::Exists);
-        }
         let is_dir = kind == Kind::Dir;
+        // Reserved before the gate: running out may need a flush.
         let ino = self.new_ino(parent, is_dir)?;
+        let _g = self.inner.gate.read();
+        let dir = match self.loaded_dir(parent) {
+            Ok(d) => d,
+            Err(e) => {
+                self.recycle_ino(ino, is_dir);
+                return Err(e);
+            }
+        };
         let mut d = dir.s.write();
         let t = self.now();
         let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
@@ -587,6 +591,13 @@ impl MemFs {
         };
         let mut s = NodeState::fresh(kind, perm, uid, gid, t);
         s.rdev = rdev;
+        if is_dir {
+            // mkdir gives a directory its first block.
+            s.size = self.inner.block_size;
+            s.disk_size = s.size;
+            s.min_size = s.size;
+            s.disk_sectors = self.inner.block_size / 512;
+        }
         if let Made::Symlink { target } = &made {
             s.size = target.len() as u64;
             s.target = Some(target.clone());

@@ -178,3 +178,57 @@ fn rename_refuses_a_loop_and_handles_flags() {
     fs.unmount().unwrap();
     assert_eq!(e2fsck(&dev).0, 0, "{}", e2fsck(&dev).1);
 }
+
+#[test]
+fn a_file_replaced_by_rename_leaves_no_blocks_behind() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        // Replaced after reaching the disk, and within one flush.
+        for synced in [true, false] {
+            let (a, b) = (format!("a{synced}"), format!("b{synced}"));
+            let b_ino = fs
+                .mknod(r, b.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
+                .unwrap()
+                .ino;
+            if synced {
+                fs.sync().unwrap();
+            }
+            fs.write(b_ino, 0, &[2; 20_000], false).unwrap();
+            let a_ino = fs
+                .mknod(r, a.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
+                .unwrap()
+                .ino;
+            fs.write(a_ino, 0, &[1; 20_000], false).unwrap();
+            fs.rename(r, a.as_bytes(), r, b.as_bytes(), RenameFlags::default())
+                .unwrap();
+        }
+        fs.unmount().unwrap();
+        let (code, out) = e2fsck(&dev);
+        assert_eq!(code, 0, "{mode:?}: {out}");
+    }
+}
+
+#[test]
+fn an_unlinked_open_file_keeps_unflushed_data_after_eviction() {
+    let dev = device(fresh_image(64 << 20, true));
+    let mut o = opts();
+    o.memory_limit = 64 << 10; // 16 pages: everything clean gets evicted
+    let fs = mount_on(dev.clone(), MODES[1], o);
+    let r = fs.root();
+    let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.open(f.ino).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    fs.write(f.ino, 0, &data, false).unwrap();
+    fs.unlink(r, b"f").unwrap();
+    fs.sync().unwrap();
+    let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.write(g.ino, 0, &[5; 400_000], false).unwrap(); // pressure: evicts f's pages
+    assert!(fs.stats().pages_evicted > 0);
+    assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), data);
+    fs.release(f.ino).unwrap();
+    fs.unmount().unwrap();
+    let (code, out) = e2fsck(&dev);
+    assert_eq!(code, 0, "{out}");
+}

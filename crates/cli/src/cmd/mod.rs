@@ -3,3 +3,4 @@
 pub mod bench;
 pub mod fsck;
 pub mod mkfs;
+pub mod mount;

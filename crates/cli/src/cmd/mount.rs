@@ -1,0 +1,387 @@
+//! `stitchfs mount [IMAGE] MOUNTPOINT`: serve an image through FUSE.
+//!
+//! Without IMAGE, `./stitchfs.img` is used, made (ext3, 4 GiB sparse) if
+//! missing. The default mode is journal with data=ordered, or soft updates
+//! for an image without a journal. Without `--foreground` the command
+//! returns once the mount works (non-zero with the error otherwise) and a
+//! daemon serves it. SIGINT, SIGTERM, SIGHUP and `fusermount3 -u` all end
+//! in a clean unmount: memfs makes everything durable and the image is
+//! marked clean before the process exits.
+
+use crate::fuse::{daemon, diag, StitchFuse};
+use anyhow::{bail, Context};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use stitch_blockdev::{DevError, FileDevice, OpenOptions};
+use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_format::Superblock;
+use stitch_memfs::MemFs;
+use stitch_patch::{CacheConfig, PatchCache};
+
+/// The image used when none is named, in the current directory.
+const DEFAULT_IMAGE: &str = "stitchfs.img";
+/// Its size when it has to be made (sparse: only metadata takes space).
+const DEFAULT_SIZE: u64 = 4 << 30;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// [IMAGE] MOUNTPOINT: the image (default ./stitchfs.img, made if
+    /// missing) and the directory to mount it on.
+    #[arg(value_name = "PATH", num_args = 1..=2, required = true)]
+    pub paths: Vec<PathBuf>,
+    /// async | softupdates | journal (default: journal, or softupdates for
+    /// an image without a journal); journal-writeback etc. also accepted.
+    #[arg(long, value_name = "MODE", value_parser = parse_consistency)]
+    pub consistency: Option<Consistency>,
+    /// What the journal does with file data: writeback | ordered (default)
+    /// | journal.
+    #[arg(long, value_name = "DATA", value_parser = parse_data)]
+    pub data: Option<DataMode>,
+    /// FUSE mount options, comma-separated (allow_other, ro, noexec, ...).
+    #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
+    /// Stay attached to the terminal instead of running as a daemon.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Seconds between background flushes of memory to disk; 0 never.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub flush_interval: u64,
+    /// File data kept in memory before it is flushed and evicted, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub memory: u64,
+    /// Threads serving requests (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<std::num::NonZeroUsize>,
+}
+
+fn parse_consistency(s: &str) -> Result<Consistency, String> {
+    s.parse()
+}
+
+fn parse_data(s: &str) -> Result<DataMode, String> {
+    s.parse()
+}
+
+/// Everything decided before the process may fork.
+struct Plan {
+    image: PathBuf,
+    mountpoint: PathBuf,
+    mode: Consistency,
+    block_size: usize,
+    config: fuser::Config,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let plan = plan(&args)?;
+    // Forking is safe only while this is the process's one thread: before
+    // the device, memfs's flusher and the FUSE workers exist.
+    let ready = if args.foreground {
+        None
+    } else {
+        Some(daemon::daemonize().context("daemonizing")?)
+    };
+    daemon::block_signals().context("blocking signals")?;
+    diag::install_panic_hook();
+    let fs = open(&plan, &args)?;
+    let mut session =
+        match fuser::Session::new(StitchFuse::new(fs.clone()), &plan.mountpoint, &plan.config) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = anyhow::Error::new(e)
+                    .context(format!("mounting on {}", plan.mountpoint.display()));
+                return Finisher::new(fs).finish(Some(err));
+            }
+        };
+    let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
+    diag::info(&format!(
+        "mounted {} on {} ({}, {} threads)",
+        plan.image.display(),
+        plan.mountpoint.display(),
+        plan.mode,
+        plan.config.n_threads.unwrap_or(1)
+    ));
+    let daemonized = ready.is_some();
+    if let Some(ready) = ready {
+        ready.ready().context("leaving the terminal")?;
+    }
+    let mnt = plan.mountpoint.clone();
+    let finisher = Arc::new(Finisher::new(fs));
+    let last = finisher.clone();
+    let on_first = unmounter.clone();
+    daemon::on_signal(
+        move |sig| {
+            diag::info(&format!("{sig}: unmounting {}", mnt.display()));
+            let mut u = on_first.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = daemon::unmount(&mnt, &mut u) {
+                diag::error(&format!("unmounting {}: {e}", mnt.display()));
+            }
+        },
+        // A second signal finishes now: it waits for an unmount under way,
+        // or makes everything durable itself while files are still open.
+        move |sig| {
+            diag::info(&format!("{sig} again: finishing now"));
+            std::process::exit(match last.finish(None) {
+                Ok(()) => 0,
+                Err(e) => {
+                    diag::error(&format!("{e:#}"));
+                    1
+                }
+            });
+        },
+    )
+    .context("starting the signal thread")?;
+    let served = session.run();
+    // Normally the kernel mount is gone already; if the loop failed, take
+    // it away rather than leave a dead mount behind.
+    if served.is_err() {
+        let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = daemon::unmount(&plan.mountpoint, &mut u);
+    }
+    // The kernel mount is gone (unmounted, or the connection failed):
+    // make everything durable and mark the image clean.
+    let err = served
+        .err()
+        .map(|e| anyhow::Error::new(e).context("serving FUSE requests"));
+    let res = finisher.finish(err);
+    if let (true, Err(e)) = (daemonized, &res) {
+        // stderr is /dev/null by now.
+        diag::error(&format!("{e:#}"));
+    }
+    res
+}
+
+/// Unmounts memfs once, whoever asks first (the end of the session, a
+/// second signal, a failed start); a later caller waits for the first and
+/// shares its outcome, so the process never exits in the middle of it.
+struct Finisher {
+    fs: MemFs,
+    outcome: std::sync::Mutex<Option<Result<(), String>>>,
+}
+
+impl Finisher {
+    fn new(fs: MemFs) -> Self {
+        Finisher {
+            fs,
+            outcome: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Everything durable, the image marked clean. `err` is what went
+    /// wrong before, reported first.
+    fn finish(&self, err: Option<anyhow::Error>) -> anyhow::Result<()> {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        let unmounted = outcome
+            .get_or_insert_with(|| match self.fs.unmount() {
+                Ok(_) => {
+                    diag::info("unmounted cleanly");
+                    Ok(())
+                }
+                Err(e) => Err(format!(
+                    "unmounting the file system: {e} (the image may need `stitchfs fsck`)"
+                )),
+            })
+            .clone();
+        match (err, unmounted) {
+            (Some(e), Err(u)) => {
+                diag::error(&u);
+                Err(e)
+            }
+            (Some(e), Ok(())) => Err(e),
+            (None, Err(u)) => Err(anyhow::anyhow!(u)),
+            (None, Ok(())) => Ok(()),
+        }
+    }
+}
+
+fn now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+}
+
+fn plan(args: &Args) -> anyhow::Result<Plan> {
+    let (image, mountpoint, named) = match args.paths.as_slice() {
+        [m] => (PathBuf::from(DEFAULT_IMAGE), m, false),
+        [i, m] => (i.clone(), m, true),
+        _ => bail!("give [IMAGE] MOUNTPOINT"),
+    };
+    let image = std::env::current_dir()
+        .context("the current directory")?
+        .join(image);
+    let mountpoint = mountpoint
+        .canonicalize()
+        .with_context(|| format!("mount point {}", mountpoint.display()))?;
+    if !mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", mountpoint.display());
+    }
+    if !image.exists() {
+        if named {
+            bail!(
+                "{}: no such image (make one with `stitchfs mkfs --journal --size 4G {}`)",
+                image.display(),
+                image.display()
+            );
+        }
+        make_default_image(&image)?;
+    }
+    let sb = read_superblock(&image)?;
+    let mode = choose_mode(args, sb.has_journal(), &image)?;
+    let block_size = sb
+        .block_size()
+        .context("superblock without a block size")?
+        .bytes() as usize;
+    let config = fuse_config(args, &image);
+    Ok(Plan {
+        image,
+        mountpoint,
+        mode,
+        block_size,
+        config,
+    })
+}
+
+fn make_default_image(image: &Path) -> anyhow::Result<()> {
+    diag::info(&format!(
+        "no image named and {} does not exist: making a {} GiB sparse ext3 image there",
+        image.display(),
+        DEFAULT_SIZE >> 30
+    ));
+    let opts = stitch_mkfs::MkfsOptions {
+        size: Some(DEFAULT_SIZE),
+        journal: Some(stitch_mkfs::JournalSize::Default),
+        force: false,
+    };
+    stitch_mkfs::mkfs(image, &opts, &mut |_, _| {})
+        .with_context(|| format!("mkfs {}", image.display()))?;
+    Ok(())
+}
+
+/// The primary superblock, read and checked before anything opens the
+/// image for writing: a clear refusal of what is not an ext2/ext3 image.
+fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
+    let not_ours = || {
+        format!(
+            "{} is not an ext2/ext3 image stitchfs can mount (make one with `stitchfs mkfs`)",
+            image.display()
+        )
+    };
+    let mut f =
+        std::fs::File::open(image).with_context(|| format!("opening {}", image.display()))?;
+    let mut buf = vec![0u8; 2048];
+    f.read_exact(&mut buf)
+        .with_context(|| format!("{}: too small to hold a superblock", image.display()))
+        .with_context(not_ours)?;
+    Superblock::decode(&buf[1024..]).with_context(not_ours)
+}
+
+/// The consistency mode: what was asked, checked against the image; by
+/// default journal (data=ordered), or soft updates without a journal.
+fn choose_mode(args: &Args, has_journal: bool, image: &Path) -> anyhow::Result<Consistency> {
+    let mode = match (args.consistency, args.data) {
+        (None, data) if has_journal => Consistency::Journal(data.unwrap_or(DataMode::Ordered)),
+        (None, None) => {
+            diag::info(&format!(
+                "{} has no journal: using soft updates (`stitchfs mkfs --journal` makes \
+                 images that can run journal mode)",
+                image.display()
+            ));
+            Consistency::SoftUpdates
+        }
+        (Some(Consistency::Journal(d)), data) => Consistency::Journal(data.unwrap_or(d)),
+        (Some(other), None) => other,
+        (_, Some(_)) => bail!("--data applies only to journal mode (--consistency journal)"),
+    };
+    if matches!(mode, Consistency::Journal(_)) && !has_journal {
+        bail!(
+            "{} has no journal, so it cannot run journal mode: make the image with \
+             `stitchfs mkfs --journal`, or mount with --consistency softupdates",
+            image.display()
+        );
+    }
+    Ok(mode)
+}
+
+/// Mount options: ours, then the user's `-o` list.
+fn fuse_config(args: &Args, image: &Path) -> fuser::Config {
+    use fuser::MountOption as M;
+    let mut opts = vec![
+        M::FSName(image.display().to_string()),
+        M::CUSTOM("subtype=stitchfs".into()),
+        M::DefaultPermissions,
+    ];
+    let mut acl = fuser::SessionACL::Owner;
+    let user = args.options.iter().flat_map(|o| o.split(','));
+    for o in user.filter(|o| !o.is_empty()) {
+        let opt = match o {
+            "allow_other" => {
+                acl = fuser::SessionACL::All;
+                continue;
+            }
+            "allow_root" => {
+                acl = fuser::SessionACL::RootAndOwner;
+                continue;
+            }
+            "default_permissions" => continue,
+            "auto_unmount" => M::AutoUnmount,
+            "ro" => M::RO,
+            "rw" => M::RW,
+            "dev" => M::Dev,
+            "nodev" => M::NoDev,
+            "suid" => M::Suid,
+            "nosuid" => M::NoSuid,
+            "exec" => M::Exec,
+            "noexec" => M::NoExec,
+            "atime" => M::Atime,
+            "noatime" => M::NoAtime,
+            "dirsync" => M::DirSync,
+            "sync" => M::Sync,
+            "async" => M::Async,
+            other => match other.strip_prefix("fsname=") {
+                Some(name) => {
+                    opts.retain(|o| !matches!(o, M::FSName(_)));
+                    M::FSName(name.into())
+                }
+                None => M::CUSTOM(other.into()),
+            },
+        };
+        opts.push(opt);
+    }
+    let mut config = fuser::Config::default();
+    config.mount_options = opts;
+    config.acl = acl;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    config.n_threads = Some(args.threads.map_or(cores, |n| n.get()));
+    config.clone_fd = true;
+    config
+}
+
+/// Opens the image (refused while another process holds it), mounts
+/// diskfs in the chosen mode and memfs over it.
+fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
+    let image = plan.image.display();
+    let dev = FileDevice::open(
+        &plan.image,
+        OpenOptions {
+            block_size: plan.block_size,
+            ..OpenOptions::default()
+        },
+    )
+    .map_err(|e| match e {
+        DevError::Locked { .. } => anyhow::anyhow!(
+            "{image} is already mounted (or being checked) by another stitchfs process: \
+             unmount it first"
+        ),
+        e => anyhow::Error::new(e).context(format!("opening {image}")),
+    })?;
+    let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
+    let disk = DiskFs::mount(cache, plan.mode, now())
+        .with_context(|| format!("mounting {image} ({})", plan.mode))?;
+    let opts = stitch_memfs::Options {
+        memory_limit: args.memory.saturating_mul(1 << 20),
+        flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
+        fixed_time: None,
+    };
+    MemFs::mount(disk, opts).context("starting memfs")
+}

@@ -1,0 +1,332 @@
+//! The FUSE frontend (DESIGN.md "Layers": the frontend translates; it holds
+//! no file-system logic). Kernel requests arrive through `fuser` on one
+//! worker thread per core and become memfs calls; memfs errors become the
+//! errno each carries.
+//!
+//! Mapping rules:
+//! - FUSE's root node id 1 is ext2 inode 2; every other node id is the ext2
+//!   inode number itself, so `st_ino` is the same across remounts (and the
+//!   root reports 2).
+//! - Attributes and entries are cached by the kernel for [`TTL`]: every
+//!   change goes through this mount, so the kernel sees each one itself.
+//!   No writeback cache: each `write` reaches memfs before it returns.
+//! - Permissions are checked by the kernel (`default_permissions`); memfs
+//!   applies ext2 semantics (setgid directories, link counts).
+//! - Directory listings are snapshotted at `opendir`, so offsets stay
+//!   stable however the directory changes while it is read ([`dirs`]).
+//! - A panic in a handler is caught, logged, and answered with `EIO`; the
+//!   mount stays up.
+//!
+//! Modules: `ops` (the `fuser::Filesystem` methods), `dirs` (directory
+//! handles), `diag` (where messages go: stderr, or syslog once daemonized),
+//! `daemon` (daemonizing, signals, unmounting).
+
+pub mod daemon;
+pub mod diag;
+mod dirs;
+mod ops;
+
+use fuser::{Errno, FileAttr, FileType, INodeNo};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stitch_memfs::{Attr, Kind, MemError, MemFs};
+
+/// How long the kernel may cache attributes and entries.
+pub const TTL: Duration = Duration::from_secs(1);
+/// The largest write the kernel sends in one request.
+pub const MAX_WRITE: u32 = 1 << 20;
+/// ext2's longest name.
+const NAME_MAX: usize = 255;
+/// ext2's root directory.
+const EXT2_ROOT: u64 = 2;
+
+/// The `fuser::Filesystem` over one memfs.
+pub struct StitchFuse {
+    fs: MemFs,
+    dirs: dirs::DirHandles,
+}
+
+impl StitchFuse {
+    pub fn new(fs: MemFs) -> Self {
+        StitchFuse {
+            fs,
+            dirs: dirs::DirHandles::default(),
+        }
+    }
+}
+
+/// The ext2 inode behind a FUSE node id.
+fn ext_ino(n: INodeNo) -> u64 {
+    if n == INodeNo::ROOT {
+        EXT2_ROOT
+    } else {
+        n.0
+    }
+}
+
+/// The FUSE node id of an ext2 inode.
+fn node_id(ino: u64) -> INodeNo {
+    if ino == EXT2_ROOT {
+        INodeNo::ROOT
+    } else {
+        INodeNo(ino)
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+fn time(secs: u32) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(u64::from(secs))
+}
+
+/// What `stat` shows: `st_ino` is the ext2 inode number (2 for the root).
+fn stat_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: libc::makedev(a.rdev.0, a.rdev.1) as u32,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// The attributes of an entry reply, whose `ino` is the node id.
+fn entry_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: node_id(a.ino),
+        ..stat_attr(a)
+    }
+}
+
+/// Why a request failed: a memfs error (logged with its message when it
+/// means trouble) or an errno the adapter decided on.
+#[derive(Debug)]
+enum Failure {
+    Mem(MemError),
+    Errno(Errno),
+}
+
+impl From<MemError> for Failure {
+    fn from(e: MemError) -> Self {
+        Failure::Mem(e)
+    }
+}
+
+impl From<Errno> for Failure {
+    fn from(e: Errno) -> Self {
+        Failure::Errno(e)
+    }
+}
+
+impl Failure {
+    fn errno(&self) -> Errno {
+        match self {
+            Failure::Mem(e) => Errno::from_i32(e.errno()),
+            Failure::Errno(e) => *e,
+        }
+    }
+
+    /// Failures that mean something is wrong with the mount rather than
+    /// with the request: a device error, a latched read-only state, a
+    /// vanished inode.
+    fn worth_logging(&self) -> bool {
+        matches!(
+            self.errno(),
+            Errno::EIO | Errno::EROFS | Errno::ESTALE | Errno::ENOSPC
+        ) || matches!(self, Failure::Mem(MemError::Io(_)))
+    }
+}
+
+type OpResult<T> = Result<T, Failure>;
+
+/// Refuses names ext2 cannot hold.
+fn check_name(name: &[u8]) -> OpResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG.into());
+    }
+    Ok(())
+}
+
+/// A fuser reply that can carry an error.
+trait ErrorReply {
+    fn fail(self, e: Errno);
+}
+
+macro_rules! error_reply {
+    ($($t:ty),*) => {
+        $(impl ErrorReply for $t {
+            fn fail(self, e: Errno) {
+                self.error(e)
+            }
+        })*
+    };
+}
+
+error_reply!(
+    fuser::ReplyEmpty,
+    fuser::ReplyData,
+    fuser::ReplyEntry,
+    fuser::ReplyAttr,
+    fuser::ReplyOpen,
+    fuser::ReplyWrite,
+    fuser::ReplyStatfs,
+    fuser::ReplyCreate,
+    fuser::ReplyDirectory,
+    fuser::ReplyDirectoryPlus,
+    fuser::ReplyXattr
+);
+
+/// Runs one request: `work` computes the answer, `answer` sends it. A
+/// failure is answered with its errno (and logged when it means trouble).
+/// A panic is logged and answered with `EIO` (by us in `work`, by fuser
+/// dropping the unsent reply in `answer`), and the mount stays up.
+fn serve<R: ErrorReply, T, E: Into<Failure>>(
+    op: &'static str,
+    ino: u64,
+    reply: R,
+    work: impl FnOnce() -> Result<T, E>,
+    answer: impl FnOnce(R, T),
+) {
+    match catch_unwind(AssertUnwindSafe(|| work().map_err(Into::into))) {
+        Ok(Ok(v)) => {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| answer(reply, v))) {
+                log_panic(op, ino, &*panic);
+            }
+        }
+        Ok(Err(f)) => {
+            if f.worth_logging() {
+                let what = match &f {
+                    Failure::Mem(e) => e.to_string(),
+                    Failure::Errno(e) => format!("{e:?}"),
+                };
+                diag::request_error(&format!("{op} (inode {ino}): {what}"));
+            }
+            reply.fail(f.errno());
+        }
+        Err(panic) => {
+            log_panic(op, ino, &*panic);
+            reply.fail(Errno::EIO);
+        }
+    }
+}
+
+fn log_panic(op: &str, ino: u64, panic: &(dyn std::any::Any + Send)) {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    diag::error(&format!(
+        "BUG: {op} (inode {ino}) panicked: {msg}; answered EIO, the mount stays up"
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_maps_both_ways_and_others_are_identity() {
+        assert_eq!(ext_ino(INodeNo::ROOT), 2);
+        assert_eq!(node_id(2), INodeNo::ROOT);
+        for n in [11u64, 12, 4096, u32::MAX as u64] {
+            assert_eq!(ext_ino(INodeNo(n)), n);
+            assert_eq!(node_id(n), INodeNo(n));
+        }
+    }
+
+    #[test]
+    fn stat_shows_ext2_inode_and_entry_the_node_id() {
+        let a = Attr {
+            ino: 2,
+            kind: Kind::Dir,
+            perm: 0o755,
+            nlink: 3,
+            uid: 0,
+            gid: 0,
+            size: 4096,
+            blocks: 8,
+            atime: 1,
+            mtime: 2,
+            ctime: 3,
+            rdev: (0, 0),
+        };
+        assert_eq!(stat_attr(&a).ino, INodeNo(2));
+        assert_eq!(entry_attr(&a).ino, INodeNo::ROOT);
+        let dev = Attr {
+            ino: 12,
+            kind: Kind::CharDev,
+            rdev: (4, 65),
+            ..a
+        };
+        let r = u64::from(stat_attr(&dev).rdev);
+        assert_eq!((libc::major(r), libc::minor(r)), (4, 65));
+    }
+
+    #[test]
+    fn names_longer_than_255_bytes_are_refused() {
+        assert!(check_name(&[b'x'; 255]).is_ok());
+        assert_eq!(
+            check_name(&[b'x'; 256]).unwrap_err().errno(),
+            Errno::ENAMETOOLONG
+        );
+    }
+
+    /// A reply that records what it was sent.
+    struct Fake(std::sync::Arc<std::sync::Mutex<Option<Result<u32, Errno>>>>);
+
+    impl ErrorReply for Fake {
+        fn fail(self, e: Errno) {
+            *self.0.lock().unwrap() = Some(Err(e));
+        }
+    }
+
+    fn run(work: impl FnOnce() -> OpResult<u32>) -> Option<Result<u32, Errno>> {
+        let got = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let answer = |r: Fake, v| *r.0.lock().unwrap() = Some(Ok(v));
+        serve("test", 12, Fake(got.clone()), work, answer);
+        let out = got.lock().unwrap().take();
+        out
+    }
+
+    #[test]
+    fn serve_answers_values_errors_and_panics() {
+        assert_eq!(run(|| Ok(7)), Some(Ok(7)));
+        assert_eq!(
+            run(|| Err(MemError::NotFound.into())),
+            Some(Err(Errno::ENOENT))
+        );
+        assert_eq!(run(|| Err(Errno::EBADF.into())), Some(Err(Errno::EBADF)));
+        assert_eq!(run(|| panic!("boom")), Some(Err(Errno::EIO)));
+    }
+
+    #[test]
+    fn memfs_errors_keep_their_errno() {
+        let f: Failure = MemError::NotEmpty.into();
+        assert_eq!(f.errno(), Errno::ENOTEMPTY);
+        assert!(!f.worth_logging());
+        let f: Failure = MemError::Io("device".into()).into();
+        assert_eq!(f.errno(), Errno::EIO);
+        assert!(f.worth_logging());
+    }
+}

@@ -1,0 +1,634 @@
+//! The `fuser::Filesystem` methods: each unpacks its request, calls memfs
+//! through [`serve`], and packs the answer.
+
+use super::dirs::{self, Slot};
+use super::{
+    check_name, entry_attr, ext_ino, file_type, serve, stat_attr, ErrorReply, Failure, OpResult,
+    StitchFuse, MAX_WRITE, TTL,
+};
+use fuser::{
+    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs};
+
+/// Open files keep the kernel's page cache across opens: every change goes
+/// through this mount, so the cache is never stale.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
+/// Capabilities asked of the kernel when it offers them: `ls -l` in one
+/// round trip per buffer, lookups in one directory in parallel (memfs is
+/// concurrent), symlink targets cached. Not the writeback cache, nor
+/// atomic `O_TRUNC` (the kernel truncates through `setattr`).
+const WANTED: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
+    .union(InitFlags::FUSE_READDIRPLUS_AUTO)
+    .union(InitFlags::FUSE_PARALLEL_DIROPS)
+    .union(InitFlags::FUSE_CACHE_SYMLINKS);
+
+fn entry(reply: ReplyEntry, a: Attr) {
+    reply.entry(&TTL, &entry_attr(&a), Generation(0));
+}
+
+fn ok(reply: ReplyEmpty, _: ()) {
+    reply.ok();
+}
+
+/// Seconds since the epoch as ext2 keeps them; a time it cannot hold is
+/// refused rather than silently changed.
+fn secs(t: TimeOrNow) -> OpResult<u32> {
+    let t = match t {
+        TimeOrNow::Now => SystemTime::now(),
+        TimeOrNow::SpecificTime(t) => t,
+    };
+    t.duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u32::try_from(d.as_secs()).ok())
+        .ok_or(Failure::Errno(Errno::EINVAL))
+}
+
+/// The kind `mknod`'s mode asks for.
+fn node_kind(mode: u32) -> OpResult<Kind> {
+    Ok(match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => Kind::File,
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Socket,
+        libc::S_IFCHR => Kind::CharDev,
+        libc::S_IFBLK => Kind::BlockDev,
+        libc::S_IFDIR => return Err(Errno::EPERM.into()),
+        _ => return Err(Errno::EINVAL.into()),
+    })
+}
+
+fn perm(mode: u32) -> u16 {
+    (mode & 0o7777) as u16
+}
+
+impl StitchFuse {
+    /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
+    /// resolves them itself, but an exported or stacked mount may ask).
+    fn lookup_name(&self, dir: u64, name: &[u8]) -> OpResult<Attr> {
+        Ok(match name {
+            b"." => self.fs.getattr(dir)?,
+            b".." => self.fs.getattr(self.fs.parent(dir)?)?,
+            _ => self.fs.lookup(dir, name)?,
+        })
+    }
+
+    /// The listing of `dir` with `.` and `..` first.
+    fn snapshot(&self, dir: u64) -> OpResult<Vec<Slot>> {
+        let entries = self.fs.readdir(dir)?;
+        let parent = self.fs.parent(dir)?;
+        let mut out = Vec::with_capacity(entries.len() + 2);
+        for (name, ino) in [(&b"."[..], dir), (&b".."[..], parent)] {
+            out.push(Slot {
+                name: name.to_vec(),
+                ino,
+                kind: Kind::Dir,
+            });
+        }
+        out.extend(entries.into_iter().map(|e| Slot {
+            name: e.name,
+            ino: e.ino,
+            kind: e.kind,
+        }));
+        Ok(out)
+    }
+
+    fn listing(&self, fh: FileHandle) -> OpResult<Arc<Vec<Slot>>> {
+        self.dirs.get(fh.0).ok_or(Failure::Errno(Errno::EBADF))
+    }
+}
+
+/// Serves a request on one inode (`ino` is the FUSE node id).
+fn on_inode<R: ErrorReply, T, E: Into<Failure>>(
+    op: &'static str,
+    ino: INodeNo,
+    reply: R,
+    work: impl FnOnce(u64) -> Result<T, E>,
+    answer: impl FnOnce(R, T),
+) {
+    let ino = ext_ino(ino);
+    serve(op, ino, reply, || work(ino), answer);
+}
+
+/// Serves a request on `name` in directory `parent`, refusing first a name
+/// ext2 cannot hold.
+fn on_name<R: ErrorReply, T, E: Into<Failure>>(
+    op: &'static str,
+    parent: INodeNo,
+    name: &OsStr,
+    reply: R,
+    work: impl FnOnce(u64, &[u8]) -> Result<T, E>,
+    answer: impl FnOnce(R, T),
+) {
+    let dir = ext_ino(parent);
+    let name = name.as_bytes();
+    serve(
+        op,
+        dir,
+        reply,
+        || {
+            check_name(name)?;
+            work(dir, name).map_err(Into::into)
+        },
+        answer,
+    );
+}
+
+fn attr(reply: ReplyAttr, a: Attr) {
+    reply.attr(&TTL, &stat_attr(&a));
+}
+
+impl fuser::Filesystem for StitchFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        // ext2 keeps whole seconds.
+        let _ = config.set_time_granularity(Duration::from_secs(1));
+        let _ = config.add_capabilities(WANTED & config.capabilities());
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        on_name(
+            "lookup",
+            parent,
+            name,
+            reply,
+            |d, n| self.lookup_name(d, n),
+            entry,
+        );
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        on_inode("getattr", ino, reply, |i| self.fs.getattr(i), attr);
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let work = |i| -> OpResult<Attr> {
+            let set = SetAttrs {
+                perm: mode.map(perm),
+                uid,
+                gid,
+                size,
+                atime: atime.map(secs).transpose()?,
+                mtime: mtime.map(secs).transpose()?,
+            };
+            // Nothing memfs keeps (a change time alone, or a handle):
+            // answer without touching the inode.
+            if set == SetAttrs::default() {
+                return Ok(self.fs.getattr(i)?);
+            }
+            Ok(self.fs.setattr(i, set)?)
+        };
+        on_inode("setattr", ino, reply, work, attr);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        on_inode(
+            "readlink",
+            ino,
+            reply,
+            |i| self.fs.readlink(i),
+            |r, t| r.data(&t),
+        );
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let work = |d, n: &[u8]| -> OpResult<Attr> {
+            let kind = node_kind(mode)?;
+            let dev = match kind {
+                Kind::CharDev | Kind::BlockDev => {
+                    (libc::major(rdev.into()), libc::minor(rdev.into()))
+                }
+                _ => (0, 0),
+            };
+            let (uid, gid) = (req.uid(), req.gid());
+            Ok(self.fs.mknod(d, n, kind, perm(mode), dev, uid, gid)?)
+        };
+        on_name("mknod", parent, name, reply, work, entry);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let work = |d, n: &[u8]| self.fs.mkdir(d, n, perm(mode), uid, gid);
+        on_name("mkdir", parent, name, reply, work, entry);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        on_name(
+            "unlink",
+            parent,
+            name,
+            reply,
+            |d, n| self.fs.unlink(d, n),
+            ok,
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        on_name("rmdir", parent, name, reply, |d, n| self.fs.rmdir(d, n), ok);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let target = target.as_os_str().as_bytes();
+        let work = |d, n: &[u8]| self.fs.symlink(d, n, target, uid, gid);
+        on_name("symlink", parent, link_name, reply, work, entry);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let to = ext_ino(newparent);
+        let work = |from, name: &[u8]| -> OpResult<()> {
+            let newname = newname.as_bytes();
+            check_name(newname)?;
+            let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+            if !known.contains(flags) {
+                return Err(Errno::EINVAL.into());
+            }
+            let flags = RenameFlags {
+                noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+            };
+            Ok(self.fs.rename(from, name, to, newname, flags)?)
+        };
+        on_name("rename", parent, name, reply, work, ok);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let ino = ext_ino(ino);
+        let work = |d, n: &[u8]| self.fs.link(ino, d, n);
+        on_name("link", newparent, newname, reply, work, entry);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        on_inode(
+            "open",
+            ino,
+            reply,
+            |i| self.fs.open(i),
+            |r, ()| r.opened(FileHandle(0), OPEN_FLAGS),
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let work = |i| self.fs.read(i, offset, size);
+        on_inode("read", ino, reply, work, |r, d| r.data(&d));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // The file's current flags (fcntl may have changed them since open).
+        let append = flags.0 & libc::O_APPEND != 0;
+        let work = |i| self.fs.write(i, offset, data, append);
+        on_inode("write", ino, reply, work, |r, n| r.written(n));
+    }
+
+    /// Called at every `close`: nothing becomes durable here (that is
+    /// fsync's job), and write errors were already answered.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        on_inode("release", ino, reply, |i| self.fs.release(i), ok);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        on_inode("fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let work = |i| self.snapshot(i).map(|l| self.dirs.insert(l));
+        on_inode("opendir", ino, reply, work, |r, fh| {
+            r.opened(FileHandle(fh), FopenFlags::empty())
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        on_inode(
+            "readdir",
+            ino,
+            reply,
+            |_| self.listing(fh),
+            |mut r, listing| {
+                for (next, s) in dirs::after(&listing, offset) {
+                    let name = OsStr::from_bytes(&s.name);
+                    if r.add(INodeNo(s.ino), next, file_type(s.kind), name) {
+                        break;
+                    }
+                }
+                r.ok();
+            },
+        );
+    }
+
+    /// As `readdir`, with each entry's attributes so that `ls -l` needs no
+    /// lookups. The attributes are those of the name now: a name removed
+    /// since `opendir` is left out (so the kernel caches no stale name),
+    /// one replaced shows its new inode. The kernel links no `.` or `..`.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let dir = ext_ino(ino);
+        let answer = |mut r: ReplyDirectoryPlus, listing: Arc<Vec<Slot>>| {
+            for (next, s) in dirs::after(&listing, offset) {
+                let attr = match s.name.as_slice() {
+                    b"." | b".." => self.fs.getattr(s.ino).map(|a| stat_attr(&a)),
+                    name => self.fs.lookup(dir, name).map(|a| entry_attr(&a)),
+                };
+                let Ok(attr) = attr else { continue };
+                let name = OsStr::from_bytes(&s.name);
+                if r.add(attr.ino, next, name, &TTL, &attr, Generation(0)) {
+                    break;
+                }
+            }
+            r.ok();
+        };
+        on_inode("readdirplus", ino, reply, |_| self.listing(fh), answer);
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        on_inode("fsyncdir", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        on_inode(
+            "statfs",
+            ino,
+            reply,
+            |_| self.fs.statfs(),
+            |r, s| {
+                r.statfs(
+                    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+                )
+            },
+        );
+    }
+
+    /// The kernel checks permissions itself (`default_permissions`) and
+    /// does not ask; should it, every existing inode is accessible.
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        on_inode("access", ino, reply, |i| self.fs.getattr(i).map(drop), ok);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (uid, gid) = (req.uid(), req.gid());
+        let work = |d, n: &[u8]| -> OpResult<Attr> {
+            if node_kind(mode)? != Kind::File {
+                return Err(Errno::EINVAL.into());
+            }
+            let a = self
+                .fs
+                .mknod(d, n, Kind::File, perm(mode), (0, 0), uid, gid)?;
+            self.fs.open(a.ino)?;
+            Ok(a)
+        };
+        on_name("create", parent, name, reply, work, |r, a| {
+            r.created(
+                &TTL,
+                &entry_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                OPEN_FLAGS,
+            )
+        });
+    }
+
+    /// ext2 in Linux has no fallocate.
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        _length: u64,
+        _mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EOPNOTSUPP);
+    }
+
+    // Extended attributes: our images have none, and none can be set. As
+    // Linux's ext2 without xattr support: get, set and remove are not
+    // supported, and the list is empty.
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOTSUP);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        on_inode(
+            "listxattr",
+            ino,
+            reply,
+            |i| self.fs.getattr(i).map(drop),
+            |r, ()| {
+                if size == 0 {
+                    r.size(0)
+                } else {
+                    r.data(&[])
+                }
+            },
+        );
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOTSUP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mknod_modes_map_to_kinds() {
+        assert_eq!(node_kind(libc::S_IFREG | 0o644).unwrap(), Kind::File);
+        assert_eq!(node_kind(0o644).unwrap(), Kind::File);
+        assert_eq!(node_kind(libc::S_IFIFO | 0o600).unwrap(), Kind::Fifo);
+        assert_eq!(node_kind(libc::S_IFSOCK).unwrap(), Kind::Socket);
+        assert_eq!(node_kind(libc::S_IFCHR).unwrap(), Kind::CharDev);
+        assert_eq!(node_kind(libc::S_IFBLK).unwrap(), Kind::BlockDev);
+        assert_eq!(node_kind(libc::S_IFDIR).unwrap_err().errno(), Errno::EPERM);
+        assert_eq!(perm(libc::S_IFREG | 0o4755), 0o4755);
+    }
+
+    #[test]
+    fn times_outside_ext2s_range_are_refused() {
+        let t = |s: u64| TimeOrNow::SpecificTime(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(secs(t(1_700_000_000)).unwrap(), 1_700_000_000);
+        assert!(secs(t(1 << 33)).is_err());
+        let before = TimeOrNow::SpecificTime(UNIX_EPOCH - Duration::from_secs(10));
+        assert!(secs(before).is_err());
+        assert!(secs(TimeOrNow::Now).unwrap() > 1_700_000_000);
+    }
+}

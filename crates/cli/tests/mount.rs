@@ -1,0 +1,846 @@
+//! `stitchfs mount` end to end, through the real binary and the kernel's
+//! FUSE: file operations through `std::fs` and libc, every way of
+//! unmounting (SIGTERM, `fusermount3 -u`, the daemon's), `e2fsck -fn` after
+//! each, and a remount that must show the same data under the same inode
+//! numbers. Needs root and /dev/fuse (and `fusermount3`, from fuse3).
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
+}
+
+fn stitchfs(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A fresh 128 MiB image, ext3 or ext2.
+fn mkfs(dir: &Path, journal: bool) -> PathBuf {
+    let img = dir.join(if journal { "ext3.img" } else { "ext2.img" });
+    let mut args = vec!["mkfs", "--size", "128M"];
+    if journal {
+        args.push("--journal");
+    }
+    args.push(img.to_str().unwrap());
+    let out = stitchfs(&args);
+    assert!(out.status.success(), "mkfs: {}", text(&out.stderr));
+    img
+}
+
+/// A scratch directory with a fresh image and an empty mount point.
+fn fresh(journal: bool) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = scratch();
+    let img = mkfs(dir.path(), journal);
+    let mnt = mountpoint(dir.path(), "mnt");
+    (dir, img, mnt)
+}
+
+fn mountpoint(dir: &Path, name: &str) -> PathBuf {
+    let m = dir.join(name);
+    fs::create_dir_all(&m).unwrap();
+    m.canonicalize().unwrap()
+}
+
+/// Whether a stitchfs FUSE mount sits on `mnt` (from /proc/self/mountinfo).
+fn is_mounted(mnt: &Path) -> bool {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let fstype = l.split(" - ").nth(1).and_then(|r| r.split(' ').next());
+        fields.get(4) == Some(&mnt.to_str().unwrap()) && fstype == Some("fuse.stitchfs")
+    })
+}
+
+/// Fails the test with `e2fsck -fn`'s report unless the image is clean.
+fn assert_e2fsck_clean(img: &Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn {}: {}\n{}{}",
+        img.display(),
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `stitchfs mount --foreground` child; unmounted and killed on drop if
+/// a test fails half-way.
+struct Mounted {
+    child: Option<Child>,
+    img: PathBuf,
+    mnt: PathBuf,
+    log: PathBuf,
+}
+
+enum Stop {
+    Sigterm,
+    Fusermount,
+}
+
+impl Mounted {
+    fn start(img: &Path, mnt: &Path, extra: &[&str]) -> Mounted {
+        Self::start_in(None, img, mnt, extra)
+    }
+
+    /// Mounts `img`, or with `cwd` the default image there (no IMAGE
+    /// argument, run from `cwd`).
+    fn start_in(cwd: Option<&Path>, img: &Path, mnt: &Path, extra: &[&str]) -> Mounted {
+        let log = mnt.with_extension("log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("mount");
+        if cwd.is_none() {
+            cmd.arg(img);
+        }
+        cmd.arg(mnt)
+            .arg("--foreground")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(File::create(mnt.with_extension("out")).unwrap())
+            .stderr(File::create(&log).unwrap());
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
+        let mut m = Mounted {
+            child: Some(cmd.spawn().unwrap()),
+            img: img.to_path_buf(),
+            mnt: mnt.to_path_buf(),
+            log,
+        };
+        let t0 = Instant::now();
+        while !is_mounted(mnt) {
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                m.child = None;
+                panic!("mount exited with {status}: {}", m.stderr());
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "mount timed out");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Unmounts `how`, waits for the process, and requires that it exits
+    /// 0 having said it unmounted cleanly, and that `e2fsck -fn` finds the
+    /// image clean; returns its stderr.
+    fn stop(mut self, how: Stop) -> String {
+        let mut child = self.child.take().unwrap();
+        match how {
+            Stop::Sigterm => {
+                // SAFETY: signals our own child.
+                assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+            }
+            Stop::Fusermount => {
+                let out = Command::new("fusermount3")
+                    .arg("-u")
+                    .arg(&self.mnt)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "fusermount3 -u: {}",
+                    text(&out.stderr)
+                );
+            }
+        }
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                let _ = child.kill();
+                panic!("mount did not exit after unmounting: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let err = self.stderr();
+        assert!(status.success(), "mount exited with {status}: {err}");
+        assert!(err.contains("unmounted cleanly"), "{err}");
+        assert!(!is_mounted(&self.mnt));
+        assert_e2fsck_clean(&self.img);
+        err
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.mnt)
+                .output();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn ino(p: &Path) -> u64 {
+    fs::symlink_metadata(p).unwrap().ino()
+}
+
+fn errno_of(rc: libc::c_int) -> i32 {
+    assert_eq!(rc, -1, "expected the call to fail");
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// Bytes that differ with position, to catch misplaced blocks.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] ^ seed)
+        .collect()
+}
+
+/// What a remount must show again: contents by path, and inode numbers.
+struct Expect {
+    files: BTreeMap<&'static str, Vec<u8>>,
+    inodes: BTreeMap<&'static str, u64>,
+}
+
+impl Expect {
+    fn check(&self, m: &Mounted) {
+        for (rel, data) in &self.files {
+            let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+            assert!(
+                got == *data,
+                "{rel}: {} bytes, want {}",
+                got.len(),
+                data.len()
+            );
+        }
+        for (rel, n) in &self.inodes {
+            assert_eq!(ino(&m.path(rel)), *n, "inode of {rel}");
+        }
+    }
+}
+
+/// The common POSIX operations through `std::fs`, each checked as it
+/// goes; returns what must survive a remount.
+fn posix_workload(m: &Mounted) -> Expect {
+    // create, write, read
+    fs::write(m.path("a.txt"), b"hello").unwrap();
+    assert_eq!(fs::read(m.path("a.txt")).unwrap(), b"hello");
+    // mkdir, rename across directories
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/b"), b"bee").unwrap();
+    fs::rename(m.path("a.txt"), m.path("d/a2.txt")).unwrap();
+    assert!(!m.path("a.txt").exists());
+    // symlink
+    std::os::unix::fs::symlink("d/a2.txt", m.path("link")).unwrap();
+    assert_eq!(
+        fs::read_link(m.path("link")).unwrap(),
+        Path::new("d/a2.txt")
+    );
+    assert_eq!(fs::read(m.path("link")).unwrap(), b"hello");
+    // hard link
+    fs::hard_link(m.path("d/a2.txt"), m.path("hl")).unwrap();
+    let md = fs::metadata(m.path("hl")).unwrap();
+    assert_eq!(md.nlink(), 2);
+    assert_eq!(md.ino(), ino(&m.path("d/a2.txt")));
+    // chmod
+    fs::set_permissions(m.path("d/b"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(m.path("d/b")).unwrap().mode() & 0o7777, 0o640);
+    // truncate by path (shrink, grow) and by handle
+    fs::write(m.path("t"), b"truncate me").unwrap();
+    File::options()
+        .write(true)
+        .open(m.path("t"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    assert_eq!(fs::read(m.path("t")).unwrap(), b"tru");
+    let c = cpath(&m.path("t"));
+    // SAFETY: a valid C path.
+    assert_eq!(unsafe { libc::truncate(c.as_ptr(), 6) }, 0);
+    assert_eq!(fs::read(m.path("t")).unwrap(), b"tru\0\0\0");
+    // O_TRUNC
+    File::create(m.path("d/b"))
+        .unwrap()
+        .write_all(b"B")
+        .unwrap();
+    // O_APPEND from two handles
+    let mut x = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(m.path("log"))
+        .unwrap();
+    let mut y = OpenOptions::new().append(true).open(m.path("log")).unwrap();
+    for i in 0..5 {
+        x.write_all(format!("x{i}").as_bytes()).unwrap();
+        y.write_all(format!("y{i}").as_bytes()).unwrap();
+    }
+    drop((x, y));
+    assert_eq!(fs::read(m.path("log")).unwrap(), b"x0y0x1y1x2y2x3y3x4y4");
+    // a sparse file: one byte 8 MiB in
+    let f = File::create(m.path("sparse")).unwrap();
+    f.write_all_at(b"Z", 8 << 20).unwrap();
+    drop(f);
+    let md = fs::metadata(m.path("sparse")).unwrap();
+    assert_eq!(md.len(), (8 << 20) + 1);
+    assert!(
+        md.blocks() < 64,
+        "{} sectors for a sparse file",
+        md.blocks()
+    );
+    let mut buf = vec![1u8; 4096];
+    File::open(m.path("sparse"))
+        .unwrap()
+        .read_exact_at(&mut buf, 1 << 20)
+        .unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    // a file larger than one write request
+    let big = pattern(3 << 20, 7);
+    fs::write(m.path("big"), &big).unwrap();
+    assert!(fs::read(m.path("big")).unwrap() == big);
+    // open, unlink, still readable and writable through the handle
+    let mut ghost = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("ghost"))
+        .unwrap();
+    ghost.write_all(b"boo").unwrap();
+    fs::remove_file(m.path("ghost")).unwrap();
+    assert!(!m.path("ghost").exists());
+    ghost.write_all(b"!").unwrap();
+    let mut b = [0u8; 4];
+    ghost.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"boo!");
+    // A second open of the unlinked inode, through /proc.
+    let mut s = String::new();
+    File::open(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&ghost)
+    ))
+    .unwrap()
+    .read_to_string(&mut s)
+    .unwrap();
+    assert_eq!(s, "boo!");
+    drop(ghost);
+    // unlink and rmdir
+    fs::create_dir(m.path("gone")).unwrap();
+    fs::write(m.path("gone/f"), b"x").unwrap();
+    assert!(fs::remove_dir(m.path("gone")).is_err());
+    fs::remove_file(m.path("gone/f")).unwrap();
+    fs::remove_dir(m.path("gone")).unwrap();
+    // readdir
+    let mut names: Vec<String> = fs::read_dir(m.path("."))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["big", "d", "hl", "link", "log", "lost+found", "sparse", "t"]
+    );
+    // the root is ext2 inode 2
+    assert_eq!(ino(&m.mnt), 2);
+
+    let mut sparse = vec![0u8; (8 << 20) + 1];
+    sparse[8 << 20] = b'Z';
+    let files = BTreeMap::from([
+        ("d/a2.txt", b"hello".to_vec()),
+        ("hl", b"hello".to_vec()),
+        ("link", b"hello".to_vec()),
+        ("d/b", b"B".to_vec()),
+        ("t", b"tru\0\0\0".to_vec()),
+        ("log", b"x0y0x1y1x2y2x3y3x4y4".to_vec()),
+        ("big", big),
+        ("sparse", sparse),
+    ]);
+    let inodes = ["d", "d/a2.txt", "d/b", "link", "t", "log", "big", "sparse"]
+        .into_iter()
+        .map(|rel| (rel, ino(&m.path(rel))))
+        .collect();
+    Expect { files, inodes }
+}
+
+#[test]
+fn posix_operations_survive_sigterm_and_fusermount_with_a_clean_image() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert!(
+        m.stderr().contains("journal (data=ordered)"),
+        "{}",
+        m.stderr()
+    );
+    let expect = posix_workload(&m);
+    m.stop(Stop::Sigterm);
+
+    let m = Mounted::start(&img, &mnt, &[]);
+    expect.check(&m);
+    assert_eq!(
+        fs::read_link(m.path("link")).unwrap(),
+        Path::new("d/a2.txt")
+    );
+    assert_eq!(fs::metadata(m.path("hl")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(m.path("d/b")).unwrap().mode() & 0o7777, 0o640);
+    fs::write(m.path("after"), b"second mount").unwrap();
+    m.stop(Stop::Fusermount);
+
+    let m = Mounted::start(&img, &mnt, &[]);
+    expect.check(&m);
+    assert_eq!(fs::read(m.path("after")).unwrap(), b"second mount");
+    m.stop(Stop::Sigterm);
+}
+
+#[test]
+fn an_image_without_a_journal_runs_soft_updates_and_journal_mode_is_refused() {
+    let (_dir, img, mnt) = fresh(false);
+    let out = stitchfs(&[
+        "mount",
+        img.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+        "--consistency",
+        "journal",
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("has no journal") && err.contains("mkfs --journal"),
+        "{err}"
+    );
+    assert!(!is_mounted(&mnt));
+
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert!(m.stderr().contains("using soft updates"), "{}", m.stderr());
+    fs::write(m.path("f"), b"soft").unwrap();
+    let n = ino(&m.path("f"));
+    m.stop(Stop::Fusermount);
+    let m = Mounted::start(&img, &mnt, &["--consistency", "softupdates"]);
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"soft");
+    assert_eq!(ino(&m.path("f")), n);
+    m.stop(Stop::Sigterm);
+}
+
+#[test]
+fn a_second_mount_of_the_same_image_is_refused() {
+    let (dir, img, mnt) = fresh(true);
+    let other = mountpoint(dir.path(), "other");
+    let m = Mounted::start(&img, &mnt, &[]);
+    for fg in [true, false] {
+        let mut args = vec!["mount", img.to_str().unwrap(), other.to_str().unwrap()];
+        if fg {
+            args.push("--foreground");
+        }
+        let out = stitchfs(&args);
+        assert!(!out.status.success(), "second mount succeeded");
+        let err = text(&out.stderr);
+        assert!(err.contains("already mounted"), "{err}");
+        assert!(!is_mounted(&other));
+    }
+    // The first mount is untouched.
+    fs::write(m.path("still"), b"here").unwrap();
+    m.stop(Stop::Sigterm);
+}
+
+#[test]
+fn what_is_not_an_image_is_refused_clearly() {
+    let dir = scratch();
+    let mnt = mountpoint(dir.path(), "mnt");
+    let junk = dir.path().join("junk.img");
+    fs::write(&junk, pattern(1 << 20, 3)).unwrap();
+    let tiny = dir.path().join("tiny.img");
+    fs::write(&tiny, b"tiny").unwrap();
+    for (img, want) in [
+        (&junk, "is not an ext2/ext3 image"),
+        (&tiny, "is not an ext2/ext3 image"),
+        (&dir.path().join("missing.img"), "no such image"),
+    ] {
+        for fg in [true, false] {
+            let mut args = vec!["mount", img.to_str().unwrap(), mnt.to_str().unwrap()];
+            if fg {
+                args.push("-f");
+            }
+            let out = stitchfs(&args);
+            let err = text(&out.stderr);
+            assert!(!out.status.success(), "{}: mounted", img.display());
+            assert!(err.contains(want), "{}: {err}", img.display());
+        }
+    }
+    assert!(!is_mounted(&mnt));
+    assert_eq!(
+        fs::read(&junk).unwrap(),
+        pattern(1 << 20, 3),
+        "junk was written"
+    );
+}
+
+#[test]
+fn the_daemon_returns_once_mounted_and_unmounts_cleanly() {
+    let (_dir, img, mnt) = fresh(true);
+    let out = stitchfs(&["mount", img.to_str().unwrap(), mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        is_mounted(&mnt),
+        "the parent exited before the mount was up"
+    );
+    fs::write(mnt.join("daemon"), b"served").unwrap();
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The daemon holds the image's lock until it has unmounted cleanly.
+    let f = File::open(&img).unwrap();
+    wait_until(
+        "the daemon releases the image",
+        Duration::from_secs(15),
+        || {
+            // SAFETY: flock on a descriptor we own.
+            unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                ) == 0
+            }
+        },
+    );
+    drop(f);
+    assert_e2fsck_clean(&img);
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert_eq!(fs::read(m.path("daemon")).unwrap(), b"served");
+    m.stop(Stop::Sigterm);
+}
+
+#[test]
+fn without_an_image_it_makes_stitchfs_img_in_the_current_directory() {
+    let dir = scratch();
+    let mnt = mountpoint(dir.path(), "mnt");
+    let img = dir.path().join("stitchfs.img");
+    let m = Mounted::start_in(Some(dir.path()), &img, &mnt, &[]);
+    assert!(m.stderr().contains("making a 4 GiB"), "{}", m.stderr());
+    assert!(
+        m.stderr().contains("journal (data=ordered)"),
+        "{}",
+        m.stderr()
+    );
+    assert_eq!(fs::metadata(&img).unwrap().len(), 4 << 30);
+    fs::write(m.path("f"), b"default").unwrap();
+    m.stop(Stop::Sigterm);
+    // The second time it is used as it is.
+    let m = Mounted::start_in(Some(dir.path()), &img, &mnt, &[]);
+    assert!(!m.stderr().contains("making"), "{}", m.stderr());
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"default");
+    m.stop(Stop::Fusermount);
+}
+
+#[test]
+fn special_files_rename_flags_times_and_unsupported_calls() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    // SAFETY (all libc calls below): valid C paths and plain values.
+    let fifo = cpath(&m.path("fifo"));
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let dev = cpath(&m.path("null"));
+    let rdev = libc::makedev(1, 3);
+    assert_eq!(
+        unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, rdev) },
+        0
+    );
+    let blk = cpath(&m.path("blk"));
+    let brdev = libc::makedev(7, 300);
+    assert_eq!(
+        unsafe { libc::mknod(blk.as_ptr(), libc::S_IFBLK | 0o600, brdev) },
+        0
+    );
+    let sock = std::os::unix::net::UnixListener::bind(m.path("sock")).unwrap();
+    drop(sock);
+    let mnt2 = m.mnt.clone();
+    let t = |rel: &str| fs::symlink_metadata(mnt2.join(rel)).unwrap();
+    assert!(t("fifo").file_type().is_fifo());
+    assert!(t("null").file_type().is_char_device());
+    assert_eq!(t("null").rdev(), rdev);
+    assert!(t("blk").file_type().is_block_device());
+    assert_eq!(t("blk").rdev(), brdev);
+    assert!(t("sock").file_type().is_socket());
+
+    // renameat2: NOREPLACE refuses, EXCHANGE swaps, others are invalid.
+    fs::write(m.path("x"), b"x").unwrap();
+    fs::write(m.path("y"), b"y").unwrap();
+    let (x, y) = (cpath(&m.path("x")), cpath(&m.path("y")));
+    let rename2 = |flags| unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            x.as_ptr(),
+            libc::AT_FDCWD,
+            y.as_ptr(),
+            flags,
+        )
+    };
+    assert_eq!(errno_of(rename2(libc::RENAME_NOREPLACE)), libc::EEXIST);
+    assert_eq!(rename2(libc::RENAME_EXCHANGE), 0);
+    assert_eq!(fs::read(m.path("x")).unwrap(), b"y");
+    assert_eq!(fs::read(m.path("y")).unwrap(), b"x");
+    assert_eq!(errno_of(rename2(libc::RENAME_WHITEOUT)), libc::EINVAL);
+
+    // utimensat: an explicit mtime with UTIME_OMIT for atime, then UTIME_NOW.
+    let atime = t("x").atime();
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 0,
+        },
+    ];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, x.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    assert_eq!(t("x").mtime(), 1_000_000_000);
+    assert_eq!(t("x").atime(), atime);
+    let now = [libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::UTIME_NOW,
+    }; 2];
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, x.as_ptr(), now.as_ptr(), 0) },
+        0
+    );
+    assert!(t("x").mtime() > 1_000_000_000);
+
+    // No xattrs, no fallocate, ext2's name limit.
+    let name = c"user.test";
+    let rc = unsafe { libc::setxattr(x.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
+    let mut buf = [0u8; 64];
+    let rc = unsafe { libc::getxattr(x.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(errno_of(rc as i32), libc::EOPNOTSUPP);
+    let n = unsafe { libc::listxattr(x.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(n, 0);
+    let f = File::options().write(true).open(m.path("x")).unwrap();
+    let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 4096) };
+    assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
+    drop(f);
+    let long = m.path(&"n".repeat(256));
+    let e = File::create(&long).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG));
+    fs::write(m.path(&"n".repeat(255)), b"ok").unwrap();
+
+    // statfs
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let root = cpath(&m.mnt);
+    assert_eq!(unsafe { libc::statvfs(root.as_ptr(), &mut st) }, 0);
+    assert_eq!(st.f_bsize, 4096);
+    assert_eq!(st.f_namemax, 255);
+    assert_eq!(st.f_blocks, (128 << 20) / 4096);
+    assert!(st.f_bfree > 0 && st.f_bfree < st.f_blocks);
+
+    // O_DIRECTORY on a file, fsync on a directory.
+    let e = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(m.path("x"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR));
+    File::open(&m.mnt).unwrap().sync_all().unwrap();
+
+    let kinds = ["fifo", "null", "blk", "sock"].map(|r| (r, ino(&m.path(r))));
+    m.stop(Stop::Sigterm);
+    let m = Mounted::start(&img, &mnt, &[]);
+    for (rel, n) in kinds {
+        assert_eq!(ino(&m.path(rel)), n, "{rel}");
+    }
+    assert_eq!(t("blk").rdev(), brdev);
+    assert!(t("sock").file_type().is_socket());
+    m.stop(Stop::Fusermount);
+}
+
+#[test]
+fn readdir_offsets_stay_stable_while_the_directory_changes() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..300 {
+        File::create(m.path(&format!("d/f{i:03}"))).unwrap();
+    }
+    let d = cpath(&m.path("d"));
+    // SAFETY: opendir/readdir/closedir on a stream we own; each entry is
+    // read before the next call.
+    let mut seen = Vec::new();
+    unsafe {
+        let stream = libc::opendir(d.as_ptr());
+        assert!(!stream.is_null());
+        let next = || {
+            let e = libc::readdir(stream);
+            (!e.is_null()).then(|| {
+                std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        };
+        for _ in 0..20 {
+            seen.push(next().unwrap());
+        }
+        for i in 150..300 {
+            fs::remove_file(m.path(&format!("d/f{i:03}"))).unwrap();
+        }
+        for i in 0..100 {
+            File::create(m.path(&format!("d/g{i:03}"))).unwrap();
+        }
+        while let Some(name) = next() {
+            seen.push(name);
+        }
+        libc::closedir(stream);
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "an entry was listed twice");
+    assert!(
+        seen.iter().all(|n| !n.starts_with('g')),
+        "a new entry leaked in"
+    );
+    for i in 0..150 {
+        let name = format!("f{i:03}");
+        assert!(seen.contains(&name), "{name} was skipped");
+    }
+    assert!(seen.contains(&".".to_string()) && seen.contains(&"..".to_string()));
+    // A new listing shows the directory as it is now.
+    assert_eq!(fs::read_dir(m.path("d")).unwrap().count(), 250);
+    m.stop(Stop::Sigterm);
+}
+
+#[test]
+fn parallel_writers_on_many_threads() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &["--threads", "4"]);
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let m = &m;
+            s.spawn(move || {
+                let d = m.path(&format!("t{t}"));
+                fs::create_dir(&d).unwrap();
+                for i in 0..40 {
+                    fs::write(d.join(format!("{i}")), pattern(5000 + i, t)).unwrap();
+                }
+            });
+        }
+    });
+    m.stop(Stop::Sigterm);
+    let m = Mounted::start(&img, &mnt, &[]);
+    for t in 0..8u8 {
+        for i in 0..40 {
+            let got = fs::read(m.path(&format!("t{t}/{i}"))).unwrap();
+            assert!(got == pattern(5000 + i, t), "t{t}/{i}");
+        }
+    }
+    m.stop(Stop::Fusermount);
+}
+
+/// Runs `script` with sh as user and group nobody (65534), no other groups.
+fn as_nobody(script: &str) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
+    let (dir, img, mnt) = fresh(true);
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let m = Mounted::start(&img, &mnt, &[]);
+    // Without allow_other, nobody but the mounting user gets in.
+    let out = as_nobody(&format!("ls {}", mnt.display()));
+    assert!(!out.status.success(), "another user got into the mount");
+    m.stop(Stop::Sigterm);
+
+    let m = Mounted::start(&img, &mnt, &["-o", "allow_other"]);
+    for (d, mode) in [("open", 0o777), ("private", 0o700)] {
+        fs::create_dir(m.path(d)).unwrap();
+        fs::set_permissions(m.path(d), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    fs::write(m.path("suid"), b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(m.path("suid"), fs::Permissions::from_mode(0o4777)).unwrap();
+    let out = as_nobody(&format!(
+        "cd {} && touch open/mine && mkdir open/sub && echo x >> suid",
+        mnt.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for rel in ["open/mine", "open/sub"] {
+        let md = fs::metadata(m.path(rel)).unwrap();
+        assert_eq!((md.uid(), md.gid()), (65534, 65534), "{rel}");
+    }
+    // The kernel asks for the setuid bit to go when another user writes.
+    assert_eq!(fs::metadata(m.path("suid")).unwrap().mode() & 0o7777, 0o777);
+    // A setgid directory gives its group to what is made in it, and its
+    // setgid bit to subdirectories (memfs's ext2 semantics).
+    fs::create_dir(m.path("open/sg")).unwrap();
+    std::os::unix::fs::chown(m.path("open/sg"), None, Some(100)).unwrap();
+    fs::set_permissions(m.path("open/sg"), fs::Permissions::from_mode(0o2777)).unwrap();
+    let out = as_nobody(&format!(
+        "cd {}/open/sg && touch f && mkdir sub",
+        mnt.display()
+    ));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let md = |rel: &str| fs::metadata(m.path(rel)).unwrap();
+    assert_eq!((md("open/sg/f").uid(), md("open/sg/f").gid()), (65534, 100));
+    assert_eq!(md("open/sg/sub").gid(), 100);
+    assert_eq!(md("open/sg/sub").mode() & 0o2000, 0o2000);
+    let out = as_nobody(&format!("touch {}/private/x", mnt.display()));
+    assert!(!out.status.success(), "wrote into a 0700 directory");
+    assert!(
+        text(&out.stderr).contains("Permission denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = as_nobody(&format!("chmod 777 {}/private", mnt.display()));
+    assert!(!out.status.success(), "chmod of another user's directory");
+    m.stop(Stop::Fusermount);
+}
+
+/// What editors and git do: write a new version beside the file, rename
+/// it over the old one. The old version's blocks must be freed.
+#[test]
+
+fn renaming_over_a_file_frees_the_old_version() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::write(m.path("x"), b"old version").unwrap();
+    fs::write(m.path("x.tmp"), b"new version").unwrap();
+    fs::rename(m.path("x.tmp"), m.path("x")).unwrap();
+    assert_eq!(fs::read(m.path("x")).unwrap(), b"new version");
+    m.stop(Stop::Fusermount);
+}

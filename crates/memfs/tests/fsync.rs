@@ -1,0 +1,157 @@
+//! Precise fsync (McoreFS §4.3): what one fsync makes durable, and what it
+//! leaves in memory. The device image right after an fsync is what a crash
+//! then would leave (nothing else was applied to diskfs), so each test
+//! mounts a copy of it and looks.
+
+mod common;
+use common::*;
+use stitch_diskfs::Consistency;
+use stitch_memfs::{Kind, MemFs, RenameFlags};
+
+const NONE: RenameFlags = RenameFlags {
+    noreplace: false,
+    exchange: false,
+};
+
+/// memfs over a copy of what the device holds now, after journal replay.
+fn crash_copy(fs: &MemFs, mode: Consistency) -> MemFs {
+    let image = fs
+        .with_disk(|d| {
+            let dev = d.modes().cache().device().clone();
+            let mut img = Vec::new();
+            let bs = 4096;
+            let mut buf = vec![0; bs];
+            let blocks = d.geometry().blocks_count as u64;
+            for b in 0..blocks {
+                dev.read(stitch_blockdev::BlockNo(b), &mut buf).unwrap();
+                img.extend_from_slice(&buf);
+            }
+            img
+        })
+        .unwrap();
+    mount_on(device(image), mode, opts())
+}
+
+fn names(fs: &MemFs, dir: u64) -> Vec<String> {
+    let mut v: Vec<String> = fs
+        .readdir(dir)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .filter(|n| n != "lost+found")
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn fsync_of_a_file_writes_that_file_only() {
+    for mode in MODES {
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let r = fs.root();
+        let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        let h = fs.mknod(r, b"h", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(h.ino, 0, b"h", false).unwrap();
+        fs.write(f.ino, 0, b"fsynced", false).unwrap();
+        fs.write(g.ino, 0, b"not yet", false).unwrap();
+        fs.fsync(f.ino, false).unwrap();
+        let after = crash_copy(&fs, mode);
+        // f's create came with its directory's earlier entries (g was
+        // created first), but g's data did not.
+        let fa = after.lookup(r, b"f").unwrap();
+        assert_eq!(fa.ino, f.ino, "{mode:?}");
+        assert_eq!(after.read(f.ino, 0, 100).unwrap(), b"fsynced");
+        let ga = after.lookup(r, b"g");
+        assert!(
+            ga.is_ok(),
+            "{mode:?}: {:?} {:?}",
+            names(&after, r),
+            fs.stats()
+        );
+        assert_eq!(ga.unwrap().size, 0, "{mode:?}: g's data leaked");
+        assert!(after.lookup(r, b"h").is_err(), "{mode:?}: h came after f");
+        // An fsync with nothing new is free.
+        let before = fs.stats().fsync_noops;
+        fs.fsync(f.ino, false).unwrap();
+        assert_eq!(fs.stats().fsync_noops, before + 1);
+    }
+}
+
+#[test]
+fn fsync_of_a_directory_brings_the_partner_of_a_rename() {
+    for mode in MODES {
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let r = fs.root();
+        let d1 = fs.mkdir(r, b"d1", 0o755, 0, 0).unwrap();
+        let d2 = fs.mkdir(r, b"d2", 0o755, 0, 0).unwrap();
+        let a = fs
+            .mknod(d1.ino, b"a", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        fs.write(a.ino, 0, b"data", false).unwrap();
+        fs.sync().unwrap();
+        fs.mknod(d2.ino, b"later", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        fs.rename(d1.ino, b"a", d2.ino, b"a", NONE).unwrap();
+        fs.mknod(d2.ino, b"after", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        fs.fsync(d1.ino, false).unwrap();
+        let after = crash_copy(&fs, mode);
+        assert!(names(&after, d1.ino).is_empty(), "{mode:?}");
+        // d2 up to the rename: "later" came before it, "after" did not.
+        assert_eq!(names(&after, d2.ino), ["a", "later"], "{mode:?}");
+        assert_eq!(after.read(a.ino, 0, 10).unwrap(), b"data");
+    }
+}
+
+#[test]
+fn a_moved_subdirectory_never_makes_a_loop_on_disk() {
+    // McoreFS Figure 4-3: root has A, B; B/C; C/D. mv B/C /C; mv A D/A
+    // (i.e. A moves below D, which sits in C), then fsync(D).
+    for mode in MODES {
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let r = fs.root();
+        let a = fs.mkdir(r, b"A", 0o755, 0, 0).unwrap();
+        let b = fs.mkdir(r, b"B", 0o755, 0, 0).unwrap();
+        let c = fs.mkdir(b.ino, b"C", 0o755, 0, 0).unwrap();
+        let d = fs.mkdir(c.ino, b"D", 0o755, 0, 0).unwrap();
+        fs.sync().unwrap();
+        fs.rename(b.ino, b"C", r, b"C", NONE).unwrap();
+        fs.rename(r, b"B", d.ino, b"B", NONE).unwrap();
+        fs.fsync(d.ino, false).unwrap();
+        let after = crash_copy(&fs, mode);
+        // B is below D only if C left B first on disk.
+        assert_eq!(names(&after, d.ino), ["B"], "{mode:?}");
+        assert_eq!(
+            names(&after, b.ino),
+            Vec::<String>::new(),
+            "{mode:?}: loop B-C-D-B"
+        );
+        assert_eq!(after.parent(c.ino).unwrap(), r);
+        let _ = a;
+    }
+}
+
+#[test]
+fn a_removed_tree_goes_whole_or_not_at_all() {
+    for mode in MODES {
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let r = fs.root();
+        let t = fs.mkdir(r, b"t", 0o755, 0, 0).unwrap();
+        let s = fs.mkdir(t.ino, b"s", 0o755, 0, 0).unwrap();
+        for i in 0..5u8 {
+            fs.mknod(s.ino, &[b'f', b'0' + i], Kind::File, 0o644, (0, 0), 0, 0)
+                .unwrap();
+        }
+        fs.sync().unwrap();
+        for i in 0..5u8 {
+            fs.unlink(s.ino, &[b'f', b'0' + i]).unwrap();
+        }
+        fs.rmdir(t.ino, b"s").unwrap();
+        fs.rmdir(r, b"t").unwrap();
+        fs.fsync(r, false).unwrap();
+        let after = crash_copy(&fs, mode);
+        assert!(after.lookup(r, b"t").is_err(), "{mode:?}");
+        after.unmount().unwrap();
+    }
+}
