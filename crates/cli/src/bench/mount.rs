@@ -101,15 +101,31 @@ const STAT_WARM: usize = 5;
 const UNLINK: usize = 6;
 
 /// The workloads, in order, with the phases each reports.
-const WORKLOADS: [(&str, &[usize]); 4] = [
+pub const WORKLOADS: [(&str, &[usize]); 4] = [
     ("smallfile", &[SMALLFILE]),
     ("largefile", &[LARGEFILE]),
     ("mailbench", &[MAILBENCH]),
-    (
-        "create/stat/unlink",
-        &[CREATE, STAT_COLD, STAT_WARM, UNLINK],
-    ),
+    ("metadata", &[CREATE, STAT_COLD, STAT_WARM, UNLINK]),
 ];
+
+/// The workloads named by a comma-separated list (`all` for every one),
+/// as indices into [`WORKLOADS`].
+pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
+    if list == "all" {
+        return Ok((0..WORKLOADS.len()).collect());
+    }
+    list.split(',')
+        .map(|name| {
+            WORKLOADS
+                .iter()
+                .position(|(w, _)| *w == name.trim())
+                .with_context(|| {
+                    let names: Vec<&str> = WORKLOADS.iter().map(|(w, _)| *w).collect();
+                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
+                })
+        })
+        .collect()
+}
 
 /// Sizes of one run.
 #[derive(Clone, Debug, Serialize)]
@@ -131,11 +147,11 @@ pub struct Scale {
 impl Scale {
     pub const FULL: Scale = Scale {
         image_bytes: 2 << 30,
-        smallfile_files: 5_000,
+        smallfile_files: 2_000,
         smallfile_dirs: 100,
         largefile_bytes: 100_000_000,
         mail_threads: 2,
-        mail_messages: 250,
+        mail_messages: 150,
         message_bytes: 2048,
         meta_files: 10_000,
         probe_samples: 200,
@@ -161,6 +177,8 @@ pub struct Config {
     pub scale: Scale,
     pub runs: usize,
     pub systems: Vec<&'static System>,
+    /// Indices into [`WORKLOADS`].
+    pub workloads: Vec<usize>,
     /// Where images and mount points go (on the disk being measured).
     pub scratch: PathBuf,
     /// A phase taking longer than this counts as hung.
@@ -199,7 +217,7 @@ pub struct Settings {
 
 /// Progress steps of the whole benchmark.
 pub fn steps(cfg: &Config) -> usize {
-    cfg.runs * WORKLOADS.len() * cfg.systems.len()
+    cfg.runs * cfg.workloads.len() * cfg.systems.len()
 }
 
 /// Measures the device, then runs every workload on every available
@@ -224,7 +242,8 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
         vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
     let mut caches_dropped = true;
     for r in 1..=runs {
-        for (w, &(wname, phases)) in WORKLOADS.iter().enumerate() {
+        for &w in &cfg.workloads {
+            let (wname, phases) = WORKLOADS[w];
             for (i, sys) in cfg.systems.iter().enumerate() {
                 progress(&format!("run {r}: {wname} / {}", sys.label));
                 if skipped[i].is_some() {

@@ -98,6 +98,10 @@ struct MountArgs {
     /// ext4-sync, ext2, fuse2fs, bindfs.
     #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
     systems: String,
+    /// Workloads to run, comma-separated, or `all`: smallfile, largefile,
+    /// mailbench, metadata (create, stat cold and warm, unlink).
+    #[arg(long, default_value = "all")]
+    workloads: String,
     /// smallfile: files created, written, fsynced and unlinked.
     #[arg(long)]
     files: Option<usize>,
@@ -237,6 +241,7 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
         scale,
         runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
         systems: crate::bench::systems::select(&a.systems)?,
+        workloads: mount::select_workloads(&a.workloads)?,
         scratch: scratch_dir(out)?,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
