@@ -220,16 +220,15 @@ pub fn steps(cfg: &Config) -> usize {
     cfg.runs * cfg.workloads.len() * cfg.systems.len()
 }
 
-/// Measures the device, then runs every workload on every available
-/// system `cfg.runs` times.
+/// Runs every workload on every available system `cfg.runs` times,
+/// measuring the device before each run (on a shared machine its speed
+/// moves, so each run is compared with its own probe).
 pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
     let s = &cfg.scale;
     let scratch = tempfile::tempdir_in(&cfg.scratch)
         .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
     let place = Place::new(scratch.path())?;
     let machine = Machine::probe(scratch.path());
-    progress("measuring the device");
-    let device = DeviceLimits::measure(scratch.path(), s.probe_samples, s.probe_bytes)?;
     let skipped: Vec<Option<String>> = cfg.systems.iter().map(|sys| sys.missing()).collect();
     for (sys, why) in cfg.systems.iter().zip(&skipped) {
         if let Some(why) = why {
@@ -241,7 +240,14 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
     let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
         vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
     let mut caches_dropped = true;
+    let mut device = Vec::with_capacity(runs);
     for r in 1..=runs {
+        progress(&format!("run {r}: measuring the device"));
+        device.push(DeviceLimits::measure(
+            scratch.path(),
+            s.probe_samples,
+            s.probe_bytes,
+        )?);
         for &w in &cfg.workloads {
             let (wname, phases) = WORKLOADS[w];
             for (i, sys) in cfg.systems.iter().enumerate() {

@@ -11,7 +11,8 @@ use serde::Serialize;
 pub struct Report {
     pub settings: Settings,
     pub machine: Machine,
-    pub device: DeviceLimits,
+    /// The device probe of each run.
+    pub device: Vec<DeviceLimits>,
     pub systems: Vec<SystemRow>,
     pub cells: Vec<Cell>,
     pub goals: Vec<Goal>,
@@ -41,7 +42,7 @@ pub struct Cell {
     pub vs_bindfs: Option<f64>,
     /// fsync-bound phases: fsyncs per second over the device's 4 KiB
     /// write + fdatasync rate; largefile: MB/s over the device's sequential
-    /// bandwidth.
+    /// bandwidth (each run against its own probe; the median).
     pub vs_device: Option<f64>,
     pub fsyncs_per_s: Option<f64>,
     /// The median run's wall time and counts.
@@ -77,7 +78,7 @@ const BASELINES: [&str; 3] = ["ext4", "fuse2fs", "bindfs"];
 pub(super) fn build(
     settings: Settings,
     machine: Machine,
-    device: DeviceLimits,
+    device: Vec<DeviceLimits>,
     systems: &[&'static System],
     skipped: &[Option<String>],
     samples: Vec<Vec<Vec<Option<Outcome>>>>,
@@ -122,11 +123,19 @@ pub(super) fn build(
                 .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len()));
             let r = mid.map(Sample::rate);
             let fsyncs = r.filter(|_| phase.fsyncs > 0.0).map(|r| r * phase.fsyncs);
-            let vs_device = match (fsyncs, phase.name) {
-                (Some(f), _) => Some(f * device.fsync_latency_s),
-                (None, "largefile") => r.map(|r| r * 1e6 / device.seq_write_bytes_per_s),
-                _ => None,
+            let floor = |run: usize| {
+                let d = device.get(run)?;
+                match phase.name {
+                    _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
+                    "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
+                    _ => None,
+                }
             };
+            let vs_device = median(
+                (0..runs.len())
+                    .filter_map(|run| Some(rate(s, p, run)? * floor(run)?))
+                    .collect(),
+            );
             let [vs_ext4, vs_fuse2fs, vs_bindfs] = BASELINES.map(ratio);
             cells.push(Cell {
                 phase: phase.name,
@@ -221,6 +230,11 @@ fn rate(x: f64) -> String {
     }
 }
 
+/// One figure per run: `a, b, c`.
+fn runs_of(d: &[DeviceLimits], f: impl Fn(&DeviceLimits) -> String) -> String {
+    d.iter().map(f).collect::<Vec<_>>().join(", ")
+}
+
 fn ratio(x: Option<f64>) -> String {
     x.map_or("–".into(), |x| format!("{x:.2}"))
 }
@@ -237,9 +251,9 @@ pub fn table(r: &Report) -> String {
         "McoreFS §6 workloads through a mount: median of {} run(s), each on storage made fresh \
          with caches dropped{}.\n\n\
          Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
-         Device limits, on a raw file beside the images: a 4 KiB write + fdatasync takes \
-         {:.3} ms (median of {}, p90 {:.3} ms), so at most {:.0} fsyncs/s one after another; \
-         sequential write {:.0} MB/s ({} MiB + fdatasync).\n\n\
+         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
+         fdatasync takes {} ms (median of {} each; p90 {} ms), so at most {} fsyncs/s one \
+         after another; sequential write {} MB/s ({} MiB + fdatasync).\n\n\
          Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
          directories, each created, written 1 KB, fsynced, closed and unlinked; largefile, \
          {:.0} MB in 1 MiB writes, then fsync; mailbench, {} threads × {} messages of {} B, \
@@ -261,12 +275,12 @@ pub fn table(r: &Report) -> String {
         m.kernel,
         m.disk,
         m.host_fs,
-        d.fsync_latency_s * 1e3,
-        d.latency_samples,
-        d.fsync_latency_p90_s * 1e3,
-        1.0 / d.fsync_latency_s,
-        d.seq_write_bytes_per_s / 1e6,
-        d.seq_bytes >> 20,
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
+        d.first().map_or(0, |d| d.latency_samples),
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
+        runs_of(d, |d| format!("{:.0}", 1.0 / d.fsync_latency_s)),
+        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
+        d.first().map_or(0, |d| d.seq_bytes >> 20),
         s.scale.smallfile_files,
         s.scale.smallfile_dirs,
         s.scale.largefile_bytes as f64 / 1e6,
@@ -325,7 +339,7 @@ pub fn table(r: &Report) -> String {
     out.push_str(
         "\nRatios are medians of per-run ratios (a run's systems run back to back). \
          vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
-         its sequential MB/s (largefile). Counts run from a phase's start to the next phase's, \
+         its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
          or to the end of the unmount after it. Client CPU: the benchmark process (the \
          kernel's file system work happens in its calls); server CPU: the FUSE server. \
          FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
@@ -406,7 +420,7 @@ mod tests {
         let r = build(
             settings,
             machine,
-            device,
+            vec![device; 3],
             &systems,
             &[None, None, None],
             samples,
