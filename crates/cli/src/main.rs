@@ -29,6 +29,7 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
+    /// `fusermount3 -u MOUNTPOINT` (or SIGTERM) unmounts it cleanly.
     Mount(cmd::mount::Args),
 }
 

@@ -5,7 +5,6 @@
 //! the trees must be equal; after unmount `e2fsck -fn` must be clean.
 //! Only the operations this slice of diskfs offers are generated.
 
-use std::collections::BTreeMap;
 use stitch_diskfs::{
     Consistency, DiskError, DiskFs, FileType, InodeNo, RenameFlags, SetAttr, Special,
 };
@@ -13,8 +12,9 @@ use stitch_model::errno::Errno;
 use stitch_model::gen::{ops, GenConfig};
 use stitch_model::model::{Limits, Model};
 use stitch_model::op::{Op, Outcome};
-use stitch_model::tree::{Content, Node, Tree};
-use stitch_model::types::{Kind, Meta, Name, Owner, Path, Rdev, Special as ModelSpecial};
+use stitch_model::tree::Tree;
+use stitch_model::types::{Kind, Meta, Name, Owner, Rdev, Special as ModelSpecial};
+use stitch_model::view::{self, InodeView};
 
 mod common;
 use common::NOW;
@@ -27,7 +27,7 @@ fn mount(image: Vec<u8>) -> (std::sync::Arc<stitch_blockdev::MemDevice>, DiskFs)
     common::mount(image, Consistency::SoftUpdates)
 }
 
-fn errno(e: &DiskError) -> Errno {
+fn errno(e: DiskError) -> Errno {
     let raw = match e {
         DiskError::NotFound => libc::ENOENT,
         DiskError::Exists => libc::EEXIST,
@@ -35,8 +35,6 @@ fn errno(e: &DiskError) -> Errno {
         DiskError::IsDir => libc::EISDIR,
         DiskError::NotEmpty => libc::ENOTEMPTY,
         DiskError::NameTooLong => libc::ENAMETOOLONG,
-        DiskError::Invalid("ELOOP") => libc::ELOOP,
-        DiskError::NotPermitted("ENXIO") => libc::ENXIO,
         DiskError::Invalid(_) => libc::EINVAL,
         DiskError::NoSpace(_) => libc::ENOSPC,
         DiskError::TooManyLinks => libc::EMLINK,
@@ -49,162 +47,125 @@ fn errno(e: &DiskError) -> Errno {
 
 fn supported(op: &Op) -> bool {
     !matches!(op, Op::Open { .. } | Op::WriteFd { .. } | Op::Close { .. })
-        && matches!(
-            op,
-            Op::Link { .. }
-                | Op::Rename { .. }
-                | Op::Symlink { .. }
-                | Op::Mknod { .. }
-                | Op::Truncate { .. }
-                | Op::Chmod { .. }
-                | Op::Chown { .. }
-                | Op::SetTimes { .. }
-                | Op::Create { .. }
-                | Op::Mkdir { .. }
-                | Op::Unlink { .. }
-                | Op::Rmdir { .. }
-                | Op::Write { .. }
-                | Op::Read { .. }
-                | Op::Readdir { .. }
-                | Op::Stat { .. }
-        )
 }
 
-/// The error of following a symlink, which always dangles here (the
-/// generator's targets start with `~`, which no name does): the lookup of
-/// the target's first component fails.
-fn dangling(fs: &mut DiskFs, ino: InodeNo) -> DiskError {
-    let target = fs.readlink(ino).unwrap();
-    match target.split(|b| *b == b'/').find(|c| !c.is_empty()) {
-        Some(c) if c.len() > 255 => DiskError::NameTooLong,
-        _ => DiskError::NotFound,
+/// diskfs seen by inode, for the model's path walk and trees.
+struct View<'a>(&'a mut DiskFs);
+
+impl InodeView for View<'_> {
+    type Ino = InodeNo;
+
+    fn root(&self) -> InodeNo {
+        self.0.root()
     }
-}
 
-fn kind_of(fs: &mut DiskFs, ino: InodeNo) -> Option<FileType> {
-    fs.read_inode(ino).unwrap().file_type()
-}
+    fn lookup(&mut self, dir: InodeNo, name: &Name) -> Result<Option<InodeNo>, Errno> {
+        let e = self.0.lookup(dir, name.as_bytes()).map_err(errno)?;
+        Ok(e.map(|e| e.ino))
+    }
 
-/// Walks the directories of `parts` from the root, as the model does.
-fn resolve_dirs(fs: &mut DiskFs, parts: &[Name]) -> Result<InodeNo, DiskError> {
-    let mut at = fs.root();
-    for name in parts {
-        let ino = fs
-            .lookup(at, name.as_bytes())?
-            .ok_or(DiskError::NotFound)?
-            .ino;
-        at = match kind_of(fs, ino) {
-            Some(FileType::Directory) => ino,
-            Some(FileType::Symlink) => return Err(dangling(fs, ino)),
-            _ => return Err(DiskError::NotDir),
+    fn meta(&mut self, ino: InodeNo) -> Result<Meta, Errno> {
+        let a = self.0.getattr(ino).map_err(errno)?;
+        let (major, minor) = self.0.read_inode(ino).map_err(errno)?.device();
+        let rdev = Rdev { major, minor };
+        let kind = match a.kind {
+            Some(FileType::Directory) => Kind::Dir,
+            Some(FileType::Symlink) => Kind::Symlink,
+            Some(FileType::Fifo) => Kind::Special(ModelSpecial::Fifo),
+            Some(FileType::Socket) => Kind::Special(ModelSpecial::Socket),
+            Some(FileType::CharDevice) => Kind::Special(ModelSpecial::Char(rdev)),
+            Some(FileType::BlockDevice) => Kind::Special(ModelSpecial::Block(rdev)),
+            _ => Kind::File,
         };
+        let nlink = u32::from(a.nlink) - u32::from(ino == self.0.root());
+        Ok(Meta {
+            kind,
+            perm: u32::from(a.perm),
+            uid: a.uid,
+            gid: a.gid,
+            nlink,
+            size: (kind != Kind::Dir).then_some(a.size),
+        })
     }
-    Ok(at)
-}
 
-/// The inode `path` names, without following a final symlink.
-fn resolve(fs: &mut DiskFs, path: &[Name]) -> Result<InodeNo, DiskError> {
-    match path.split_last() {
-        None => Ok(fs.root()),
-        Some((name, dirs)) => {
-            let dir = resolve_dirs(fs, dirs)?;
-            Ok(fs
-                .lookup(dir, name.as_bytes())?
-                .ok_or(DiskError::NotFound)?
-                .ino)
-        }
+    fn readlink(&mut self, ino: InodeNo) -> Result<Vec<u8>, Errno> {
+        self.0.readlink(ino).map_err(errno)
+    }
+
+    fn contents(&mut self, ino: InodeNo, size: u64) -> Result<Vec<u8>, Errno> {
+        self.0.read(ino, 0, size as usize).map_err(errno)
+    }
+
+    fn mtime(&mut self, ino: InodeNo) -> Result<u32, Errno> {
+        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    }
+
+    fn entries(&mut self, dir: InodeNo) -> Result<Vec<(Name, InodeNo)>, Errno> {
+        let root = dir == self.0.root();
+        Ok(self
+            .0
+            .readdir(dir)
+            .map_err(errno)?
+            .into_iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .filter(|e| !(root && e.name == b"lost+found"))
+            .map(|e| (Name(e.name), e.ino))
+            .collect())
     }
 }
 
-fn parent_of<'a>(fs: &mut DiskFs, path: &'a Path) -> Result<(InodeNo, &'a [u8]), DiskError> {
-    let (dirs, last) = path.split_last().ok_or(DiskError::Exists)?;
-    Ok((resolve_dirs(fs, dirs)?, last.as_bytes()))
+/// A call's success as the model says it, or its errno.
+fn done<T>(r: Result<T, DiskError>) -> Result<Outcome, Errno> {
+    r.map(|_| Outcome::Done).map_err(errno)
 }
 
-/// The inode of a data op: a regular file, else the model's errors.
-fn data_inode(fs: &mut DiskFs, path: &Path) -> Result<InodeNo, DiskError> {
-    let ino = resolve(fs, &path.0)?;
-    match kind_of(fs, ino) {
-        Some(FileType::Regular) => Ok(ino),
-        Some(FileType::Directory) => Err(DiskError::IsDir),
-        Some(FileType::Symlink) => Err(DiskError::Invalid("ELOOP")),
-        _ => Err(DiskError::NotPermitted("ENXIO")),
-    }
-}
-
-/// `chmod` and `readdir` follow a final symlink, which dangles.
-fn resolve_follow(fs: &mut DiskFs, path: &Path) -> Result<InodeNo, DiskError> {
-    let ino = resolve(fs, &path.0)?;
-    if kind_of(fs, ino) == Some(FileType::Symlink) {
-        return Err(dangling(fs, ino));
-    }
-    Ok(ino)
-}
-
-fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, DiskError> {
+fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, Errno> {
     match op {
         Op::Create { path, perm } => {
-            let (dir, name) = parent_of(fs, path)?;
-            fs.create(dir, name, *perm as u16, 0, 0, NOW)
-                .map(|_| Outcome::Done)
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
+            done(fs.create(dir, name, *perm as u16, 0, 0, NOW))
         }
         Op::Mkdir { path, perm } => {
-            let (dir, name) = parent_of(fs, path)?;
-            fs.mkdir(dir, name, *perm as u16, 0, 0, NOW)
-                .map(|_| Outcome::Done)
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
+            done(fs.mkdir(dir, name, *perm as u16, 0, 0, NOW))
         }
         Op::Unlink { path } => {
-            let (dir, name) = parent_of(fs, path)?;
-            fs.unlink(dir, name, NOW).map(|_| Outcome::Done)
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
+            done(fs.unlink(dir, name, NOW))
         }
         Op::Rmdir { path } => {
-            let (dir, name) = parent_of(fs, path)?;
-            fs.rmdir(dir, name, NOW).map(|_| Outcome::Done)
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
+            done(fs.rmdir(dir, name, NOW))
         }
         Op::Write { path, offset, data } => {
-            let ino = data_inode(fs, path)?;
-            fs.write(ino, *offset, data, NOW).map(|_| Outcome::Done)
+            let ino = view::resolve_data(&mut View(fs), path)?;
+            done(fs.write(ino, *offset, data, NOW))
         }
         Op::Read { path, offset, len } => {
-            let ino = data_inode(fs, path)?;
-            fs.read(ino, *offset, *len).map(Outcome::Data)
+            let ino = view::resolve_data(&mut View(fs), path)?;
+            fs.read(ino, *offset, *len)
+                .map(Outcome::Data)
+                .map_err(errno)
         }
-        Op::Readdir { path } => {
-            let ino = resolve_follow(fs, path)?;
-            let mut names: Vec<Name> = fs
-                .readdir(ino)?
-                .into_iter()
-                .filter(|e| e.name != b"." && e.name != b"..")
-                .map(|e| Name(e.name))
-                .collect();
-            if ino == fs.root() {
-                names.retain(|n| n.as_bytes() != b"lost+found");
-            }
-            names.sort();
-            Ok(Outcome::Names(names))
-        }
-        Op::Stat { path } => {
-            let ino = resolve(fs, &path.0)?;
-            Ok(Outcome::Stat(meta(fs, ino)?))
-        }
+        Op::Readdir { path } => view::readdir(&mut View(fs), path),
+        Op::Stat { path } => view::stat(&mut View(fs), path),
         Op::Link { from, to } => {
-            let ino = resolve(fs, &from.0)?;
-            let (dir, name) = parent_of(fs, to)?;
-            fs.link(ino, dir, name, NOW).map(|_| Outcome::Done)
+            let ino = view::resolve(&mut View(fs), from)?;
+            let (dir, name) = view::resolve_parent(&mut View(fs), to)?;
+            done(fs.link(ino, dir, name, NOW))
         }
         Op::Symlink { path, target } => {
             if target.is_empty() {
-                return Err(DiskError::NotFound);
+                return Err(Errno::Enoent);
             }
             if target.len() > 4095 {
-                return Err(DiskError::NameTooLong);
+                return Err(Errno::Enametoolong);
             }
-            let (dir, name) = parent_of(fs, path)?;
-            fs.symlink(dir, name, target, 0, 0, NOW)
-                .map(|_| Outcome::Done)
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
+            done(fs.symlink(dir, name, target, 0, 0, NOW))
         }
         Op::Mknod { path, kind, perm } => {
-            let (dir, name) = parent_of(fs, path)?;
+            let (dir, name) = view::resolve_parent(&mut View(fs), path)?;
             let special = match kind {
                 ModelSpecial::Fifo => Special::Fifo,
                 ModelSpecial::Socket => Special::Socket,
@@ -217,141 +178,61 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, DiskError> {
                     minor: r.minor,
                 },
             };
-            fs.mknod(dir, name, special, *perm as u16, 0, 0, NOW)
-                .map(|_| Outcome::Done)
+            done(fs.mknod(dir, name, special, *perm as u16, 0, 0, NOW))
         }
         Op::Rename { from, to, flags } => {
             if flags.noreplace && flags.exchange {
-                return Err(DiskError::Invalid("flags"));
+                return Err(Errno::Einval);
             }
-            let (sp, sn) = parent_of(fs, from)?;
-            let (dp, dn) = parent_of(fs, to)?;
+            let (sp, sn) = view::resolve_parent(&mut View(fs), from)?;
+            let (dp, dn) = view::resolve_parent(&mut View(fs), to)?;
             let f = RenameFlags {
                 noreplace: flags.noreplace,
                 exchange: flags.exchange,
             };
-            fs.rename(sp, sn, dp, dn, f, NOW).map(|_| Outcome::Done)
+            done(fs.rename(sp, sn, dp, dn, f, NOW))
         }
         Op::Truncate { path, size } => {
-            let ino = data_inode(fs, path)?;
-            fs.truncate(ino, *size, NOW).map(|_| Outcome::Done)
+            let ino = view::resolve_data(&mut View(fs), path)?;
+            done(fs.truncate(ino, *size, NOW))
         }
         Op::Chmod { path, perm } => {
-            let ino = resolve_follow(fs, path)?;
-            fs.setattr(
-                ino,
-                SetAttr {
-                    perm: Some(*perm as u16),
-                    ..SetAttr::default()
-                },
-                NOW,
-            )
-            .map(|_| Outcome::Done)
+            let ino = view::resolve_follow(&mut View(fs), path)?;
+            let set = SetAttr {
+                perm: Some(*perm as u16),
+                ..SetAttr::default()
+            };
+            done(fs.setattr(ino, set, NOW))
         }
         Op::Chown { path, uid, gid } => {
-            let ino = resolve(fs, &path.0)?;
-            // Linux clears setuid, and setgid when group-executable, on a
-            // chown of a non-directory (the model does the same).
-            let a = fs.getattr(ino)?;
-            let mut perm = a.perm;
-            if a.kind != Some(FileType::Directory) {
-                perm &= !0o4000;
-                if perm & 0o2010 == 0o2010 {
-                    perm &= !0o2000;
-                }
-            }
+            let ino = view::resolve(&mut View(fs), path)?;
+            let a = fs.getattr(ino).map_err(errno)?;
+            let dir = a.kind == Some(FileType::Directory);
+            let perm = view::perm_after_chown(u32::from(a.perm), dir);
             let set = SetAttr {
-                perm: Some(perm),
+                perm: Some(perm as u16),
                 uid: Some(*uid),
                 gid: Some(*gid),
                 ..SetAttr::default()
             };
-            fs.setattr(ino, set, NOW).map(|_| Outcome::Done)
+            done(fs.setattr(ino, set, NOW))
         }
         Op::SetTimes { path, atime, mtime } => {
-            let ino = resolve(fs, &path.0)?;
-            fs.setattr(
-                ino,
-                SetAttr {
-                    atime: Some(*atime),
-                    mtime: Some(*mtime),
-                    ..SetAttr::default()
-                },
-                NOW,
-            )
-            .map(|_| Outcome::Done)
+            let ino = view::resolve(&mut View(fs), path)?;
+            let set = SetAttr {
+                atime: Some(*atime),
+                mtime: Some(*mtime),
+                ..SetAttr::default()
+            };
+            done(fs.setattr(ino, set, NOW))
         }
         _ => unreachable!("filtered out"),
     }
 }
 
-fn meta(fs: &mut DiskFs, ino: InodeNo) -> Result<Meta, DiskError> {
-    let a = fs.getattr(ino)?;
-    let (major, minor) = fs.read_inode(ino)?.device();
-    let rdev = Rdev { major, minor };
-    let kind = match a.kind {
-        Some(FileType::Directory) => Kind::Dir,
-        Some(FileType::Symlink) => Kind::Symlink,
-        Some(FileType::Fifo) => Kind::Special(ModelSpecial::Fifo),
-        Some(FileType::Socket) => Kind::Special(ModelSpecial::Socket),
-        Some(FileType::CharDevice) => Kind::Special(ModelSpecial::Char(rdev)),
-        Some(FileType::BlockDevice) => Kind::Special(ModelSpecial::Block(rdev)),
-        _ => Kind::File,
-    };
-    // The model has no lost+found: the root's count leaves its link out.
-    let nlink = u32::from(a.nlink) - u32::from(ino == fs.root());
-    Ok(Meta {
-        kind,
-        perm: u32::from(a.perm),
-        uid: a.uid,
-        gid: a.gid,
-        nlink,
-        size: (kind != Kind::Dir).then_some(a.size),
-    })
-}
-
 /// The whole tree as diskfs holds it, in the model's terms.
 fn tree(fs: &mut DiskFs) -> Tree {
-    let mut nodes = BTreeMap::new();
-    let mut paths = Vec::new();
-    let mut stack = vec![(Vec::new(), fs.root())];
-    while let Some((path, ino)) = stack.pop() {
-        let m = meta(fs, ino).unwrap();
-        let content = match m.kind {
-            Kind::File => Content::Bytes(fs.read(ino, 0, m.size.unwrap() as usize).unwrap()),
-            Kind::Symlink => Content::Target(fs.readlink(ino).unwrap()),
-            _ => Content::None,
-        };
-        if m.kind == Kind::Dir {
-            for e in fs.readdir(ino).unwrap() {
-                if e.name == b"."
-                    || e.name == b".."
-                    || (ino == fs.root() && e.name == b"lost+found")
-                {
-                    continue;
-                }
-                let mut p = path.clone();
-                if !p.is_empty() {
-                    p.push(b'/');
-                }
-                p.extend_from_slice(&e.name);
-                stack.push((p, e.ino));
-            }
-        }
-        paths.push((path.clone(), ino.0));
-        nodes.insert(
-            path,
-            Node {
-                meta: m,
-                content,
-                same_as: None,
-                mtime: None,
-            },
-        );
-    }
-    let mut tree = Tree { nodes };
-    tree.link_groups(paths.into_iter());
-    tree
+    view::tree(&mut View(fs)).unwrap()
 }
 
 fn run(seed: u64, n: usize) {
@@ -372,7 +253,7 @@ fn run(seed: u64, n: usize) {
         .enumerate()
     {
         let want = model.apply(op);
-        let got = apply(&mut fs, op).map_err(|e| errno(&e));
+        let got = apply(&mut fs, op);
         assert_eq!(got, want, "seed {seed}, op {i}: {op:?}");
     }
     let want = model.snapshot();

@@ -221,9 +221,14 @@ impl MemFs {
                 | LogOp::Rename {
                     other: Some(ino), ..
                 } => {
+                    // Only an inode with no name left in memory loses its
+                    // last name on disk in this plan (a name, once gone to
+                    // zero, never comes back): keep it open on disk until
+                    // its last release. One that still has a name is
+                    // released in memory without a disk release to follow.
                     if let Some(n) = nodes.get(ino) {
                         let mut s = n.s.write();
-                        if s.open > 0 && !s.disk_open && s.kind != Kind::Dir {
+                        if s.nlink == 0 && s.open > 0 && !s.disk_open && s.kind != Kind::Dir {
                             s.disk_open = true;
                             plan.open.push(*ino);
                         }
@@ -459,6 +464,8 @@ impl MemFs {
             return;
         }
         let target = limit - limit / 4;
+        let _m = self.inner.merged.lock();
+        let _a = self.inner.apply_lock.lock();
         let _w = self.inner.gate.write();
         let nodes: Vec<_> = self.inner.nodes.read().values().cloned().collect();
         let mut evicted = 0u64;

@@ -633,11 +633,14 @@ impl MemFs {
         check_name(newname)?;
         self.writable()?;
         self.ensure_room(1)?;
+        let _g = self.inner.gate.read();
+        let dir = self.loaded_dir(newparent)?;
+        if self.entry(&dir, newname)?.is_some() {
+            return Err(MemError::Exists);
+        }
         if ino == newparent {
             return Err(MemError::NotPermitted("hard link to a directory"));
         }
-        let _g = self.inner.gate.read();
-        let dir = self.loaded_dir(newparent)?;
         let n = self.node(ino)?;
         let mut locks = Self::lock_all(&[&dir, &n]);
         let (d, s) = pair(&mut locks, newparent, ino);
@@ -750,22 +753,27 @@ impl MemFs {
         if flags.noreplace && flags.exchange {
             return Err(MemError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
         }
-        if name.len() > NAME_MAX || newname.len() > NAME_MAX {
+        if name.len() > NAME_MAX {
             return Err(MemError::NameTooLong);
         }
-        check_name(newname).map_err(|e| match e {
-            MemError::Invalid(_) if newname == b"." || newname == b".." => {
-                MemError::Invalid("rename to . or ..")
-            }
-            e => e,
-        })?;
         self.writable()?;
         self.ensure_room(1)?;
         let _g = self.inner.gate.read();
         let from = self.loaded_dir(parent)?;
         let to = self.loaded_dir(newparent)?;
         let (moved, mkind) = self.entry(&from, name)?.ok_or(MemError::NotFound)?;
+        check_name(newname).map_err(|e| match e {
+            MemError::Invalid(_) if newname == b"." || newname == b".." => {
+                MemError::Invalid("rename to . or ..")
+            }
+            e => e,
+        })?;
         let other = self.entry(&to, newname)?;
+        match other {
+            None if flags.exchange => return Err(MemError::NotFound),
+            Some(_) if flags.noreplace => return Err(MemError::Exists),
+            _ => {}
+        }
         let dir_moves =
             (mkind == Kind::Dir || other.is_some_and(|o| o.1 == Kind::Dir)) && parent != newparent;
         // Moves of directories between parents are serialized (McoreFS
@@ -773,13 +781,19 @@ impl MemFs {
         let _r = dir_moves.then(|| self.inner.rename_lock.lock());
         let mut ancestors = Vec::new();
         if dir_moves {
-            for (d, p) in [(moved, newparent), (other.map_or(0, |o| o.0), parent)] {
+            for (k, (d, p)) in [(moved, newparent), (other.map_or(0, |o| o.0), parent)]
+                .into_iter()
+                .enumerate()
+            {
                 if d == 0 || self.node(d)?.s.read().kind != Kind::Dir {
                     continue;
                 }
                 let mut a = p;
                 loop {
                     if a == d {
+                        if k == 1 && !flags.exchange {
+                            return Err(MemError::NotEmpty);
+                        }
                         return Err(MemError::Invalid("a directory moved below itself"));
                     }
                     ancestors.push(a);

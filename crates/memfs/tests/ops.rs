@@ -232,3 +232,30 @@ fn an_unlinked_open_file_keeps_unflushed_data_after_eviction() {
     let (code, out) = e2fsck(&dev);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A file with a second name is renamed, loses the second name while open
+/// for an fsync, then is replaced by a rename: its inode and blocks must be
+/// freed (the open during the fsync must not leave it marked open on disk).
+#[test]
+fn a_replaced_file_that_was_open_during_an_fsync_is_freed() {
+    for mode in MODES {
+        let dev = device(image_for(mode));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        let a = fs.mknod(r, b"a", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(a.ino, 0, &[1; 4096], false).unwrap();
+        let d = fs.mkdir(r, b"d", 0o755, 0, 0).unwrap();
+        fs.link(a.ino, d.ino, b"c").unwrap();
+        fs.rename(r, b"a", d.ino, b"b", RenameFlags::default()).unwrap();
+        fs.unlink(d.ino, b"c").unwrap();
+        let c = fs.mknod(d.ino, b"c", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(c.ino, 4095, &[2; 4096], false).unwrap();
+        fs.open(a.ino).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        fs.release(a.ino).unwrap();
+        fs.rename(d.ino, b"c", d.ino, b"b", RenameFlags::default()).unwrap();
+        fs.unmount().unwrap();
+        let (code, out) = e2fsck(&dev);
+        assert_eq!(code, 0, "{mode:?}: {out}");
+    }
+}

@@ -15,6 +15,8 @@
 //!   file tree, and its [`Tree::diff`].
 //! - [`real`]: the same [`Op`]s applied to a real directory, and
 //!   [`Tree::from_dir`], so the model can be checked against the kernel.
+//! - [`view`]: [`InodeView`], another file system seen by inode, with the
+//!   model's path walk and [`Tree`] written once for every runner of ops.
 //!
 //! **Architecture invariant:** this crate knows nothing about disks, blocks,
 //! patches or any other stitch crate. It is deliberately naive: derived
@@ -30,6 +32,7 @@ pub mod op;
 pub mod real;
 pub mod tree;
 pub mod types;
+pub mod view;
 
 pub use errno::Errno;
 pub use gen::{ops, GenConfig};
@@ -37,3 +40,4 @@ pub use model::{Limits, Model, RenameFlags, SetAttr};
 pub use op::{Fd, Op, Outcome};
 pub use tree::{Content, Node, Tree, TreeOptions};
 pub use types::{InodeNo, Kind, Meta, Name, Owner, Path, Rdev, Special};
+pub use view::InodeView;

@@ -23,7 +23,7 @@
 //!   each runner itself (not kernel descriptor numbers).
 
 use crate::model::{Body, SetAttr};
-use crate::types::{InodeNo, Kind, Meta, Name, Path, Special, NAME_MAX};
+use crate::types::{InodeNo, Kind, Meta, Name, Path, Special};
 use crate::{Errno, Model, RenameFlags};
 
 /// Bound on open handles; one more open gives `EMFILE`.
@@ -235,11 +235,7 @@ impl Model {
         let Body::Symlink(target) = &self.inodes[&ino].body else {
             unreachable!("called on a symlink");
         };
-        let first = target.split(|b| *b == b'/').find(|c| !c.is_empty());
-        match first {
-            Some(c) if c.len() > NAME_MAX => Errno::Enametoolong,
-            _ => Errno::Enoent,
-        }
+        crate::view::dangling(target)
     }
 
     /// The directory and last name of a path that names an entry.
@@ -307,13 +303,7 @@ impl Model {
     fn apply_chown(&mut self, path: &Path, uid: u32, gid: u32) -> Result<Outcome, Errno> {
         let ino = self.resolve(path)?;
         let node = &self.inodes[&ino];
-        let mut perm = node.perm;
-        if node.kind() != Kind::Dir {
-            perm &= !0o4000;
-            if perm & 0o2010 == 0o2010 {
-                perm &= !0o2000;
-            }
-        }
+        let perm = crate::view::perm_after_chown(node.perm, node.kind() == Kind::Dir);
         let set = SetAttr {
             perm: Some(perm),
             uid: Some(uid),

@@ -71,6 +71,8 @@ struct Plan {
     mode: Consistency,
     block_size: usize,
     config: fuser::Config,
+    /// The image was made just now, for this user.
+    made: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -89,8 +91,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         match fuser::Session::new(StitchFuse::new(fs.clone()), &plan.mountpoint, &plan.config) {
             Ok(s) => s,
             Err(e) => {
-                let err = anyhow::Error::new(e)
-                    .context(format!("mounting on {}", plan.mountpoint.display()));
+                let err = anyhow::Error::new(e).context(format!(
+                    "mounting on {}{}",
+                    plan.mountpoint.display(),
+                    fuse_device_hint()
+                ));
                 return Finisher::new(fs).finish(Some(err));
             }
         };
@@ -104,34 +109,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     let daemonized = ready.is_some();
     if let Some(ready) = ready {
-        ready.ready().context("leaving the terminal")?;
+        // The parent has its answer; what fails after that is only ours.
+        if let Err(e) = ready.ready() {
+            diag::error(&format!("leaving the terminal: {e}"));
+        }
     }
-    let mnt = plan.mountpoint.clone();
     let finisher = Arc::new(Finisher::new(fs));
-    let last = finisher.clone();
-    let on_first = unmounter.clone();
-    daemon::on_signal(
-        move |sig| {
-            diag::info(&format!("{sig}: unmounting {}", mnt.display()));
-            let mut u = on_first.lock().unwrap_or_else(|e| e.into_inner());
-            if let Err(e) = daemon::unmount(&mnt, &mut u) {
-                diag::error(&format!("unmounting {}: {e}", mnt.display()));
-            }
-        },
-        // A second signal finishes now: it waits for an unmount under way,
-        // or makes everything durable itself while files are still open.
-        move |sig| {
-            diag::info(&format!("{sig} again: finishing now"));
-            std::process::exit(match last.finish(None) {
-                Ok(()) => 0,
-                Err(e) => {
-                    diag::error(&format!("{e:#}"));
-                    1
-                }
-            });
-        },
-    )
-    .context("starting the signal thread")?;
+    if let Err(e) = watch_signals(&plan.mountpoint, unmounter.clone(), finisher.clone()) {
+        diag::error(&format!(
+            "starting the signal thread: {e}; only fusermount3 -u unmounts now"
+        ));
+    }
     let served = session.run();
     // Normally the kernel mount is gone already; if the loop failed, take
     // it away rather than leave a dead mount behind.
@@ -150,6 +138,50 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         diag::error(&format!("{e:#}"));
     }
     res
+}
+
+/// Why a mount may have failed before reaching the kernel: /dev/fuse
+/// missing, or not open to this user.
+fn fuse_device_hint() -> &'static str {
+    let dev = c"/dev/fuse";
+    // SAFETY: a valid C path and constant flags.
+    if unsafe { libc::access(dev.as_ptr(), libc::R_OK | libc::W_OK) } == 0 {
+        ""
+    } else if Path::new("/dev/fuse").exists() {
+        " (/dev/fuse is not readable and writable by you: mount as root, or ask for access)"
+    } else {
+        " (/dev/fuse is missing: load the fuse module, `modprobe fuse`)"
+    }
+}
+
+/// The first SIGINT, SIGTERM or SIGHUP unmounts (lazily when busy); a
+/// second finishes now: it waits for an unmount under way, or makes
+/// everything durable itself while files are still open, and exits.
+fn watch_signals(
+    mountpoint: &Path,
+    unmounter: Arc<std::sync::Mutex<fuser::SessionUnmounter>>,
+    finisher: Arc<Finisher>,
+) -> std::io::Result<()> {
+    let mnt = mountpoint.to_path_buf();
+    daemon::on_signal(
+        move |sig| {
+            diag::info(&format!("{sig}: unmounting {}", mnt.display()));
+            let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = daemon::unmount(&mnt, &mut u) {
+                diag::error(&format!("unmounting {}: {e}", mnt.display()));
+            }
+        },
+        move |sig| {
+            diag::info(&format!("{sig} again: finishing now"));
+            std::process::exit(match finisher.finish(None) {
+                Ok(()) => 0,
+                Err(e) => {
+                    diag::error(&format!("{e:#}"));
+                    1
+                }
+            });
+        },
+    )
 }
 
 /// Unmounts memfs once, whoever asks first (the end of the session, a
@@ -175,7 +207,10 @@ impl Finisher {
         let unmounted = outcome
             .get_or_insert_with(|| match self.fs.unmount() {
                 Ok(_) => {
-                    diag::info("unmounted cleanly");
+                    // After a failure the failure is the news.
+                    if err.is_none() {
+                        diag::info("unmounted cleanly");
+                    }
                     Ok(())
                 }
                 Err(e) => Err(format!(
@@ -216,7 +251,8 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     if !mountpoint.is_dir() {
         bail!("mount point {} is not a directory", mountpoint.display());
     }
-    if !image.exists() {
+    let made = !image.exists();
+    if made {
         if named {
             bail!(
                 "{}: no such image (make one with `stitchfs mkfs --journal --size 4G {}`)",
@@ -239,6 +275,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         mode,
         block_size,
         config,
+        made,
     })
 }
 
@@ -383,5 +420,19 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
         fixed_time: None,
     };
-    MemFs::mount(disk, opts).context("starting memfs")
+    let fs = MemFs::mount(disk, opts).context("starting memfs")?;
+    if plan.made {
+        // A file system made for whoever asked is theirs to fill (as
+        // mke2fs's root_owner): its root belongs to them.
+        // SAFETY: these calls only read the process's credentials.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let own = stitch_memfs::SetAttrs {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..Default::default()
+        };
+        fs.setattr(fs.root(), own)
+            .context("giving the new file system's root to its user")?;
+    }
+    Ok(fs)
 }

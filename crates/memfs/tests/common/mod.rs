@@ -1,10 +1,14 @@
-//! Helpers of the memfs tests: images in memory, mounts, remounts.
+//! Helpers of the memfs tests: images in memory, mounts, remounts, image
+//! checks, and memfs seen by inode in the model's terms ([`View`]).
 #![allow(dead_code)]
 
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_memfs::{MemFs, Options};
+use stitch_memfs::{Attr, Kind as MemKind, MemError, MemFs, Options};
+use stitch_model::types::{Kind, Meta, Name, Rdev, Special};
+use stitch_model::view::{self, InodeView};
+use stitch_model::Errno;
 use stitch_patch::{CacheConfig, PatchCache};
 
 pub const NOW: u32 = 1_700_000_000;
@@ -62,3 +66,152 @@ pub const MODES: [Consistency; 3] = [
     Consistency::Journal(stitch_diskfs::DataMode::Ordered),
     Consistency::Journal(stitch_diskfs::DataMode::Journal),
 ];
+
+/// A fresh 32 MiB image for `mode`: ext3 with a journal for the journal modes,
+/// plain ext2 for soft updates.
+pub fn image_for(mode: Consistency) -> Vec<u8> {
+    fresh_image(32 << 20, matches!(mode, Consistency::Journal(_)))
+}
+
+/// The verdicts of e2fsck -fn and of our fsck on `image`: `Err` with both
+/// reports unless e2fsck exits 0 and ours finds nothing. `leaks_ok` takes
+/// soft updates' leaks (our fsck's `only_leaks`; e2fsck exit 4) as clean,
+/// for crash images.
+pub fn check_image(image: &[u8], leaks_ok: bool) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("check.img");
+    std::fs::write(&path, image).unwrap();
+    let ours = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {})
+        .map_err(|e| format!("stitch fsck failed: {e}"))?;
+    let ours_ok = ours.is_clean() || (leaks_ok && ours.only_leaks());
+    let out = std::process::Command::new("e2fsck")
+        .args(["-fn"])
+        .arg(&path)
+        .output()
+        .expect("e2fsck (apt-get install e2fsprogs)");
+    let code = out.status.code().unwrap_or(-1);
+    // e2fsck -n cannot replay a journal: a crash image of a journal mode
+    // is judged by ours alone (which checks it as replayed).
+    let needs_replay = ours.needs_recovery;
+    let e2_ok = code == 0 || (leaks_ok && code == 4) || needs_replay;
+    if ours_ok && e2_ok {
+        return Ok(());
+    }
+    Err(format!(
+        "e2fsck exit {code}:\n{}\nstitch fsck:\n{ours}",
+        String::from_utf8_lossy(&out.stdout)
+    ))
+}
+
+/// The model's errno of a memfs error.
+pub fn errno(e: MemError) -> Errno {
+    Errno::from_raw(e.errno())
+}
+
+/// memfs seen by inode, for the model's path walk and trees.
+pub struct View<'a>(pub &'a MemFs);
+
+/// An attribute record in the model's terms.
+pub fn meta_of(fs: &MemFs, a: &Attr) -> Meta {
+    let rdev = Rdev {
+        major: a.rdev.0,
+        minor: a.rdev.1,
+    };
+    let kind = match a.kind {
+        MemKind::File => Kind::File,
+        MemKind::Dir => Kind::Dir,
+        MemKind::Symlink => Kind::Symlink,
+        MemKind::Fifo => Kind::Special(Special::Fifo),
+        MemKind::Socket => Kind::Special(Special::Socket),
+        MemKind::CharDev => Kind::Special(Special::Char(rdev)),
+        MemKind::BlockDev => Kind::Special(Special::Block(rdev)),
+    };
+    Meta {
+        kind,
+        perm: u32::from(a.perm),
+        uid: a.uid,
+        gid: a.gid,
+        // The model has no lost+found.
+        nlink: a.nlink - u32::from(a.ino == fs.root()),
+        size: (kind != Kind::Dir).then_some(a.size),
+    }
+}
+
+impl InodeView for View<'_> {
+    type Ino = u64;
+
+    fn root(&self) -> u64 {
+        self.0.root()
+    }
+
+    fn lookup(&mut self, dir: u64, name: &Name) -> Result<Option<u64>, Errno> {
+        match self.0.lookup(dir, name.as_bytes()) {
+            Ok(a) => Ok(Some(a.ino)),
+            Err(MemError::NotFound) => Ok(None),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    fn meta(&mut self, ino: u64) -> Result<Meta, Errno> {
+        let a = self.0.getattr(ino).map_err(errno)?;
+        Ok(meta_of(self.0, &a))
+    }
+
+    fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, Errno> {
+        self.0.readlink(ino).map_err(errno)
+    }
+
+    fn contents(&mut self, ino: u64, size: u64) -> Result<Vec<u8>, Errno> {
+        let size = u32::try_from(size).expect("test files stay small");
+        self.0.read(ino, 0, size).map_err(errno)
+    }
+
+    fn mtime(&mut self, ino: u64) -> Result<u32, Errno> {
+        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    }
+
+    fn entries(&mut self, dir: u64) -> Result<Vec<(Name, u64)>, Errno> {
+        let root = dir == self.0.root();
+        Ok(self
+            .0
+            .readdir(dir)
+            .map_err(errno)?
+            .into_iter()
+            .filter(|e| !(root && e.name == b"lost+found"))
+            .map(|e| (Name(e.name), e.ino))
+            .collect())
+    }
+}
+
+/// The whole tree memfs shows, in the model's terms, with modification
+/// times.
+pub fn tree(fs: &MemFs) -> stitch_model::Tree {
+    let opts = stitch_model::TreeOptions { mtime: true };
+    view::tree_with(&mut View(fs), opts).expect("walk of the whole tree")
+}
+
+/// Runs `f` on a thread of its own and waits at most `limit` for it:
+/// `None` if it is not done by then (a memfs deadlock fails a test instead
+/// of hanging it; the stuck thread is left behind). A panic in `f` goes on
+/// in the caller.
+pub fn bounded<T: Send + 'static>(
+    limit: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let (tx, rx) = channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => {
+            h.join().unwrap();
+            Some(v)
+        }
+        Err(RecvTimeoutError::Disconnected) => match h.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => unreachable!("sent nothing and did not panic"),
+        },
+        Err(RecvTimeoutError::Timeout) => None,
+    }
+}
