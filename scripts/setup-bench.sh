@@ -8,6 +8,14 @@
 #   fuse2fs    e2fsprogs' FUSE server, a baseline
 #   bindfs     a FUSE passthrough, the baseline for FUSE's own overhead
 #   matplotlib plots of the results
+#   postmark   Debian's PostMark (bench seeds: Seltzer, Featherstitch, xsyncfs)
+#   sqlite3, git, tar, gcc, make   the tools bench seeds drives (ccfs's SQLite
+#              and git tests, untar, the Andrew-style build)
+#   GNU hello 2.10, the real C project of the Andrew-style build: Debian's
+#              upstream tarball (configure included), fetched with
+#              `apt-get source --download-only hello` through a private
+#              deb-src list (the machine's apt sources are left alone), to
+#              /var/cache/stitchfs-bench/hello.tar.gz
 #
 # The suites that mount (`bench mount`, `bench fsck`) also need root and
 # /dev/fuse; a system whose tool is missing is skipped with a message
@@ -21,10 +29,35 @@ have losetup || need_apt+=(mount)
 have fusermount3 || need_apt+=(fuse3)
 have fuse2fs || need_apt+=(fuse2fs)
 have bindfs || need_apt+=(bindfs)
+have postmark || need_apt+=(postmark)
+have sqlite3 || need_apt+=(sqlite3)
+have git || need_apt+=(git)
+have gcc || need_apt+=(gcc)
+have make || need_apt+=(make)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
+fi
+
+# The Andrew-style build's project.
+project=/var/cache/stitchfs-bench/hello.tar.gz
+if [ ! -s "$project" ]; then
+  work=$(mktemp -d)
+  mkdir -p "$work/lists/partial"
+  . /etc/os-release
+  echo "deb-src http://deb.debian.org/debian ${VERSION_CODENAME:-bookworm} main" >"$work/sources.list"
+  apt_src=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+           -o "Dir::State::Lists=$work/lists")
+  if apt-get "${apt_src[@]}" update -q >/dev/null 2>&1 &&
+     (cd "$work" && apt-get "${apt_src[@]}" source --download-only -q hello >/dev/null 2>&1); then
+    mkdir -p "$(dirname "$project")"
+    cp "$work"/hello_*.orig.tar.gz "$project"
+    echo "setup-bench: fetched $project"
+  else
+    echo "setup-bench: could not fetch Debian's hello source; bench seeds will skip andrew" >&2
+  fi
+  rm -rf "$work"
 fi
 
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then

@@ -30,14 +30,14 @@
 //! set (each workload's systems back to back); a cell is the median of its
 //! runs, and a ratio is the median of the per-run ratios.
 
-use super::systems::{self, DeviceLimits, Machine, Mounted, Place, System, Usage};
+use super::session::{write_synced, Ctx, Outcome, Run};
+use super::systems::{DeviceLimits, Machine, Place, System};
 use anyhow::Context;
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod report;
 
@@ -185,24 +185,6 @@ pub struct Config {
     pub timeout: Duration,
 }
 
-/// One run of one phase on one system.
-#[derive(Clone, Debug)]
-pub(super) struct Sample {
-    /// Operations (MB for largefile).
-    amount: f64,
-    seconds: f64,
-    usage: Usage,
-}
-
-impl Sample {
-    fn rate(&self) -> f64 {
-        self.amount / self.seconds
-    }
-}
-
-/// A run's sample, or why it failed.
-pub(super) type Outcome = Result<Sample, String>;
-
 /// What was run, for the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
@@ -263,9 +245,8 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
                     place: &place,
                     cfg,
                 };
-                let (mut out, dropped) = bench.workload(w);
+                let (out, dropped) = bench.workload(w);
                 caches_dropped &= dropped;
-                out.sort_by_key(|(p, _)| *p);
                 for (p, o) in out {
                     if let Err(e) = &o {
                         if !e.starts_with("not run") {
@@ -303,179 +284,28 @@ impl Bench<'_> {
     /// Runs workload `w` on fresh storage: an outcome for each of its
     /// phases, and whether the caches were dropped.
     fn workload(&self, w: usize) -> (Vec<(usize, Outcome)>, bool) {
-        let phases = WORKLOADS[w].1;
-        let mut run = Run {
-            bench: self,
-            mounted: None,
-            open: None,
-            blame: phases[0],
-            done: Vec::new(),
-            dropped: true,
+        let ctx = Ctx {
+            sys: self.sys,
+            place: self.place,
+            image_bytes: self.cfg.scale.image_bytes,
+            timeout: self.cfg.timeout,
         };
-        let result = run.start().and_then(|()| {
-            let s = &self.cfg.scale;
-            match w {
-                0 => smallfile(&mut run, s),
-                1 => largefile(&mut run, s),
-                2 => mailbench(&mut run, s),
-                _ => metadata(&mut run, s),
-            }?;
-            run.finish()
-        });
-        let mut out = std::mem::take(&mut run.done);
-        let failed = match result {
-            Ok(()) => None,
-            Err(e) => {
-                out.retain(|(p, _)| *p != run.blame);
-                out.push((run.blame, Err(format!("{e:#}"))));
-                Some(PHASES[run.blame].name)
-            }
-        };
-        for &p in phases {
-            if !out.iter().any(|(q, _)| *q == p) {
-                let why = failed.unwrap_or("an earlier phase");
-                out.push((p, Err(format!("not run: {why} failed"))));
-            }
-        }
-        (out, run.dropped)
+        let s = &self.cfg.scale;
+        ctx.workload(
+            WORKLOADS[w].1,
+            |p| PHASES[p].name.to_string(),
+            |run| match w {
+                0 => smallfile(run, s),
+                1 => largefile(run, s),
+                2 => mailbench(run, s),
+                _ => metadata(run, s),
+            },
+        )
     }
-}
-
-/// One workload on one system: the mount, the phase whose counts are still
-/// running, and what is done.
-struct Run<'a> {
-    bench: &'a Bench<'a>,
-    mounted: Option<Mounted>,
-    open: Option<Open>,
-    /// The phase an error now would belong to.
-    blame: usize,
-    done: Vec<(usize, Outcome)>,
-    dropped: bool,
-}
-
-/// A timed phase whose counts have not been closed yet.
-struct Open {
-    phase: usize,
-    before: systems::Counters,
-    amount: f64,
-    seconds: f64,
-}
-
-impl Run<'_> {
-    fn mounted(&self) -> &Mounted {
-        self.mounted
-            .as_ref()
-            .expect("mounted between start and finish")
-    }
-
-    /// Fresh storage, caches dropped, mounted.
-    fn start(&mut self) -> anyhow::Result<()> {
-        let b = self.bench;
-        b.sys
-            .format(b.place, b.cfg.scale.image_bytes)
-            .context("format")?;
-        self.mount()
-    }
-
-    fn mount(&mut self) -> anyhow::Result<()> {
-        self.dropped &= systems::drop_caches();
-        self.mounted = Some(self.bench.sys.mount(self.bench.place).context("mount")?);
-        Ok(())
-    }
-
-    /// Closes the open phase's counts at `after`.
-    fn close(&mut self, after: &systems::Counters) {
-        if let Some(o) = self.open.take() {
-            let usage = after.since(&o.before);
-            self.done.push((
-                o.phase,
-                Ok(Sample {
-                    amount: o.amount,
-                    seconds: o.seconds,
-                    usage,
-                }),
-            ));
-        }
-    }
-
-    /// Runs `f` on the mount as phase `phase`; `f` returns its amount of
-    /// work (operations, or MB).
-    fn timed(
-        &mut self,
-        phase: usize,
-        f: impl FnOnce(&Path) -> anyhow::Result<f64>,
-    ) -> anyhow::Result<()> {
-        let before = self.mounted().counters();
-        self.close(&before);
-        self.blame = phase;
-        let t = Instant::now();
-        let amount = self.mounted().watched(self.bench.cfg.timeout, f)?;
-        let seconds = t.elapsed().as_secs_f64();
-        self.open = Some(Open {
-            phase,
-            before,
-            amount,
-            seconds,
-        });
-        Ok(())
-    }
-
-    /// Setup for `phase`, untimed, made durable (syncfs) before the phase.
-    fn setup(
-        &mut self,
-        phase: usize,
-        f: impl FnOnce(&Path) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let now = self.mounted().counters();
-        self.close(&now);
-        self.blame = phase;
-        self.mounted().watched(self.bench.cfg.timeout, |root| {
-            f(root)?;
-            syncfs(root)
-        })
-    }
-
-    fn unmount(&mut self) -> anyhow::Result<()> {
-        if let Some(o) = &self.open {
-            self.blame = o.phase;
-        }
-        let after = self.mounted.take().expect("mounted").unmount()?;
-        self.close(&after);
-        Ok(())
-    }
-
-    /// Unmounts (closing the open phase's counts after it), drops caches,
-    /// mounts again.
-    fn remount(&mut self) -> anyhow::Result<()> {
-        self.unmount()?;
-        self.mount()
-    }
-
-    fn finish(&mut self) -> anyhow::Result<()> {
-        self.unmount()
-    }
-}
-
-fn syncfs(dir: &Path) -> anyhow::Result<()> {
-    let f = File::open(dir)?;
-    // SAFETY: syncfs on a descriptor we own.
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("syncfs");
-    }
-    Ok(())
 }
 
 fn at(root: &Path, what: impl AsRef<Path>) -> PathBuf {
     root.join(what)
-}
-
-/// Files written with `data`, then fsynced, and closed.
-fn write_synced(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    let mut f = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    f.write_all(data)
-        .with_context(|| format!("write {}", path.display()))?;
-    f.sync_all()
-        .with_context(|| format!("fsync {}", path.display()))
 }
 
 fn smallfile(run: &mut Run, s: &Scale) -> anyhow::Result<()> {

@@ -30,6 +30,14 @@ enum Suite {
     /// disk measured is that directory's; without --out, the system's
     /// temporary directory). Needs root (loop mounts, dropping caches).
     Mount(MountArgs),
+    /// The seed papers' experiments through a mount on every system in one
+    /// run: Seltzer's create/delete microbenchmarks and PostMark (Debian's
+    /// `postmark`), Featherstitch's untar/delete, PostMark and
+    /// unpack/configure/make, ccfs's SQLite, git and fsync-latency tests,
+    /// xsyncfs's PostMark; stitchfs in each mode beside ext4 (each data
+    /// mode and -o sync), ext2 and fuse2fs, each on storage made fresh in
+    /// --out DIR (default: the system's temporary directory). Needs root.
+    Seeds(SeedsArgs),
     /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
     /// (needs root for the loop mount that fills it).
     Fsck(FsckArgs),
@@ -121,6 +129,43 @@ struct MountArgs {
 }
 
 #[derive(clap::Args)]
+struct SeedsArgs {
+    #[command(flatten)]
+    output: Output,
+    /// Runs of every workload on every system; medians are reported
+    /// (default 3, 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Systems to compare, comma-separated, or `all` (as for `bench mount`).
+    #[arg(long, default_value = crate::bench::seeds::DEFAULT_SYSTEMS)]
+    systems: String,
+    /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
+    /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite,
+    /// git, fsync, postmark-xsyncfs.
+    #[arg(long, default_value = "all")]
+    workloads: String,
+    /// The source tree for untar and git (default: $CARGO_HOME/registry/src).
+    #[arg(long, value_name = "DIR")]
+    tree: Option<PathBuf>,
+    /// Files of the tree to use (default: all; 200 with --quick).
+    #[arg(long)]
+    tree_files: Option<usize>,
+    /// The C project tarball for andrew (scripts/setup-bench.sh makes it).
+    #[arg(
+        long,
+        value_name = "TARBALL",
+        default_value = "/var/cache/stitchfs-bench/hello.tar.gz"
+    )]
+    project: PathBuf,
+    /// Image size in MiB (default 4096; 256 with --quick).
+    #[arg(long)]
+    size_mib: Option<u64>,
+    /// Seconds a phase may take before the system counts as hung.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+}
+
+#[derive(clap::Args)]
 struct OptArgs {
     #[command(flatten)]
     output: Output,
@@ -153,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Suite::Optimizations(a) => run_optimizations(a),
         Suite::Modes(a) => run_modes(a),
         Suite::Mount(a) => run_mount(a),
+        Suite::Seeds(a) => run_seeds(a),
         Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
     }
 }
@@ -256,6 +302,39 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     let table = mount::table(&report);
     out.show(&report, &table)?;
     out.write("mount", &report, &table)
+}
+
+fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
+    use crate::bench::seeds;
+    let out = &a.output;
+    let mut scale = if out.quick {
+        seeds::Scale::QUICK
+    } else {
+        seeds::Scale::FULL
+    };
+    scale.tree_files = a.tree_files.or(scale.tree_files);
+    scale.image_bytes = a.size_mib.map_or(scale.image_bytes, |m| m << 20);
+    let cfg = seeds::Config {
+        scale,
+        runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
+        systems: crate::bench::systems::select(&a.systems)?,
+        workloads: seeds::select_workloads(&a.workloads)?,
+        scratch: scratch_dir(out)?,
+        timeout: std::time::Duration::from_secs(a.timeout),
+        tree: a.tree.or_else(crate::bench::tree::default_tree),
+        project: Some(a.project),
+    };
+    let bar = progress(seeds::steps(&cfg))?;
+    let report = seeds::run(&cfg, |step| {
+        bar.set_message(step.to_string());
+        if !step.ends_with("measuring the device") {
+            bar.inc(1);
+        }
+    })?;
+    bar.finish_and_clear();
+    let table = seeds::table(&report);
+    out.show(&report, &table)?;
+    out.write("seeds", &report, &table)
 }
 
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {

@@ -2,7 +2,8 @@
 //! the runs, ratios taken run by run), the goals measured against them, and
 //! the Markdown report.
 
-use super::{Outcome, Sample, Settings, PHASES};
+use super::{Settings, PHASES};
+use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
 use crate::bench::systems::{DeviceLimits, Machine, System, Usage};
 use serde::Serialize;
 
@@ -16,14 +17,6 @@ pub struct Report {
     pub systems: Vec<SystemRow>,
     pub cells: Vec<Cell>,
     pub goals: Vec<Goal>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct SystemRow {
-    pub id: &'static str,
-    pub label: &'static str,
-    /// Why it did not run (a tool missing), if it did not.
-    pub skipped: Option<String>,
 }
 
 /// One phase on one system.
@@ -161,28 +154,9 @@ pub(super) fn build(
         settings,
         machine,
         device,
-        systems: systems
-            .iter()
-            .zip(skipped)
-            .map(|(s, why)| SystemRow {
-                id: s.id,
-                label: s.label,
-                skipped: why.clone(),
-            })
-            .collect(),
+        systems: SystemRow::rows(systems, skipped),
         cells,
         goals,
-    }
-}
-
-/// The median (of an even count, the mean of the middle two).
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 
@@ -218,25 +192,6 @@ fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
         }
     }
     out
-}
-
-fn rate(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
-}
-
-/// One figure per run: `a, b, c`.
-fn runs_of(d: &[DeviceLimits], f: impl Fn(&DeviceLimits) -> String) -> String {
-    d.iter().map(f).collect::<Vec<_>>().join(", ")
-}
-
-fn ratio(x: Option<f64>) -> String {
-    x.map_or("–".into(), |x| format!("{x:.2}"))
 }
 
 fn mb(x: Option<u64>) -> String {
@@ -323,7 +278,7 @@ pub fn table(r: &Report) -> String {
         };
         out.push_str(&format!(
             "{head} {} {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
-            rate(rt),
+            figure(rt),
             c.unit,
             ratio(c.vs_ext4),
             ratio(c.vs_fuse2fs),
