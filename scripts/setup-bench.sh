@@ -9,6 +9,8 @@
 #   bindfs     a FUSE passthrough, the baseline for FUSE's own overhead
 #   matplotlib plots of the results
 #   postmark   Debian's PostMark (bench seeds: Seltzer, Featherstitch, xsyncfs)
+#   dovecot-imapd  the IMAP server of Featherstitch's IMAP test (bench seeds
+#              starts its own instance on 127.0.0.1; the system's stays off)
 #   sqlite3, git, tar, gcc, make   the tools bench seeds drives (ccfs's SQLite
 #              and git tests, untar, the Andrew-style build)
 #   GNU hello 2.10, the real C project of the Andrew-style build: Debian's
@@ -34,6 +36,7 @@ have sqlite3 || need_apt+=(sqlite3)
 have git || need_apt+=(git)
 have gcc || need_apt+=(gcc)
 have make || need_apt+=(make)
+have dovecot || need_apt+=(dovecot-imapd)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q

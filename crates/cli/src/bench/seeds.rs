@@ -16,7 +16,11 @@
 //!   delete (`rm -rf`); **postmark-fst** (500 files of 500 B–4 MB, 500
 //!   transactions); **andrew**, unpack, `./configure`, `make -j2` of a real
 //!   C project (GNU hello 2.10, Debian's upstream tarball, which
-//!   scripts/setup-bench.sh fetches with `apt-get source`).
+//!   scripts/setup-bench.sh fetches with `apt-get source`); **imap**, a
+//!   Dovecot server from Debian (`dovecot-imapd`, started for the run on
+//!   127.0.0.1, Maildir on the mount, default `mail_fsync=optimized`) and a
+//!   Python `imaplib` client: 1,000 messages of 2 KB appended to INBOX
+//!   (untimed), then moved one `UID MOVE` at a time to another folder.
 //! - ccfs: **sqlite**, 2,000 inserts of 120 random bytes, each its own
 //!   transaction, rollback journal (`journal_mode=DELETE`,
 //!   `synchronous=FULL`), the `sqlite3` shell; **git**, `git add -A` and
@@ -94,7 +98,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 21] = [
+pub const PHASES: [Phase; 22] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -118,10 +122,11 @@ pub const PHASES: [Phase; 21] = [
     rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
     time("xsyncfs", "PostMark"),
+    rate("Featherstitch", "IMAP move", "messages/s", 0.0),
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 11] = [
+pub const WORKLOADS: [(&str, &[usize]); 12] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -133,6 +138,7 @@ pub const WORKLOADS: [(&str, &[usize]); 11] = [
     ("git", &[16]),
     ("fsync", &[17, 18, 19]),
     ("postmark-xsyncfs", &[20]),
+    ("imap", &[21]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -180,6 +186,9 @@ pub struct Scale {
     pub tree_files: Option<usize>,
     pub sqlite_inserts: usize,
     pub sqlite_bytes: usize,
+    /// imap: messages moved, and their body size.
+    pub imap_messages: usize,
+    pub imap_bytes: usize,
     /// fsync tests: operations of each kind.
     pub fsync_ops: usize,
     pub probe_samples: usize,
@@ -219,6 +228,8 @@ impl Scale {
         tree_files: None,
         sqlite_inserts: 2_000,
         sqlite_bytes: 120,
+        imap_messages: 1_000,
+        imap_bytes: 2048,
         fsync_ops: 1_000,
         probe_samples: 200,
         probe_bytes: 256 << 20,
@@ -256,6 +267,8 @@ impl Scale {
         tree_files: Some(200),
         sqlite_inserts: 50,
         sqlite_bytes: 120,
+        imap_messages: 20,
+        imap_bytes: 2048,
         fsync_ops: 50,
         probe_samples: 20,
         probe_bytes: 32 << 20,
@@ -316,6 +329,13 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
         "sqlite" => tool("sqlite3", "sqlite3"),
+        "imap" => tool("dovecot", "dovecot-imapd")
+            .or_else(|| tool("python3", "python3"))
+            .or_else(|| {
+                mail_user()
+                    .is_none()
+                    .then(|| "no `mail` user for Dovecot's mail processes".into())
+            }),
         "andrew" => tool("make", "make")
             .or_else(|| tool("cc", "gcc"))
             .or_else(|| match &cfg.project {
@@ -502,6 +522,7 @@ fn tool_versions() -> Vec<String> {
         ("git", &["--version"][..]),
         ("gcc", &["--version"][..]),
         ("fuse2fs", &["-V"][..]),
+        ("dovecot", &["--version"][..]),
     ] {
         if let Some(l) = first_line(cmd, args) {
             v.push(format!("{cmd}: {l}"));
@@ -536,6 +557,7 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Inputs) -> anyhow::R
         "sqlite" => sqlite(run, p[0], s, inputs),
         "git" => git(run, p[0], inputs),
         "fsync" => fsync_tests(run, p, s.fsync_ops),
+        "imap" => imap(run, p[0], s, inputs),
         other => anyhow::bail!("no workload {other}"),
     }
 }
@@ -876,6 +898,135 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
     })
 }
 
+/// The uid and gid of the `mail` user, which Dovecot's mail processes run
+/// as (Dovecot refuses root).
+fn mail_user() -> Option<(u32, u32)> {
+    // SAFETY: getpwnam returns a pointer into static storage, read at once.
+    let pw = unsafe { libc::getpwnam(c"mail".as_ptr()) };
+    // SAFETY: non-null, so it points to a passwd entry.
+    (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// The Dovecot configuration: IMAP on 127.0.0.1:`port`, one user `bench`
+/// (password `bench`) whose Maildir is under `mail_root`, the server's own
+/// files in `run_dir`.
+pub fn dovecot_config(port: u16, mail_root: &Path, run_dir: &Path, uid: u32, gid: u32) -> String {
+    format!(
+        "protocols = imap\nlisten = 127.0.0.1\nbase_dir = {run}/base\n\
+         state_dir = {run}/state\nlog_path = {run}/dovecot.log\nssl = no\n\
+         disable_plaintext_auth = no\nauth_mechanisms = plain\nfirst_valid_uid = {uid}\n\
+         default_internal_user = mail\ndefault_internal_group = mail\n\
+         default_login_user = mail\n\
+         passdb {{\n  driver = static\n  args = password=bench\n}}\n\
+         userdb {{\n  driver = static\n  args = uid={uid} gid={gid} home={mail}/%u\n}}\n\
+         mail_location = maildir:~/Maildir\n\
+         service imap-login {{\n  chroot =\n  inet_listener imap {{\n    \
+         address = 127.0.0.1\n    port = {port}\n  }}\n}}\n\
+         service anvil {{\n  chroot =\n}}\n",
+        run = run_dir.display(),
+        mail = mail_root.display(),
+    )
+}
+
+/// The IMAP client: `append PORT N BYTES` fills INBOX; `move PORT N`
+/// moves every message to `Moved` one `UID MOVE` at a time and checks
+/// that `Moved` holds N.
+const IMAP_CLIENT: &str = r#"import imaplib, sys
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+m = imaplib.IMAP4("127.0.0.1", port)
+m.login("bench", "bench")
+if mode == "append":
+    m.create("Moved")
+    body = ("From: bench@localhost\r\nSubject: m\r\n\r\n" + "x" * int(sys.argv[4])).encode()
+    for i in range(n):
+        typ, _ = m.append("INBOX", None, None, body)
+        assert typ == "OK", typ
+else:
+    m.select("INBOX")
+    typ, data = m.uid("SEARCH", None, "ALL")
+    uids = data[0].split()
+    assert len(uids) == n, (len(uids), n)
+    for uid in uids:
+        typ, _ = m.uid("MOVE", uid, "Moved")
+        assert typ == "OK", typ
+    typ, st = m.status("Moved", "(MESSAGES)")
+    assert st[0].split()[-1].rstrip(b")") == str(n).encode(), st
+m.logout()
+"#;
+
+/// A Dovecot master running in the foreground, stopped when dropped.
+struct Dovecot(std::process::Child);
+
+impl Drop for Dovecot {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects; the pid is our child's.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Featherstitch's IMAP test: Dovecot with its Maildir on the mount; the
+/// messages are appended (untimed, made durable), then moved one by one.
+fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+    let (uid, gid) = mail_user().context("no mail user")?;
+    let run_dir = inputs.dir.join("dovecot");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir)?;
+    let client = inputs.dir.join("imap_client.py");
+    std::fs::write(&client, IMAP_CLIENT)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let conf = run_dir.join("dovecot.conf");
+    let mut server: Option<Dovecot> = None;
+    let py = |args: &[String]| -> anyhow::Result<String> {
+        run_tool(
+            Command::new("python3").arg(&client).args(args),
+            "the IMAP client",
+        )
+    };
+    run.setup(phase, |root| {
+        let mail = root.join("mail");
+        std::fs::create_dir(&mail)?;
+        std::os::unix::fs::chown(&mail, Some(uid), Some(gid))?;
+        std::fs::write(&conf, dovecot_config(port, &mail, &run_dir, uid, gid))?;
+        let log = File::create(run_dir.join("master.out"))?;
+        let child = Command::new(super::systems::tool("dovecot").context("no dovecot")?)
+            .arg("-F")
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting dovecot")?;
+        server = Some(Dovecot(child));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "dovecot did not listen on port {port} within 30 s: {}",
+                std::fs::read_to_string(run_dir.join("dovecot.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        py(&[
+            "append".into(),
+            port.to_string(),
+            s.imap_messages.to_string(),
+            s.imap_bytes.to_string(),
+        ])?;
+        Ok(())
+    })?;
+    run.timed(phase, |root| {
+        py(&["move".into(), port.to_string(), s.imap_messages.to_string()])?;
+        syncfs(root)?;
+        Ok(s.imap_messages as f64)
+    })?;
+    drop(server);
+    Ok(())
+}
+
 /// One run of one phase, its figure and counts (for the report's tests).
 #[cfg(test)]
 pub(super) fn sample(amount: f64, seconds: f64, usage: Usage) -> Sample {
@@ -931,6 +1082,15 @@ mod tests {
                 .len(),
             11
         );
+    }
+
+    #[test]
+    fn dovecot_listens_on_loopback_only() {
+        let c = dovecot_config(14301, Path::new("/m/mail"), Path::new("/r"), 8, 8);
+        assert!(c.contains("listen = 127.0.0.1\n"), "{c}");
+        assert!(c.contains("address = 127.0.0.1\n    port = 14301\n"), "{c}");
+        assert!(c.contains("home=/m/mail/%u\n"), "{c}");
+        assert!(c.contains("base_dir = /r/base\n"), "{c}");
     }
 
     #[test]

@@ -278,7 +278,9 @@ impl System {
             }
             Kind::Fuse2fs => {
                 let mut cmd = Command::new(tool_path("fuse2fs"));
-                cmd.arg(&img).arg(&mnt).arg("-f");
+                // allow_other: other users reach the mount (the IMAP
+                // server's mail processes run as `mail`).
+                cmd.arg(&img).arg(&mnt).args(["-f", "-o", "allow_other"]);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
             Kind::Bindfs => {
@@ -290,6 +292,8 @@ impl System {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("mount").arg(&img).arg(&mnt).args([
                     "--foreground",
+                    "-o",
+                    "allow_other",
                     "--consistency",
                     consistency,
                 ]);

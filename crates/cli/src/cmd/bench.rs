@@ -33,7 +33,7 @@ enum Suite {
     /// The seed papers' experiments through a mount on every system in one
     /// run: Seltzer's create/delete microbenchmarks and PostMark (Debian's
     /// `postmark`), Featherstitch's untar/delete, PostMark and
-    /// unpack/configure/make, ccfs's SQLite, git and fsync-latency tests,
+    /// unpack/configure/make and IMAP move (Dovecot), ccfs's SQLite, git and fsync-latency tests,
     /// xsyncfs's PostMark; stitchfs in each mode beside ext4 (each data
     /// mode and -o sync), ext2 and fuse2fs, each on storage made fresh in
     /// --out DIR (default: the system's temporary directory). Needs root.
@@ -141,7 +141,7 @@ struct SeedsArgs {
     systems: String,
     /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
     /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite,
-    /// git, fsync, postmark-xsyncfs.
+    /// git, fsync, postmark-xsyncfs, imap.
     #[arg(long, default_value = "all")]
     workloads: String,
     /// The source tree for untar and git (default: $CARGO_HOME/registry/src).

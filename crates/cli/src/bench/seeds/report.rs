@@ -152,7 +152,7 @@ pub fn table(r: &Report) -> String {
          Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
          create+delete ×{}; PostMark small {}; large {}; Featherstitch {}; xsyncfs {}; \
          source tree {}; C project {}; SQLite {} inserts of {} B; fsync tests {} operations \
-         each.\n\nTools: {}.\n\n",
+         each; IMAP {} messages of {} B.\n\nTools: {}.\n\n",
         s.runs,
         sc.image_bytes >> 20,
         if s.caches_dropped {
@@ -183,6 +183,8 @@ pub fn table(r: &Report) -> String {
         sc.sqlite_inserts,
         sc.sqlite_bytes,
         sc.fsync_ops,
+        sc.imap_messages,
+        sc.imap_bytes,
         if s.tools.is_empty() {
             "–".to_string()
         } else {
