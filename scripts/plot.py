@@ -107,7 +107,8 @@ def seeds(data, out):
     systems = list(dict.fromkeys(c["label"] for c in cells))
     if not seeds_:
         seeds_ = list(dict.fromkeys(c["seed"] for c in cells))
-    fig, axes = plt.subplots(len(seeds_), 1, figsize=(15, 3.8 * len(seeds_)), squeeze=False)
+    height = 3.8 * len(seeds_) + 1.3
+    fig, axes = plt.subplots(len(seeds_), 1, figsize=(15, height), squeeze=False)
     width = 0.8 / len(systems)
     cmap = plt.get_cmap("tab20")
     for ax, seed in zip(axes[:, 0], seeds_):
@@ -131,7 +132,7 @@ def seeds(data, out):
     fig.legend(handles, labels, loc="lower center", ncol=min(len(systems), 6), frameon=False)
     runs = data["settings"]["runs"]
     fig.suptitle(f"The seeds' experiments through a mount, median of {runs} run(s)")
-    fig.tight_layout(rect=(0, 0.06, 1, 0.98))
+    fig.tight_layout(rect=(0, 1.0 / height, 1, 1 - 0.3 / height))
     fig.savefig(out, dpi=100)
 
 
