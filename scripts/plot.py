@@ -63,8 +63,82 @@ def modes(data, out):
     fig.savefig(out, dpi=110)
 
 
+def mount(data, out):
+    cells = data["cells"]
+    phases = list(dict.fromkeys(c["phase"] for c in cells))
+    systems = list(dict.fromkeys(c["label"] for c in cells))
+    # A panel per baseline that ran.
+    bases = [(key, label) for key, label, sid in
+             [("vs_ext4", "rate relative to ext4 data=ordered", "ext4"),
+              ("vs_fuse2fs", "rate relative to fuse2fs", "fuse2fs"),
+              ("vs_bindfs", "rate relative to bindfs", "bindfs")]
+             if any(c["system"] == sid and c["rate"] for c in cells)]
+    if not bases:
+        bases = [("rate", "rate (own units)")]
+    fig, axes = plt.subplots(len(bases), 1, figsize=(13, 4 * len(bases)), squeeze=False)
+    width = 0.8 / len(systems)
+    for ax, (key, label) in zip(axes[:, 0], bases):
+        for i, s in enumerate(systems):
+            row = [next(c for c in cells if c["phase"] == p and c["label"] == s) for p in phases]
+            xs = [x + i * width for x in range(len(phases))]
+            vals = [c[key] for c in row]
+            ax.bar(xs, [v or 0 for v in vals], width, label=s)
+            for x, c, v in zip(xs, row, vals):
+                if v is None:
+                    why = "skipped" if c["skipped"] else "failed" if c["error"] else "–"
+                    ax.text(x, 1.0, why, rotation=90, ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(phases))])
+        ax.set_xticklabels(phases)
+        ax.set_title(label)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(systems), frameon=False)
+    runs = data["settings"]["runs"]
+    fig.suptitle(f"McoreFS workloads through a mount, median of {runs} run(s)")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(out, dpi=110)
+
+
+def seeds(data, out):
+    cells = data["cells"]
+    seeds_ = [s for s in dict.fromkeys(c["seed"] for c in cells)
+              if any(c["vs_ext4"] for c in cells if c["seed"] == s)]
+    systems = list(dict.fromkeys(c["label"] for c in cells))
+    if not seeds_:
+        seeds_ = list(dict.fromkeys(c["seed"] for c in cells))
+    height = 3.8 * len(seeds_) + 1.3
+    fig, axes = plt.subplots(len(seeds_), 1, figsize=(15, height), squeeze=False)
+    width = 0.8 / len(systems)
+    cmap = plt.get_cmap("tab20")
+    for ax, seed in zip(axes[:, 0], seeds_):
+        phases = list(dict.fromkeys(c["phase"] for c in cells if c["seed"] == seed))
+        for i, s in enumerate(systems):
+            row = [next(c for c in cells if c["seed"] == seed and c["phase"] == p
+                        and c["label"] == s) for p in phases]
+            xs = [x + i * width for x in range(len(phases))]
+            vals = [c["vs_ext4"] for c in row]
+            ax.bar(xs, [v or 0 for v in vals], width, label=s, color=cmap(i))
+            for x, c, v in zip(xs, row, vals):
+                if v is None:
+                    why = "skipped" if c["skipped"] else "failed" if c["error"] else "–"
+                    ax.text(x, 1.0, why, rotation=90, ha="center", va="bottom", fontsize=6)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(phases))])
+        ax.set_xticklabels(phases, fontsize=8)
+        ax.set_title(f"{seed}: speed relative to ext4 data=ordered (above 1 is faster)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(systems), 6), frameon=False)
+    runs = data["settings"]["runs"]
+    fig.suptitle(f"The seeds' experiments through a mount, median of {runs} run(s)")
+    fig.tight_layout(rect=(0, 1.0 / height, 1, 1 - 0.3 / height))
+    fig.savefig(out, dpi=100)
+
+
 if __name__ == "__main__" or True:
     kind, path, out = sys.argv[1:4]
     with open(path) as f:
         data = json.load(f)
-    {"optimizations": optimizations, "modes": modes}[kind](data, out)
+    {"optimizations": optimizations, "modes": modes, "mount": mount,
+     "seeds": seeds}[kind](data, out)

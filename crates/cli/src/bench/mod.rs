@@ -3,7 +3,11 @@
 
 pub mod fsck;
 pub mod modes;
+pub mod mount;
 pub mod optimizations;
 mod postmark;
+pub mod seeds;
+mod session;
 mod synth;
+pub mod systems;
 pub mod tree;

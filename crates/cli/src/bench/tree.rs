@@ -43,6 +43,11 @@ impl Tree {
         walk(root, Path::new(""), max_files, &mut t)?;
         Ok(t)
     }
+
+    /// The entries' paths relative to the root, parents first.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.entries.iter().map(|(p, _)| p.as_path())
+    }
 }
 
 fn walk(root: &Path, rel: &Path, max_files: usize, t: &mut Tree) -> anyhow::Result<()> {

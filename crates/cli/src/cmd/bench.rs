@@ -24,6 +24,20 @@ enum Suite {
     /// DIR, so the disk measured is that directory's; without --out, in the
     /// system's temporary directory).
     Modes(ModesArgs),
+    /// McoreFS §6 through a mount: smallfile, largefile, mailbench and
+    /// create/stat/unlink rates of stitchfs beside ext4 (loop device),
+    /// fuse2fs and bindfs, each on storage made fresh in --out DIR (so the
+    /// disk measured is that directory's; without --out, the system's
+    /// temporary directory). Needs root (loop mounts, dropping caches).
+    Mount(MountArgs),
+    /// The seed papers' experiments through a mount on every system in one
+    /// run: Seltzer's create/delete microbenchmarks and PostMark (Debian's
+    /// `postmark`), Featherstitch's untar/delete, PostMark and
+    /// unpack/configure/make and IMAP move (Dovecot), ccfs's SQLite, git and fsync-latency tests,
+    /// xsyncfs's PostMark; stitchfs in each mode beside ext4 (each data
+    /// mode and -o sync), ext2 and fuse2fs, each on storage made fresh in
+    /// --out DIR (default: the system's temporary directory). Needs root.
+    Seeds(SeedsArgs),
     /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
     /// (needs root for the loop mount that fills it).
     Fsck(FsckArgs),
@@ -79,6 +93,79 @@ struct ModesArgs {
 }
 
 #[derive(clap::Args)]
+struct MountArgs {
+    #[command(flatten)]
+    output: Output,
+    /// Runs of every workload on every system; medians are reported
+    /// (default 3, 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Systems to compare, comma-separated, or `all`: stitchfs,
+    /// stitchfs-softupdates, stitchfs-writeback, stitchfs-data-journal,
+    /// stitchfs-async, ext4 (data=ordered), ext4-writeback, ext4-journal,
+    /// ext4-sync, ext2, fuse2fs, bindfs.
+    #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
+    systems: String,
+    /// Workloads to run, comma-separated, or `all`: smallfile, largefile,
+    /// mailbench, metadata (create, stat cold and warm, unlink).
+    #[arg(long, default_value = "all")]
+    workloads: String,
+    /// smallfile: files created, written, fsynced and unlinked.
+    #[arg(long)]
+    files: Option<usize>,
+    /// largefile: MB written.
+    #[arg(long)]
+    large_mb: Option<u64>,
+    /// mailbench: messages per thread (two threads).
+    #[arg(long)]
+    messages: Option<usize>,
+    /// create/stat/unlink: files.
+    #[arg(long)]
+    meta_files: Option<usize>,
+    /// Seconds a phase may take before the system counts as hung (its FUSE
+    /// server is then killed).
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+#[derive(clap::Args)]
+struct SeedsArgs {
+    #[command(flatten)]
+    output: Output,
+    /// Runs of every workload on every system; medians are reported
+    /// (default 3, 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Systems to compare, comma-separated, or `all` (as for `bench mount`).
+    #[arg(long, default_value = crate::bench::seeds::DEFAULT_SYSTEMS)]
+    systems: String,
+    /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
+    /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite,
+    /// git, fsync, postmark-xsyncfs, imap.
+    #[arg(long, default_value = "all")]
+    workloads: String,
+    /// The source tree for untar and git (default: $CARGO_HOME/registry/src).
+    #[arg(long, value_name = "DIR")]
+    tree: Option<PathBuf>,
+    /// Files of the tree to use (default: all; 200 with --quick).
+    #[arg(long)]
+    tree_files: Option<usize>,
+    /// The C project tarball for andrew (scripts/setup-bench.sh makes it).
+    #[arg(
+        long,
+        value_name = "TARBALL",
+        default_value = "/var/cache/stitchfs-bench/hello.tar.gz"
+    )]
+    project: PathBuf,
+    /// Image size in MiB (default 4096; 256 with --quick).
+    #[arg(long)]
+    size_mib: Option<u64>,
+    /// Seconds a phase may take before the system counts as hung.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+}
+
+#[derive(clap::Args)]
 struct OptArgs {
     #[command(flatten)]
     output: Output,
@@ -110,6 +197,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.suite {
         Suite::Optimizations(a) => run_optimizations(a),
         Suite::Modes(a) => run_modes(a),
+        Suite::Mount(a) => run_mount(a),
+        Suite::Seeds(a) => run_seeds(a),
         Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
     }
 }
@@ -138,6 +227,14 @@ impl Output {
     }
 }
 
+/// Where a suite on real storage puts its images: --out DIR, so the disk
+/// measured is the one the results go to, else the temporary directory.
+fn scratch_dir(out: &Output) -> anyhow::Result<PathBuf> {
+    let scratch = out.out.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    Ok(scratch)
+}
+
 /// A progress bar of `steps` steps, on stderr.
 fn progress(steps: usize) -> anyhow::Result<ProgressBar> {
     Ok(ProgressBar::new(steps as u64)
@@ -151,8 +248,7 @@ fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
         .tree
         .or_else(crate::bench::tree::default_tree)
         .context("no source tree to untar (give --tree DIR)")?;
-    let scratch = out.out.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let scratch = scratch_dir(out)?;
     let cfg = modes::Config {
         quick: out.quick,
         tree_files: a.tree_files,
@@ -173,6 +269,72 @@ fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
     let table = modes::table(&report);
     out.show(&report, &table)?;
     out.write("modes", &report, &table)
+}
+
+fn run_mount(a: MountArgs) -> anyhow::Result<()> {
+    use crate::bench::mount;
+    let out = &a.output;
+    let mut scale = if out.quick {
+        mount::Scale::QUICK
+    } else {
+        mount::Scale::FULL
+    };
+    scale.smallfile_files = a.files.unwrap_or(scale.smallfile_files);
+    scale.largefile_bytes = a.large_mb.map_or(scale.largefile_bytes, |m| m * 1_000_000);
+    scale.mail_messages = a.messages.unwrap_or(scale.mail_messages);
+    scale.meta_files = a.meta_files.unwrap_or(scale.meta_files);
+    let cfg = mount::Config {
+        scale,
+        runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
+        systems: crate::bench::systems::select(&a.systems)?,
+        workloads: mount::select_workloads(&a.workloads)?,
+        scratch: scratch_dir(out)?,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let bar = progress(mount::steps(&cfg))?;
+    let report = mount::run(&cfg, |step| {
+        bar.set_message(step.to_string());
+        if step.starts_with("run ") {
+            bar.inc(1);
+        }
+    })?;
+    bar.finish_and_clear();
+    let table = mount::table(&report);
+    out.show(&report, &table)?;
+    out.write("mount", &report, &table)
+}
+
+fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
+    use crate::bench::seeds;
+    let out = &a.output;
+    let mut scale = if out.quick {
+        seeds::Scale::QUICK
+    } else {
+        seeds::Scale::FULL
+    };
+    scale.tree_files = a.tree_files.or(scale.tree_files);
+    scale.image_bytes = a.size_mib.map_or(scale.image_bytes, |m| m << 20);
+    let cfg = seeds::Config {
+        scale,
+        runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
+        systems: crate::bench::systems::select(&a.systems)?,
+        workloads: seeds::select_workloads(&a.workloads)?,
+        scratch: scratch_dir(out)?,
+        timeout: std::time::Duration::from_secs(a.timeout),
+        tree: a.tree.or_else(crate::bench::tree::default_tree),
+        project: Some(a.project),
+    };
+    let bar = progress(seeds::steps(&cfg))?;
+    let report = seeds::run(&cfg, |step| {
+        bar.set_message(step.to_string());
+        if !step.ends_with("measuring the device") {
+            bar.inc(1);
+        }
+    })?;
+    bar.finish_and_clear();
+    let table = seeds::table(&report);
+    out.show(&report, &table)?;
+    out.write("seeds", &report, &table)
 }
 
 fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {

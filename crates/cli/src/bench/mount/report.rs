@@ -1,0 +1,416 @@
+//! The mount benchmark's results: a cell per phase and system (medians over
+//! the runs, ratios taken run by run), the goals measured against them, and
+//! the Markdown report.
+
+use super::{Settings, PHASES};
+use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::bench::systems::{DeviceLimits, Machine, System, Usage};
+use serde::Serialize;
+
+/// Everything a run of the benchmark found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub settings: Settings,
+    pub machine: Machine,
+    /// The device probe of each run.
+    pub device: Vec<DeviceLimits>,
+    pub systems: Vec<SystemRow>,
+    pub cells: Vec<Cell>,
+    pub goals: Vec<Goal>,
+}
+
+/// One phase on one system.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub phase: &'static str,
+    pub unit: &'static str,
+    pub system: &'static str,
+    pub label: &'static str,
+    /// Median rate of the runs that succeeded, and each run's (null: failed).
+    pub rate: Option<f64>,
+    pub run_rates: Vec<Option<f64>>,
+    /// Medians of the per-run ratios of this rate to the baseline's.
+    pub vs_ext4: Option<f64>,
+    pub vs_fuse2fs: Option<f64>,
+    pub vs_bindfs: Option<f64>,
+    /// fsync-bound phases: fsyncs per second over the device's 4 KiB
+    /// write + fdatasync rate; largefile: MB/s over the device's sequential
+    /// bandwidth (each run against its own probe; the median).
+    pub vs_device: Option<f64>,
+    pub fsyncs_per_s: Option<f64>,
+    /// The median run's wall time and counts.
+    pub seconds: Option<f64>,
+    pub usage: Option<Usage>,
+    pub error: Option<String>,
+    pub skipped: Option<String>,
+}
+
+/// One of the issue's goals, measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Goal {
+    pub system: &'static str,
+    pub what: String,
+    pub measured: Option<f64>,
+    /// At least this.
+    pub limit: f64,
+}
+
+impl Goal {
+    fn verdict(&self) -> &'static str {
+        match self.measured {
+            None => "not measured",
+            Some(m) if m >= self.limit => "met",
+            Some(_) => "not met",
+        }
+    }
+}
+
+const BASELINES: [&str; 3] = ["ext4", "fuse2fs", "bindfs"];
+
+/// `samples[system][phase][run]`, `None` where nothing ran (skipped).
+pub(super) fn build(
+    settings: Settings,
+    machine: Machine,
+    device: Vec<DeviceLimits>,
+    systems: &[&'static System],
+    skipped: &[Option<String>],
+    samples: Vec<Vec<Vec<Option<Outcome>>>>,
+) -> Report {
+    let rate = |s: usize, p: usize, r: usize| -> Option<f64> {
+        match samples.get(s)?[p][r].as_ref()? {
+            Ok(x) => Some(x.rate()),
+            Err(_) => None,
+        }
+    };
+    let index = |id: &str| systems.iter().position(|s| s.id == id);
+    let mut cells = Vec::new();
+    for (p, phase) in PHASES.iter().enumerate() {
+        if samples.iter().all(|sys| sys[p].is_empty()) {
+            continue; // a workload not selected
+        }
+        for (s, sys) in systems.iter().enumerate() {
+            let runs = &samples[s][p];
+            let run_rates: Vec<Option<f64>> = (0..runs.len()).map(|r| rate(s, p, r)).collect();
+            let ratio = |base: &str| {
+                let b = index(base)?;
+                median(
+                    (0..runs.len())
+                        .filter_map(|r| Some(rate(s, p, r)? / rate(b, p, r)?))
+                        .collect(),
+                )
+            };
+            let mut ok: Vec<&Sample> = runs
+                .iter()
+                .flatten()
+                .filter_map(|o| o.as_ref().ok())
+                .collect();
+            ok.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+            let mid = ok.get(ok.len() / 2).copied();
+            let failed: Vec<&String> = runs
+                .iter()
+                .flatten()
+                .filter_map(|o| o.as_ref().err())
+                .collect();
+            let error = failed
+                .first()
+                .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len()));
+            let r = mid.map(Sample::rate);
+            let fsyncs = r.filter(|_| phase.fsyncs > 0.0).map(|r| r * phase.fsyncs);
+            let floor = |run: usize| {
+                let d = device.get(run)?;
+                match phase.name {
+                    _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
+                    "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
+                    _ => None,
+                }
+            };
+            let vs_device = median(
+                (0..runs.len())
+                    .filter_map(|run| Some(rate(s, p, run)? * floor(run)?))
+                    .collect(),
+            );
+            let [vs_ext4, vs_fuse2fs, vs_bindfs] = BASELINES.map(ratio);
+            cells.push(Cell {
+                phase: phase.name,
+                unit: phase.unit,
+                system: sys.id,
+                label: sys.label,
+                rate: r,
+                run_rates,
+                vs_ext4,
+                vs_fuse2fs,
+                vs_bindfs,
+                vs_device,
+                fsyncs_per_s: fsyncs,
+                seconds: mid.map(|m| m.seconds),
+                usage: mid.map(|m| m.usage.clone()),
+                error,
+                skipped: skipped[s].clone(),
+            });
+        }
+    }
+    let goals = goals(&cells, systems);
+    Report {
+        settings,
+        machine,
+        device,
+        systems: SystemRow::rows(systems, skipped),
+        cells,
+        goals,
+    }
+}
+
+/// The goals, for every stitchfs configuration that ran: smallfile ≥ 1.3×
+/// ext4, largefile ≥ 0.9× ext4, every phase ≥ 2× fuse2fs, stat ≥ 80% of
+/// bindfs.
+fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
+    let mut out = Vec::new();
+    for sys in systems.iter().filter(|s| s.id.starts_with("stitchfs")) {
+        let cell = |phase: &str| {
+            cells
+                .iter()
+                .find(|c| c.system == sys.id && c.phase == phase)
+        };
+        // Only for the phases that ran.
+        let mut goal = |phase: &str, base: &str, measured: fn(&Cell) -> Option<f64>, limit| {
+            if let Some(c) = cell(phase) {
+                out.push(Goal {
+                    system: sys.id,
+                    what: format!("{phase} rate vs {base}"),
+                    measured: measured(c),
+                    limit,
+                });
+            }
+        };
+        goal("smallfile", "ext4 data=ordered", |c| c.vs_ext4, 1.3);
+        goal("largefile", "ext4 data=ordered", |c| c.vs_ext4, 0.9);
+        for p in &PHASES {
+            goal(p.name, "fuse2fs", |c| c.vs_fuse2fs, 2.0);
+        }
+        for p in ["stat (cold)", "stat (warm)"] {
+            goal(p, "bindfs", |c| c.vs_bindfs, 0.8);
+        }
+    }
+    out
+}
+
+fn mb(x: Option<u64>) -> String {
+    x.map_or("–".into(), |x| format!("{:.1}", x as f64 / 1e6))
+}
+
+/// The report as Markdown: the machine and device, the table, failures and
+/// goals.
+pub fn table(r: &Report) -> String {
+    let (s, m, d) = (&r.settings, &r.machine, &r.device);
+    let mut out = format!(
+        "McoreFS §6 workloads through a mount: median of {} run(s), each on storage made fresh \
+         with caches dropped{}.\n\n\
+         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
+         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
+         fdatasync takes {} ms (median of {} each; p90 {} ms), so at most {} fsyncs/s one \
+         after another; sequential write {} MB/s ({} MiB + fdatasync).\n\n\
+         Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
+         directories, each created, written 1 KB, fsynced, closed and unlinked; largefile, \
+         {:.0} MB in 1 MiB writes, then fsync; mailbench, {} threads × {} messages of {} B, \
+         each thread with its own spool and mailbox, per message: write spool/tmp/M + fsync, \
+         rename to spool/mess/M + fsync spool/mess, write envelope spool/tmp/eM + fsync, \
+         rename to spool/todo/M + fsync spool/todo, read both, write mail/tmp/M + fsync, \
+         rename to mail/new/M + fsync mail/new (6 fsyncs), unlink the queue files; \
+         create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
+         mounted again before the cold stat. Images {} MiB.\n\n",
+        s.runs,
+        if s.caches_dropped {
+            ""
+        } else {
+            " (could not drop caches: not root)"
+        },
+        m.cpu,
+        m.cores,
+        m.ram_bytes as f64 / (1u64 << 30) as f64,
+        m.kernel,
+        m.disk,
+        m.host_fs,
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
+        d.first().map_or(0, |d| d.latency_samples),
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
+        runs_of(d, |d| format!("{:.0}", 1.0 / d.fsync_latency_s)),
+        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
+        d.first().map_or(0, |d| d.seq_bytes >> 20),
+        s.scale.smallfile_files,
+        s.scale.smallfile_dirs,
+        s.scale.largefile_bytes as f64 / 1e6,
+        s.scale.mail_threads,
+        s.scale.mail_messages,
+        s.scale.message_bytes,
+        s.scale.meta_files,
+        s.scale.image_bytes >> 20,
+    );
+    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
+    if !skipped.is_empty() {
+        out.push_str("Skipped:\n\n");
+        for sys in skipped {
+            let why = sys.skipped.as_deref().unwrap_or_default();
+            out.push_str(&format!("- {}: {why}\n", sys.label));
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "| workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs device | time s \
+         | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in &r.cells {
+        let head = format!("| {} | {} |", c.phase, c.label);
+        if let Some(why) = &c.skipped {
+            let short = why.split(':').next().unwrap_or(why);
+            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(10)));
+            continue;
+        }
+        let Some(rt) = c.rate else {
+            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(10)));
+            continue;
+        };
+        let u = c.usage.clone().unwrap_or_default();
+        let device = match (c.vs_device, c.fsyncs_per_s) {
+            (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
+            (Some(v), None) => format!("{v:.2}"),
+            _ => "–".into(),
+        };
+        out.push_str(&format!(
+            "{head} {} {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
+            figure(rt),
+            c.unit,
+            ratio(c.vs_ext4),
+            ratio(c.vs_fuse2fs),
+            ratio(c.vs_bindfs),
+            c.seconds.unwrap_or(f64::NAN),
+            u.client_cpu,
+            u.server_cpu.map_or("–".into(), |x| format!("{x:.2}")),
+            mb(u.fs_bytes_written),
+            mb(u.disk_bytes_written),
+            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
+        ));
+    }
+    out.push_str(
+        "\nRatios are medians of per-run ratios (a run's systems run back to back). \
+         vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
+         its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
+         or to the end of the unmount after it. Client CPU: the benchmark process (the \
+         kernel's file system work happens in its calls); server CPU: the FUSE server. \
+         FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
+         device, device-wide.\n",
+    );
+    let failures: Vec<&Cell> = r.cells.iter().filter(|c| c.error.is_some()).collect();
+    if !failures.is_empty() {
+        out.push_str("\nFailures:\n\n");
+        for c in failures {
+            let e = c.error.as_deref().unwrap_or_default();
+            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
+        }
+    }
+    if !r.goals.is_empty() {
+        out.push_str("\nGoals:\n\n");
+        for g in &r.goals {
+            out.push_str(&format!(
+                "- {} {}: {} (goal ≥ {:.1}): {}\n",
+                g.system,
+                g.what,
+                ratio(g.measured),
+                g.limit,
+                g.verdict()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::mount::Scale;
+    use crate::bench::systems::select;
+
+    fn sample(rate: f64) -> Option<Outcome> {
+        Some(Ok(Sample {
+            amount: rate,
+            seconds: 1.0,
+            usage: Usage::default(),
+        }))
+    }
+
+    #[test]
+    fn ratios_are_taken_run_by_run() {
+        let systems = select("stitchfs,ext4,fuse2fs").unwrap();
+        // Run 2 is slow for everyone: per-run ratios stay 2.0 for stitchfs
+        // over ext4, whatever the medians of the rates say.
+        let rates = [[20.0, 2.0, 30.0], [10.0, 1.0, 15.0], [5.0, 5.0, 5.0]];
+        let samples = (0..3)
+            .map(|s| {
+                (0..PHASES.len())
+                    .map(|p| {
+                        (0..3)
+                            .map(|r| match (s, p) {
+                                (2, 0) if r == 1 => Some(Err("boom".to_string())),
+                                _ => sample(rates[s][r]),
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        let device = DeviceLimits {
+            fsync_latency_s: 0.001,
+            fsync_latency_p90_s: 0.002,
+            latency_samples: 1,
+            seq_write_bytes_per_s: 1e8,
+            seq_bytes: 1,
+        };
+        let settings = Settings {
+            runs: 3,
+            scale: Scale::QUICK,
+            caches_dropped: true,
+            scratch: "/tmp".into(),
+        };
+        let machine = Machine::probe(std::path::Path::new("/"));
+        let r = build(
+            settings,
+            machine,
+            vec![device; 3],
+            &systems,
+            &[None, None, None],
+            samples,
+        );
+        let cell = |p: &str, s: &str| {
+            r.cells
+                .iter()
+                .find(|c| c.phase == p && c.system == s)
+                .unwrap()
+        };
+        let c = cell("smallfile", "stitchfs");
+        assert_eq!(c.rate, Some(20.0));
+        assert_eq!(c.vs_ext4, Some(2.0));
+        // fuse2fs failed run 2: ratios from runs 1 and 3 only (4 and 6).
+        assert_eq!(c.vs_fuse2fs, Some(5.0));
+        assert!(cell("smallfile", "fuse2fs")
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("1 of 3 runs failed: boom"));
+        // 20 fsyncs/s at 1 ms each: 0.02 of the device.
+        assert!((c.vs_device.unwrap() - 0.02).abs() < 1e-9);
+        assert_eq!(cell("largefile", "stitchfs").vs_device, Some(20e6 / 1e8));
+        let smallfile = r
+            .goals
+            .iter()
+            .find(|g| g.what.starts_with("smallfile rate vs ext4"))
+            .unwrap();
+        assert_eq!(smallfile.verdict(), "met");
+        let bindfs = r.goals.iter().find(|g| g.what.contains("bindfs")).unwrap();
+        assert_eq!(bindfs.verdict(), "not measured");
+        let text = table(&r);
+        assert!(
+            text.contains("| smallfile | stitchfs journal | 20.0 files/s | 2.00 |"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,1112 @@
+//! `stitchfs bench seeds`: the seed papers' experiments through a mount,
+//! on every system of [`super::systems`] in one run (stitchfs in each mode,
+//! ext4 in each data mode and `-o sync`, ext2, fuse2fs), each on storage
+//! made fresh on the same disk with the caches dropped before mount.
+//!
+//! Workloads (`--workloads`), each the shape of a seed's experiment, driven
+//! by the real tools where the paper used one:
+//!
+//! - Seltzer et al. 2000: **seltzer-micro**, create then delete of files by
+//!   size (4 KB, 64 KB, 1 MB; a remount between the two); **seltzer-0len**,
+//!   create + close + unlink of an empty file, 50,000 times;
+//!   **postmark-small** (10,000 files of 512 B–16 KB, 20,000 transactions)
+//!   and **postmark-large** (our sizes: 1,000 files of 16 KB–1 MB, 2,000
+//!   transactions), Debian's `postmark` binary.
+//! - Featherstitch: **untar** (GNU tar extracts a real source tree) and
+//!   delete (`rm -rf`); **postmark-fst** (500 files of 500 B–4 MB, 500
+//!   transactions); **andrew**, unpack, `./configure`, `make -j2` of a real
+//!   C project (GNU hello 2.10, Debian's upstream tarball, which
+//!   scripts/setup-bench.sh fetches with `apt-get source`); **imap**, a
+//!   Dovecot server from Debian (`dovecot-imapd`, started for the run on
+//!   127.0.0.1, Maildir on the mount, default `mail_fsync=optimized`) and a
+//!   Python `imaplib` client: 1,000 messages of 2 KB appended to INBOX
+//!   (untimed), then moved one `UID MOVE` at a time to another folder.
+//! - ccfs: **sqlite**, 2,000 inserts of 120 random bytes, each its own
+//!   transaction, rollback journal (`journal_mode=DELETE`,
+//!   `synchronous=FULL`), the `sqlite3` shell; **git**, `git add -A` and
+//!   `git commit` of the source tree with `core.fsync=all`; **fsync**, the
+//!   append, overwrite and truncate fsync-latency tests (4 KiB per
+//!   operation, each followed by fsync).
+//! - xsyncfs: **postmark-xsyncfs** (10,000 files, 10,000 transactions,
+//!   PostMark's default sizes 500 B–10 KB).
+//!
+//! McoreFS's workloads are `bench mount`'s. Every timed phase ends with a
+//! `syncfs` of the mount, inside the timing: a phase is done when what it
+//! wrote is durable, whatever the system defers. See [`super::session`] for
+//! what the counts cover.
+
+#[cfg(test)]
+use super::session::Sample;
+use super::session::{median, syncfs, Ctx, Outcome, Run};
+#[cfg(test)]
+use super::systems::Usage;
+use super::systems::{DeviceLimits, Machine, Place, System};
+use anyhow::{ensure, Context};
+use serde::Serialize;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod report;
+
+pub use report::{table, Report};
+
+/// Every system but bindfs (a passthrough to the host file system, not an
+/// image on the disk).
+pub const DEFAULT_SYSTEMS: &str = "stitchfs-softupdates,stitchfs,stitchfs-data-journal,\
+stitchfs-writeback,stitchfs-async,ext4-writeback,ext4,ext4-journal,ext4-sync,ext2,fuse2fs";
+
+/// What a phase's figure is.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Figure {
+    /// Operations per second, in this unit.
+    Rate(&'static str),
+    /// Seconds for the whole phase (its amount is 1).
+    Time,
+}
+
+/// One row of the results.
+#[derive(Debug)]
+pub struct Phase {
+    /// The seed whose experiment it is.
+    pub seed: &'static str,
+    pub name: &'static str,
+    pub figure: Figure,
+    /// fsyncs (at least) per unit of work, for the device floor (0: not
+    /// fsync-bound).
+    pub fsyncs: f64,
+}
+
+const fn rate(seed: &'static str, name: &'static str, unit: &'static str, fsyncs: f64) -> Phase {
+    Phase {
+        seed,
+        name,
+        figure: Figure::Rate(unit),
+        fsyncs,
+    }
+}
+
+const fn time(seed: &'static str, name: &'static str) -> Phase {
+    Phase {
+        seed,
+        name,
+        figure: Figure::Time,
+        fsyncs: 0.0,
+    }
+}
+
+pub const PHASES: [Phase; 22] = [
+    rate("Seltzer", "create 4 KB", "files/s", 0.0),
+    rate("Seltzer", "delete 4 KB", "files/s", 0.0),
+    rate("Seltzer", "create 64 KB", "files/s", 0.0),
+    rate("Seltzer", "delete 64 KB", "files/s", 0.0),
+    rate("Seltzer", "create 1 MB", "files/s", 0.0),
+    rate("Seltzer", "delete 1 MB", "files/s", 0.0),
+    rate("Seltzer", "create+delete 0 B", "files/s", 0.0),
+    time("Seltzer", "PostMark small"),
+    time("Seltzer", "PostMark large"),
+    time("Featherstitch", "untar"),
+    time("Featherstitch", "delete tree"),
+    time("Featherstitch", "PostMark"),
+    time("Featherstitch", "unpack"),
+    time("Featherstitch", "configure"),
+    time("Featherstitch", "make"),
+    // SQLite's rollback journal, synchronous=FULL: at least the journal,
+    // and the database, fsynced per transaction.
+    rate("ccfs", "SQLite insert", "inserts/s", 2.0),
+    time("ccfs", "git add + commit"),
+    rate("ccfs", "append+fsync", "ops/s", 1.0),
+    rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
+    rate("ccfs", "truncate+fsync", "ops/s", 1.0),
+    time("xsyncfs", "PostMark"),
+    rate("Featherstitch", "IMAP move", "messages/s", 0.0),
+];
+
+/// The workloads, in order, with the phases each reports.
+pub const WORKLOADS: [(&str, &[usize]); 12] = [
+    ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
+    ("seltzer-0len", &[6]),
+    ("postmark-small", &[7]),
+    ("postmark-large", &[8]),
+    ("untar", &[9, 10]),
+    ("postmark-fst", &[11]),
+    ("andrew", &[12, 13, 14]),
+    ("sqlite", &[15]),
+    ("git", &[16]),
+    ("fsync", &[17, 18, 19]),
+    ("postmark-xsyncfs", &[20]),
+    ("imap", &[21]),
+];
+
+/// The workloads named by a comma-separated list (`all` for every one),
+/// as indices into [`WORKLOADS`].
+pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
+    if list == "all" {
+        return Ok((0..WORKLOADS.len()).collect());
+    }
+    list.split(',')
+        .map(|name| {
+            WORKLOADS
+                .iter()
+                .position(|(w, _)| *w == name.trim())
+                .with_context(|| {
+                    let names: Vec<&str> = WORKLOADS.iter().map(|(w, _)| *w).collect();
+                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
+                })
+        })
+        .collect()
+}
+
+/// One PostMark configuration.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PostMark {
+    pub files: usize,
+    pub transactions: usize,
+    pub min_size: u64,
+    pub max_size: u64,
+}
+
+/// Sizes of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scale {
+    pub image_bytes: u64,
+    /// seltzer-micro: per size, this many files, at most `micro_bytes` in
+    /// all.
+    pub micro_files: usize,
+    pub micro_bytes: u64,
+    pub zero_files: usize,
+    pub postmark_small: PostMark,
+    pub postmark_large: PostMark,
+    pub postmark_fst: PostMark,
+    pub postmark_xsyncfs: PostMark,
+    /// untar and git: files of the source tree (None: all of it).
+    pub tree_files: Option<usize>,
+    pub sqlite_inserts: usize,
+    pub sqlite_bytes: usize,
+    /// imap: messages moved, and their body size.
+    pub imap_messages: usize,
+    pub imap_bytes: usize,
+    /// fsync tests: operations of each kind.
+    pub fsync_ops: usize,
+    pub probe_samples: usize,
+    pub probe_bytes: u64,
+}
+
+impl Scale {
+    pub const FULL: Scale = Scale {
+        image_bytes: 4 << 30,
+        micro_files: 10_000,
+        micro_bytes: 100 << 20,
+        zero_files: 50_000,
+        postmark_small: PostMark {
+            files: 10_000,
+            transactions: 20_000,
+            min_size: 512,
+            max_size: 16_384,
+        },
+        postmark_large: PostMark {
+            files: 1_000,
+            transactions: 2_000,
+            min_size: 16_384,
+            max_size: 1 << 20,
+        },
+        postmark_fst: PostMark {
+            files: 500,
+            transactions: 500,
+            min_size: 500,
+            max_size: 4 << 20,
+        },
+        postmark_xsyncfs: PostMark {
+            files: 10_000,
+            transactions: 10_000,
+            min_size: 500,
+            max_size: 10_000,
+        },
+        tree_files: None,
+        sqlite_inserts: 2_000,
+        sqlite_bytes: 120,
+        imap_messages: 1_000,
+        imap_bytes: 2048,
+        fsync_ops: 1_000,
+        probe_samples: 200,
+        probe_bytes: 256 << 20,
+    };
+
+    pub const QUICK: Scale = Scale {
+        image_bytes: 256 << 20,
+        micro_files: 100,
+        micro_bytes: 8 << 20,
+        zero_files: 500,
+        postmark_small: PostMark {
+            files: 100,
+            transactions: 200,
+            min_size: 512,
+            max_size: 16_384,
+        },
+        postmark_large: PostMark {
+            files: 10,
+            transactions: 20,
+            min_size: 16_384,
+            max_size: 1 << 20,
+        },
+        postmark_fst: PostMark {
+            files: 10,
+            transactions: 10,
+            min_size: 500,
+            max_size: 4 << 20,
+        },
+        postmark_xsyncfs: PostMark {
+            files: 100,
+            transactions: 100,
+            min_size: 500,
+            max_size: 10_000,
+        },
+        tree_files: Some(200),
+        sqlite_inserts: 50,
+        sqlite_bytes: 120,
+        imap_messages: 20,
+        imap_bytes: 2048,
+        fsync_ops: 50,
+        probe_samples: 20,
+        probe_bytes: 32 << 20,
+    };
+}
+
+/// What a run needs.
+pub struct Config {
+    pub scale: Scale,
+    pub runs: usize,
+    pub systems: Vec<&'static System>,
+    /// Indices into [`WORKLOADS`].
+    pub workloads: Vec<usize>,
+    /// Where images and mount points go (on the disk being measured).
+    pub scratch: PathBuf,
+    /// A phase taking longer than this counts as hung.
+    pub timeout: Duration,
+    /// The source tree for untar and git.
+    pub tree: Option<PathBuf>,
+    /// The C project's tarball for andrew.
+    pub project: Option<PathBuf>,
+}
+
+/// What was run, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    pub runs: usize,
+    #[serde(flatten)]
+    pub scale: Scale,
+    pub caches_dropped: bool,
+    pub scratch: PathBuf,
+    /// The source tree: where it came from, files and bytes.
+    pub tree: Option<String>,
+    pub project: Option<String>,
+    /// The tools' versions.
+    pub tools: Vec<String>,
+}
+
+/// Why a workload cannot run here (a tool or input missing).
+fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
+    let tool = |bin: &str, package: &str| {
+        super::systems::tool(bin).is_none().then(|| {
+            format!(
+                "{bin} not installed: apt-get install {package} (or run scripts/setup-bench.sh)"
+            )
+        })
+    };
+    match WORKLOADS[w].0 {
+        n if n.starts_with("postmark") => tool("postmark", "postmark"),
+        "untar" => tool("tar", "tar").or_else(|| {
+            cfg.tree
+                .is_none()
+                .then(|| "no source tree (give --tree DIR)".into())
+        }),
+        "git" => tool("git", "git").or_else(|| {
+            cfg.tree
+                .is_none()
+                .then(|| "no source tree (give --tree DIR)".into())
+        }),
+        "sqlite" => tool("sqlite3", "sqlite3"),
+        "imap" => tool("dovecot", "dovecot-imapd")
+            .or_else(|| tool("python3", "python3"))
+            .or_else(|| {
+                mail_user()
+                    .is_none()
+                    .then(|| "no `mail` user for Dovecot's mail processes".into())
+            }),
+        "andrew" => tool("make", "make")
+            .or_else(|| tool("cc", "gcc"))
+            .or_else(|| match &cfg.project {
+                Some(p) if p.is_file() => None,
+                Some(p) => Some(format!(
+                    "no C project tarball at {} (run scripts/setup-bench.sh)",
+                    p.display()
+                )),
+                None => Some("no C project tarball (run scripts/setup-bench.sh)".into()),
+            }),
+        _ => None,
+    }
+}
+
+/// Progress steps of the whole benchmark.
+pub fn steps(cfg: &Config) -> usize {
+    cfg.runs * cfg.workloads.len() * cfg.systems.len()
+}
+
+/// Inputs made once, outside the systems under test.
+struct Inputs {
+    /// A tar of the source tree, and its size.
+    tree_tar: Option<PathBuf>,
+    tree_note: Option<String>,
+    dir: PathBuf,
+}
+
+fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
+    let mut inputs = Inputs {
+        tree_tar: None,
+        tree_note: None,
+        dir: dir.to_path_buf(),
+    };
+    let wants_tree = cfg
+        .workloads
+        .iter()
+        .any(|&w| matches!(WORKLOADS[w].0, "untar" | "git"));
+    if let (true, Some(root)) = (wants_tree, &cfg.tree) {
+        let limit = cfg.scale.tree_files.unwrap_or(usize::MAX);
+        let t = super::tree::Tree::read(root, limit)
+            .with_context(|| format!("reading {}", root.display()))?;
+        let list = dir.join("tree.list");
+        let mut f = File::create(&list)?;
+        for p in t.paths() {
+            writeln!(f, "{}", p.display())?;
+        }
+        drop(f);
+        let tar = dir.join("tree.tar");
+        run_tool(
+            Command::new("tar")
+                .arg("-cf")
+                .arg(&tar)
+                .arg("-C")
+                .arg(root)
+                .args(["--no-recursion", "-T"])
+                .arg(&list),
+            "tar -c",
+        )?;
+        inputs.tree_note = Some(format!(
+            "{} ({} files, {:.1} MB)",
+            root.display(),
+            t.files,
+            t.bytes as f64 / 1e6
+        ));
+        inputs.tree_tar = Some(tar);
+    }
+    Ok(inputs)
+}
+
+/// Runs every workload on every available system `cfg.runs` times,
+/// measuring the device before each run.
+pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
+    let s = &cfg.scale;
+    let scratch = tempfile::tempdir_in(&cfg.scratch)
+        .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
+    let inputs_dir = scratch.path().join("inputs");
+    let fs_dir = scratch.path().join("fs");
+    std::fs::create_dir_all(&inputs_dir)?;
+    std::fs::create_dir_all(&fs_dir)?;
+    let place = Place::new(&fs_dir)?;
+    let machine = Machine::probe(scratch.path());
+    let skipped: Vec<Option<String>> = cfg.systems.iter().map(|sys| sys.missing()).collect();
+    for (sys, why) in cfg.systems.iter().zip(&skipped) {
+        if let Some(why) = why {
+            eprintln!("skipping {}: {why}", sys.label);
+        }
+    }
+    let missing: Vec<Option<String>> = (0..WORKLOADS.len())
+        .map(|w| workload_missing(w, cfg))
+        .collect();
+    for &w in &cfg.workloads {
+        if let Some(why) = &missing[w] {
+            eprintln!("skipping workload {}: {why}", WORKLOADS[w].0);
+        }
+    }
+    let inputs = prepare(cfg, &inputs_dir)?;
+    let runs = cfg.runs.max(1);
+    // samples[system][phase][run]
+    let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
+        vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
+    let mut not_run: Vec<Option<String>> = vec![None; PHASES.len()];
+    let mut caches_dropped = true;
+    let mut device = Vec::with_capacity(runs);
+    for r in 1..=runs {
+        progress(&format!("run {r}: measuring the device"));
+        device.push(DeviceLimits::measure(
+            scratch.path(),
+            s.probe_samples,
+            s.probe_bytes,
+        )?);
+        for &w in &cfg.workloads {
+            let (wname, phases) = WORKLOADS[w];
+            if let Some(why) = &missing[w] {
+                for &p in phases {
+                    not_run[p] = Some(why.clone());
+                }
+                continue;
+            }
+            for (i, sys) in cfg.systems.iter().enumerate() {
+                progress(&format!("run {r}: {wname} / {}", sys.label));
+                if skipped[i].is_some() {
+                    for &p in phases {
+                        samples[i][p].push(None);
+                    }
+                    continue;
+                }
+                let ctx = Ctx {
+                    sys,
+                    place: &place,
+                    image_bytes: s.image_bytes,
+                    timeout: cfg.timeout,
+                };
+                let (out, dropped) = ctx.workload(
+                    phases,
+                    |p| PHASES[p].name.to_string(),
+                    |run| workload(w, run, cfg, &inputs),
+                );
+                caches_dropped &= dropped;
+                for (p, o) in out {
+                    if let Err(e) = &o {
+                        if !e.starts_with("not run") {
+                            eprintln!("{} on {}, run {r}: {e}", PHASES[p].name, sys.label);
+                        }
+                    }
+                    samples[i][p].push(Some(o));
+                }
+            }
+        }
+    }
+    let settings = Settings {
+        runs,
+        scale: s.clone(),
+        caches_dropped,
+        scratch: cfg.scratch.clone(),
+        tree: inputs.tree_note.clone(),
+        project: cfg.project.as_ref().map(|p| p.display().to_string()),
+        tools: tool_versions(),
+    };
+    Ok(report::build(
+        settings,
+        machine,
+        device,
+        &cfg.systems,
+        &skipped,
+        &not_run,
+        samples,
+    ))
+}
+
+fn tool_versions() -> Vec<String> {
+    let first_line = |cmd: &str, args: &[&str]| -> Option<String> {
+        let out = Command::new(cmd).args(args).output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && l.chars().any(|c| c.is_ascii_digit()))
+            .map(str::to_string)
+    };
+    let mut v = Vec::new();
+    for (cmd, args) in [
+        ("tar", &["--version"][..]),
+        ("sqlite3", &["--version"][..]),
+        ("git", &["--version"][..]),
+        ("gcc", &["--version"][..]),
+        ("fuse2fs", &["-V"][..]),
+        ("dovecot", &["--version"][..]),
+    ] {
+        if let Some(l) = first_line(cmd, args) {
+            v.push(format!("{cmd}: {l}"));
+        }
+    }
+    if let Some(out) = Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", "postmark"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+    {
+        v.push(format!(
+            "postmark: Debian {}",
+            String::from_utf8_lossy(&out.stdout)
+        ));
+    }
+    v
+}
+
+fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Inputs) -> anyhow::Result<()> {
+    let s = &cfg.scale;
+    let p = WORKLOADS[w].1;
+    match WORKLOADS[w].0 {
+        "seltzer-micro" => seltzer_micro(run, s),
+        "seltzer-0len" => zero_length(run, p[0], s.zero_files),
+        "postmark-small" => postmark(run, p[0], &s.postmark_small, inputs),
+        "postmark-large" => postmark(run, p[0], &s.postmark_large, inputs),
+        "postmark-fst" => postmark(run, p[0], &s.postmark_fst, inputs),
+        "postmark-xsyncfs" => postmark(run, p[0], &s.postmark_xsyncfs, inputs),
+        "untar" => untar(run, p, inputs),
+        "andrew" => andrew(run, p, cfg),
+        "sqlite" => sqlite(run, p[0], s, inputs),
+        "git" => git(run, p[0], inputs),
+        "fsync" => fsync_tests(run, p, s.fsync_ops),
+        "imap" => imap(run, p[0], s, inputs),
+        other => anyhow::bail!("no workload {other}"),
+    }
+}
+
+/// Runs a tool to completion; its output in the error if it fails.
+fn run_tool(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(10)..].join("\n  ");
+        anyhow::bail!("{what} failed ({}):\n  {tail}", out.status);
+    }
+    Ok(text)
+}
+
+/// The file sizes of seltzer-micro, with the phases (create, delete) of each.
+const MICRO_SIZES: [(u64, usize, usize); 3] = [(4096, 0, 1), (65_536, 2, 3), (1 << 20, 4, 5)];
+
+/// Seltzer's create and delete microbenchmarks: per size, create N files
+/// of that size in one directory (each written in one call and closed),
+/// then syncfs; remount (caches dropped); delete them all, then syncfs.
+fn seltzer_micro(run: &mut Run, s: &Scale) -> anyhow::Result<()> {
+    for (size, create, delete) in MICRO_SIZES {
+        let n = s.micro_files.min((s.micro_bytes / size) as usize).max(1);
+        let dir = format!("micro{size}");
+        let name = |root: &Path, i: usize| root.join(format!("{dir}/f{i}"));
+        run.setup(create, |root| Ok(std::fs::create_dir(root.join(&dir))?))?;
+        let data = vec![0x53u8; size as usize];
+        run.timed(create, |root| {
+            for i in 0..n {
+                let p = name(root, i);
+                let mut f = File::create(&p).with_context(|| format!("create {}", p.display()))?;
+                f.write_all(&data)
+                    .with_context(|| format!("write {}", p.display()))?;
+            }
+            syncfs(root)?;
+            Ok(n as f64)
+        })?;
+        run.remount()?;
+        run.timed(delete, |root| {
+            for i in 0..n {
+                let p = name(root, i);
+                std::fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
+            }
+            syncfs(root)?;
+            Ok(n as f64)
+        })?;
+    }
+    Ok(())
+}
+
+/// Seltzer's 0-length test: create, close and unlink one empty file, `n`
+/// times, in one directory; then syncfs.
+fn zero_length(run: &mut Run, phase: usize, n: usize) -> anyhow::Result<()> {
+    run.setup(phase, |root| Ok(std::fs::create_dir(root.join("zero"))?))?;
+    run.timed(phase, |root| {
+        for i in 0..n {
+            let p = root.join(format!("zero/f{i}"));
+            File::create(&p).with_context(|| format!("create {}", p.display()))?;
+            std::fs::remove_file(&p).with_context(|| format!("unlink {}", p.display()))?;
+        }
+        syncfs(root)?;
+        Ok(n as f64)
+    })
+}
+
+/// The PostMark configuration file for `pm`, running in `dir`.
+pub fn postmark_config(pm: &PostMark, dir: &Path) -> String {
+    format!(
+        "set location {}\nset number {}\nset transactions {}\nset size {} {}\n\
+         set seed 42\nrun\nquit\n",
+        dir.display(),
+        pm.files,
+        pm.transactions,
+        pm.min_size,
+        pm.max_size
+    )
+}
+
+/// PostMark's own summary line, `N seconds of transactions (M per second)`,
+/// as (seconds, transactions per second).
+pub fn postmark_transactions(out: &str) -> Option<(f64, f64)> {
+    let line = out
+        .lines()
+        .find(|l| l.contains("seconds of transactions"))?;
+    let secs = line.split_whitespace().next()?.parse().ok()?;
+    let per = line
+        .split('(')
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((secs, per))
+}
+
+/// Debian's `postmark` with `pm`, in a directory of the mount; then syncfs.
+fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Inputs) -> anyhow::Result<()> {
+    run.setup(phase, |root| Ok(std::fs::create_dir(root.join("pm"))?))?;
+    let cfg_path = inputs.dir.join("postmark.cfg");
+    run.timed(phase, |root| {
+        std::fs::write(&cfg_path, postmark_config(pm, &root.join("pm")))?;
+        let out = run_tool(
+            Command::new("postmark").arg(&cfg_path).current_dir(root),
+            "postmark",
+        )?;
+        ensure!(
+            postmark_transactions(&out).is_some(),
+            "postmark printed no summary:\n{out}"
+        );
+        syncfs(root)?;
+        Ok(1.0)
+    })
+}
+
+/// Featherstitch's untar and delete: GNU tar extracts the tree (the tar
+/// file is on the host disk, read through its cache), syncfs; remount;
+/// `rm -rf` of it, syncfs.
+fn untar(run: &mut Run, p: &[usize], inputs: &Inputs) -> anyhow::Result<()> {
+    let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
+    // Read the tar once so its reads are not timed on the first system
+    // only (drop_caches empties the cache before every mount).
+    run.setup(p[0], |root| Ok(std::fs::create_dir(root.join("tree"))?))?;
+    run.timed(p[0], |root| {
+        run_tool(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(tar)
+                .arg("-C")
+                .arg(root.join("tree")),
+            "tar -x",
+        )?;
+        syncfs(root)?;
+        Ok(1.0)
+    })?;
+    run.remount()?;
+    run.timed(p[1], |root| {
+        run_tool(
+            Command::new("rm").arg("-rf").arg(root.join("tree")),
+            "rm -rf",
+        )?;
+        syncfs(root)?;
+        Ok(1.0)
+    })
+}
+
+/// The Andrew-style build: unpack the C project's tarball, `./configure`,
+/// `make -j2`, each phase ending with syncfs.
+fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
+    let tarball = cfg.project.as_ref().context("no C project tarball")?;
+    run.timed(p[0], |root| {
+        run_tool(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(tarball)
+                .arg("-C")
+                .arg(root),
+            "tar -x of the project",
+        )?;
+        syncfs(root)?;
+        Ok(1.0)
+    })?;
+    let src = |root: &Path| -> anyhow::Result<PathBuf> {
+        let dir = std::fs::read_dir(root)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.join("configure").is_file())
+            .context("no directory with a configure script in the tarball")?;
+        Ok(dir)
+    };
+    run.timed(p[1], |root| {
+        let dir = src(root)?;
+        run_tool(
+            Command::new("./configure").arg("--quiet").current_dir(&dir),
+            "configure",
+        )?;
+        syncfs(root)?;
+        Ok(1.0)
+    })?;
+    run.timed(p[2], |root| {
+        let dir = src(root)?;
+        run_tool(
+            Command::new("make")
+                .args(["-j2", "--quiet"])
+                .current_dir(&dir),
+            "make",
+        )?;
+        syncfs(root)?;
+        Ok(1.0)
+    })
+}
+
+/// The sqlite3 shell's script: `n` inserts of `bytes` random bytes, each
+/// its own transaction, with a rollback journal.
+pub fn sqlite_script(n: usize, bytes: usize) -> String {
+    let mut s = String::from(
+        "PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n\
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);\n",
+    );
+    for _ in 0..n {
+        s.push_str(&format!("INSERT INTO t(v) VALUES (randomblob({bytes}));\n"));
+    }
+    s
+}
+
+fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+    let script = inputs.dir.join("inserts.sql");
+    std::fs::write(&script, sqlite_script(s.sqlite_inserts, s.sqlite_bytes))?;
+    run.setup(phase, |root| Ok(std::fs::create_dir(root.join("db"))?))?;
+    run.timed(phase, |root| {
+        let out = run_tool(
+            Command::new("sqlite3")
+                .arg(root.join("db/bench.db"))
+                .arg(format!(".read {}", script.display())),
+            "sqlite3",
+        )?;
+        let count = run_tool(
+            Command::new("sqlite3")
+                .arg(root.join("db/bench.db"))
+                .arg("SELECT count(*) FROM t"),
+            "sqlite3 count",
+        )?;
+        ensure!(
+            count.trim() == s.sqlite_inserts.to_string(),
+            "the table has {} rows, not {} ({out})",
+            count.trim(),
+            s.sqlite_inserts
+        );
+        syncfs(root)?;
+        Ok(s.sqlite_inserts as f64)
+    })
+}
+
+/// ccfs's git test: the tree is unpacked (untimed, made durable), then
+/// `git init`, `git add -A` and `git commit` with `core.fsync=all` and
+/// `core.fsyncMethod=fsync` are timed together.
+fn git(run: &mut Run, phase: usize, inputs: &Inputs) -> anyhow::Result<()> {
+    let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
+    run.setup(phase, |root| {
+        std::fs::create_dir(root.join("repo"))?;
+        run_tool(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(tar)
+                .arg("-C")
+                .arg(root.join("repo")),
+            "tar -x",
+        )?;
+        Ok(())
+    })?;
+    run.timed(phase, |root| {
+        let repo = root.join("repo");
+        let git = |args: &[&str]| -> anyhow::Result<String> {
+            run_tool(
+                Command::new("git")
+                    .args([
+                        "-c",
+                        "core.fsync=all",
+                        "-c",
+                        "core.fsyncMethod=fsync",
+                        "-c",
+                        "user.name=bench",
+                        "-c",
+                        "user.email=bench@localhost",
+                        "-c",
+                        "safe.directory=*",
+                    ])
+                    .args(args)
+                    .current_dir(&repo)
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .env("HOME", &repo),
+                &format!("git {}", args[0]),
+            )
+        };
+        git(&["init", "-q"])?;
+        git(&["add", "-A"])?;
+        git(&["commit", "-q", "-m", "tree"])?;
+        syncfs(root)?;
+        Ok(1.0)
+    })
+}
+
+/// ccfs's fsync-latency tests, 4 KiB an operation, each followed by
+/// fsync: append to an empty file; overwrite a random block of a 16 MiB
+/// file written and synced beforehand; truncate: shrink a file of `n`
+/// blocks by one block at a time.
+fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
+    let block = [0x46u8; 4096];
+    run.timed(p[0], |root| {
+        let mut f = File::create(root.join("append"))?;
+        for _ in 0..n {
+            f.write_all(&block)?;
+            f.sync_all().context("fsync")?;
+        }
+        Ok(n as f64)
+    })?;
+    const OVERWRITE_BLOCKS: u64 = 4096;
+    run.setup(p[1], |root| {
+        let mut f = File::create(root.join("overwrite"))?;
+        for _ in 0..OVERWRITE_BLOCKS {
+            f.write_all(&block)?;
+        }
+        f.sync_all()?;
+        Ok(())
+    })?;
+    run.timed(p[1], |root| {
+        let f = File::options().write(true).open(root.join("overwrite"))?;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f.write_all_at(&block, (x % OVERWRITE_BLOCKS) * 4096)?;
+            f.sync_all().context("fsync")?;
+        }
+        Ok(n as f64)
+    })?;
+    run.setup(p[2], |root| {
+        let mut f = File::create(root.join("truncate"))?;
+        for _ in 0..n {
+            f.write_all(&block)?;
+        }
+        f.sync_all()?;
+        Ok(())
+    })?;
+    run.timed(p[2], |root| {
+        let f = File::options().write(true).open(root.join("truncate"))?;
+        for i in (0..n as u64).rev() {
+            f.set_len(i * 4096)?;
+            f.sync_all().context("fsync")?;
+        }
+        Ok(n as f64)
+    })
+}
+
+/// The uid and gid of the `mail` user, which Dovecot's mail processes run
+/// as (Dovecot refuses root).
+fn mail_user() -> Option<(u32, u32)> {
+    // SAFETY: getpwnam returns a pointer into static storage, read at once.
+    let pw = unsafe { libc::getpwnam(c"mail".as_ptr()) };
+    // SAFETY: non-null, so it points to a passwd entry.
+    (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+/// The Dovecot configuration: IMAP on 127.0.0.1:`port`, one user `bench`
+/// (password `bench`) whose Maildir is under `mail_root`, the server's own
+/// files in `run_dir`.
+pub fn dovecot_config(port: u16, mail_root: &Path, run_dir: &Path, uid: u32, gid: u32) -> String {
+    format!(
+        "protocols = imap\nlisten = 127.0.0.1\nbase_dir = {run}/base\n\
+         state_dir = {run}/state\nlog_path = {run}/dovecot.log\nssl = no\n\
+         disable_plaintext_auth = no\nauth_mechanisms = plain\nfirst_valid_uid = {uid}\n\
+         default_internal_user = mail\ndefault_internal_group = mail\n\
+         default_login_user = mail\n\
+         passdb {{\n  driver = static\n  args = password=bench\n}}\n\
+         userdb {{\n  driver = static\n  args = uid={uid} gid={gid} home={mail}/%u\n}}\n\
+         mail_location = maildir:~/Maildir\n\
+         service imap-login {{\n  chroot =\n  inet_listener imap {{\n    \
+         address = 127.0.0.1\n    port = {port}\n  }}\n}}\n\
+         service anvil {{\n  chroot =\n}}\n",
+        run = run_dir.display(),
+        mail = mail_root.display(),
+    )
+}
+
+/// The IMAP client: `append PORT N BYTES` fills INBOX; `move PORT N`
+/// moves every message to `Moved` one `UID MOVE` at a time and checks
+/// that `Moved` holds N.
+const IMAP_CLIENT: &str = r#"import imaplib, sys
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+m = imaplib.IMAP4("127.0.0.1", port)
+m.login("bench", "bench")
+if mode == "append":
+    m.create("Moved")
+    body = ("From: bench@localhost\r\nSubject: m\r\n\r\n" + "x" * int(sys.argv[4])).encode()
+    for i in range(n):
+        typ, _ = m.append("INBOX", None, None, body)
+        assert typ == "OK", typ
+else:
+    m.select("INBOX")
+    typ, data = m.uid("SEARCH", None, "ALL")
+    uids = data[0].split()
+    assert len(uids) == n, (len(uids), n)
+    for uid in uids:
+        typ, _ = m.uid("MOVE", uid, "Moved")
+        assert typ == "OK", typ
+    typ, st = m.status("Moved", "(MESSAGES)")
+    assert st[0].split()[-1].rstrip(b")") == str(n).encode(), st
+m.logout()
+"#;
+
+/// A Dovecot master running in the foreground, stopped when dropped.
+struct Dovecot(std::process::Child);
+
+impl Drop for Dovecot {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects; the pid is our child's.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Featherstitch's IMAP test: Dovecot with its Maildir on the mount; the
+/// messages are appended (untimed, made durable), then moved one by one.
+fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+    let (uid, gid) = mail_user().context("no mail user")?;
+    let run_dir = inputs.dir.join("dovecot");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir)?;
+    let client = inputs.dir.join("imap_client.py");
+    std::fs::write(&client, IMAP_CLIENT)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let conf = run_dir.join("dovecot.conf");
+    let mut server: Option<Dovecot> = None;
+    let py = |args: &[String]| -> anyhow::Result<String> {
+        run_tool(
+            Command::new("python3").arg(&client).args(args),
+            "the IMAP client",
+        )
+    };
+    run.setup(phase, |root| {
+        let mail = root.join("mail");
+        std::fs::create_dir(&mail)?;
+        std::os::unix::fs::chown(&mail, Some(uid), Some(gid))?;
+        std::fs::write(&conf, dovecot_config(port, &mail, &run_dir, uid, gid))?;
+        let log = File::create(run_dir.join("master.out"))?;
+        let child = Command::new(super::systems::tool("dovecot").context("no dovecot")?)
+            .arg("-F")
+            .arg("-c")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting dovecot")?;
+        server = Some(Dovecot(child));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "dovecot did not listen on port {port} within 30 s: {}",
+                std::fs::read_to_string(run_dir.join("dovecot.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        py(&[
+            "append".into(),
+            port.to_string(),
+            s.imap_messages.to_string(),
+            s.imap_bytes.to_string(),
+        ])?;
+        Ok(())
+    })?;
+    run.timed(phase, |root| {
+        py(&["move".into(), port.to_string(), s.imap_messages.to_string()])?;
+        syncfs(root)?;
+        Ok(s.imap_messages as f64)
+    })?;
+    drop(server);
+    Ok(())
+}
+
+/// One run of one phase, its figure and counts (for the report's tests).
+#[cfg(test)]
+pub(super) fn sample(amount: f64, seconds: f64, usage: Usage) -> Sample {
+    Sample {
+        amount,
+        seconds,
+        usage,
+    }
+}
+
+/// The median of the per-run ratios `a[r] / b[r]` over the runs where both
+/// have a figure.
+pub fn paired_ratio(a: &[Option<f64>], b: &[Option<f64>]) -> Option<f64> {
+    median(
+        a.iter()
+            .zip(b)
+            .filter_map(|(x, y)| Some((*x)? / (*y)?))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postmark_summary_parses() {
+        let out = "Creating files...Done\nTime:\n\t12 seconds total\n\
+                   \t10 seconds of transactions (2000 per second)\n";
+        assert_eq!(postmark_transactions(out), Some((10.0, 2000.0)));
+        assert_eq!(postmark_transactions("nothing"), None);
+        let cfg = postmark_config(&Scale::FULL.postmark_small, Path::new("/m/pm"));
+        assert!(cfg.contains("set size 512 16384\n"), "{cfg}");
+        assert!(cfg.contains("set number 10000\nset transactions 20000\n"));
+        assert!(cfg.ends_with("run\nquit\n"));
+    }
+
+    #[test]
+    fn workloads_and_phases_match() {
+        let mut seen = vec![0; PHASES.len()];
+        for (_, phases) in WORKLOADS {
+            for &p in phases {
+                seen[p] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+        assert_eq!(select_workloads("all").unwrap().len(), WORKLOADS.len());
+        assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 8]);
+        assert!(select_workloads("tpc-c").is_err());
+        assert_eq!(
+            super::super::systems::select(DEFAULT_SYSTEMS)
+                .unwrap()
+                .len(),
+            11
+        );
+    }
+
+    #[test]
+    fn dovecot_listens_on_loopback_only() {
+        let c = dovecot_config(14301, Path::new("/m/mail"), Path::new("/r"), 8, 8);
+        assert!(c.contains("listen = 127.0.0.1\n"), "{c}");
+        assert!(c.contains("address = 127.0.0.1\n    port = 14301\n"), "{c}");
+        assert!(c.contains("home=/m/mail/%u\n"), "{c}");
+        assert!(c.contains("base_dir = /r/base\n"), "{c}");
+    }
+
+    #[test]
+    fn sqlite_script_has_one_transaction_per_insert() {
+        let s = sqlite_script(3, 120);
+        assert_eq!(s.matches("INSERT").count(), 3);
+        assert!(!s.contains("BEGIN"));
+        assert!(s.contains("journal_mode=DELETE"));
+    }
+
+    #[test]
+    fn ratios_pair_runs() {
+        // Run 2 is slow for both: the per-run ratios are 2, 2, 3.
+        let a = [Some(20.0), Some(2.0), Some(30.0), None];
+        let b = [Some(10.0), Some(1.0), Some(10.0), Some(5.0)];
+        assert_eq!(paired_ratio(&a, &b), Some(2.0));
+        assert_eq!(paired_ratio(&[None], &[Some(1.0)]), None);
+    }
+}

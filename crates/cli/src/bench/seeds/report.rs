@@ -1,0 +1,371 @@
+//! The seeds benchmark's results: a cell per phase and system (medians over
+//! the runs, ratios to ext4 data=ordered taken run by run), and the
+//! Markdown report.
+
+use super::{paired_ratio, Figure, Settings, PHASES};
+use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::bench::systems::{DeviceLimits, Machine, System, Usage};
+use serde::Serialize;
+
+/// Everything a run of the benchmark found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub settings: Settings,
+    pub machine: Machine,
+    /// The device probe of each run.
+    pub device: Vec<DeviceLimits>,
+    pub systems: Vec<SystemRow>,
+    pub cells: Vec<Cell>,
+}
+
+/// One phase on one system.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub seed: &'static str,
+    pub phase: &'static str,
+    /// The figure's unit: a rate's, or "s" for a time.
+    pub unit: &'static str,
+    pub system: &'static str,
+    pub label: &'static str,
+    /// The median over the runs that succeeded (a rate, or seconds), and
+    /// each run's (null: failed).
+    pub figure: Option<f64>,
+    pub run_figures: Vec<Option<f64>>,
+    /// Speed relative to ext4 data=ordered (its time over this one's, or
+    /// this rate over its rate), the median of the per-run ratios: above 1
+    /// is faster.
+    pub vs_ext4: Option<f64>,
+    /// fsync-bound phases: the device floor (fsyncs of the phase × the
+    /// device's 4 KiB write + fdatasync latency of the same run) over the
+    /// phase's time; 1 would be at the device's limit. Median over runs.
+    pub vs_device: Option<f64>,
+    /// The median run's wall time and counts.
+    pub seconds: Option<f64>,
+    pub usage: Option<Usage>,
+    pub error: Option<String>,
+    /// Why it did not run (a tool or input missing).
+    pub skipped: Option<String>,
+}
+
+/// `samples[system][phase][run]`, `None` where a system was skipped;
+/// `not_run[phase]` says why a phase's workload could not run.
+pub(super) fn build(
+    settings: Settings,
+    machine: Machine,
+    device: Vec<DeviceLimits>,
+    systems: &[&'static System],
+    skipped: &[Option<String>],
+    not_run: &[Option<String>],
+    samples: Vec<Vec<Vec<Option<Outcome>>>>,
+) -> Report {
+    let ok = |o: &Option<Outcome>| -> Option<Sample> { o.as_ref()?.as_ref().ok().cloned() };
+    let base = systems.iter().position(|s| s.id == "ext4");
+    let mut cells = Vec::new();
+    for (p, phase) in PHASES.iter().enumerate() {
+        let ran = samples.iter().any(|sys| !sys[p].is_empty());
+        if !ran && not_run[p].is_none() {
+            continue; // a workload not selected
+        }
+        let rates = |s: usize| -> Vec<Option<f64>> {
+            samples[s][p]
+                .iter()
+                .map(|o| ok(o).map(|x| x.rate()))
+                .collect()
+        };
+        for (s, sys) in systems.iter().enumerate() {
+            let runs = &samples[s][p];
+            let my_rates = rates(s);
+            let vs_ext4 = base.and_then(|b| paired_ratio(&my_rates, &rates(b)));
+            let mut good: Vec<Sample> = runs.iter().filter_map(ok).collect();
+            good.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+            let mid = good.get(good.len() / 2).cloned();
+            let to_figure = |x: &Sample| match phase.figure {
+                Figure::Rate(_) => x.rate(),
+                Figure::Time => x.seconds,
+            };
+            let vs_device = (phase.fsyncs > 0.0)
+                .then(|| {
+                    median(
+                        runs.iter()
+                            .zip(&device)
+                            .filter_map(|(o, d)| {
+                                let x = ok(o)?;
+                                Some(x.amount * phase.fsyncs * d.fsync_latency_s / x.seconds)
+                            })
+                            .collect(),
+                    )
+                })
+                .flatten();
+            let failed: Vec<String> = runs
+                .iter()
+                .flatten()
+                .filter_map(|o| o.as_ref().err().cloned())
+                .collect();
+            cells.push(Cell {
+                seed: phase.seed,
+                phase: phase.name,
+                unit: match phase.figure {
+                    Figure::Rate(u) => u,
+                    Figure::Time => "s",
+                },
+                system: sys.id,
+                label: sys.label,
+                figure: mid.as_ref().map(to_figure),
+                run_figures: runs.iter().map(|o| ok(o).as_ref().map(to_figure)).collect(),
+                vs_ext4,
+                vs_device,
+                seconds: mid.as_ref().map(|m| m.seconds),
+                usage: mid.map(|m| m.usage),
+                error: failed
+                    .first()
+                    .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len())),
+                skipped: not_run[p].clone().or_else(|| skipped[s].clone()),
+            });
+        }
+    }
+    Report {
+        settings,
+        machine,
+        device,
+        systems: SystemRow::rows(systems, skipped),
+        cells,
+    }
+}
+
+/// The report as Markdown.
+pub fn table(r: &Report) -> String {
+    let (s, m, d) = (&r.settings, &r.machine, &r.device);
+    let sc = &s.scale;
+    let pm = |p: &super::PostMark| {
+        format!(
+            "{} files of {}–{} B, {} transactions",
+            p.files, p.min_size, p.max_size, p.transactions
+        )
+    };
+    let mut out = format!(
+        "The seeds' experiments through a mount: median of {} run(s), each workload on \
+         storage made fresh (a {} MiB image on the same disk) with caches dropped{}.\n\n\
+         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
+         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
+         fdatasync takes {} ms (median of {}; p90 {} ms); sequential write {} MB/s ({} MiB + \
+         fdatasync).\n\n\
+         Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
+         create+delete ×{}; PostMark small {}; large {}; Featherstitch {}; xsyncfs {}; \
+         source tree {}; C project {}; SQLite {} inserts of {} B; fsync tests {} operations \
+         each; IMAP {} messages of {} B.\n\nTools: {}.\n\n",
+        s.runs,
+        sc.image_bytes >> 20,
+        if s.caches_dropped {
+            ""
+        } else {
+            " (could not drop caches: not root)"
+        },
+        m.cpu,
+        m.cores,
+        m.ram_bytes as f64 / (1u64 << 30) as f64,
+        m.kernel,
+        m.disk,
+        m.host_fs,
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
+        d.first().map_or(0, |d| d.latency_samples),
+        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
+        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
+        d.first().map_or(0, |d| d.seq_bytes >> 20),
+        sc.micro_files,
+        sc.micro_bytes >> 20,
+        sc.zero_files,
+        pm(&sc.postmark_small),
+        pm(&sc.postmark_large),
+        pm(&sc.postmark_fst),
+        pm(&sc.postmark_xsyncfs),
+        s.tree.as_deref().unwrap_or("none"),
+        s.project.as_deref().unwrap_or("none"),
+        sc.sqlite_inserts,
+        sc.sqlite_bytes,
+        sc.fsync_ops,
+        sc.imap_messages,
+        sc.imap_bytes,
+        if s.tools.is_empty() {
+            "–".to_string()
+        } else {
+            s.tools.join("; ")
+        },
+    );
+    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
+    if !skipped.is_empty() {
+        out.push_str("Systems skipped:\n\n");
+        for sys in skipped {
+            let why = sys.skipped.as_deref().unwrap_or_default();
+            out.push_str(&format!("- {}: {why}\n", sys.label));
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "| seed | workload | system | result | vs ext4 ordered | vs device floor | time s \
+         | CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for c in &r.cells {
+        let head = format!("| {} | {} | {} |", c.seed, c.phase, c.label);
+        if let Some(why) = &c.skipped {
+            let short = why.split(':').next().unwrap_or(why);
+            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(8)));
+            continue;
+        }
+        let Some(fig) = c.figure else {
+            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(8)));
+            continue;
+        };
+        let u = c.usage.clone().unwrap_or_default();
+        let cpu = match u.server_cpu {
+            Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
+            None => format!("{:.2}", u.client_cpu),
+        };
+        out.push_str(&format!(
+            "{head} {} {} | {} | {} | {:.2} | {cpu} | {} | {} | {} | {} |\n",
+            figure(fig),
+            c.unit,
+            ratio(c.vs_ext4),
+            ratio(c.vs_device),
+            c.seconds.unwrap_or(f64::NAN),
+            u.fs_bytes_written
+                .map_or("–".into(), |b| format!("{}", b / 4096)),
+            u.fs_flushes.map_or("–".into(), |x| x.to_string()),
+            u.disk_bytes_written
+                .map_or("–".into(), |b| format!("{:.1}", b as f64 / 1e6)),
+            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
+        ));
+    }
+    out.push_str(
+        "\nResult: a rate, or the phase's time in seconds; every phase ends with a syncfs \
+         of the mount, inside the timing. vs ext4 ordered: speed relative to ext4 \
+         data=ordered, the median of per-run ratios (above 1 is faster). vs device floor: \
+         for fsync-bound phases, the time the phase's fsyncs alone would take at the \
+         device's 4 KiB write + fdatasync latency (same run's probe) over the phase's time \
+         (1.0 = at the device's limit; SQLite counted at 2 fsyncs an insert, a lower \
+         bound). CPU: the benchmark process and the tools it ran (the kernel's file system \
+         work happens in their calls) + the FUSE server. FS blocks (4 KiB) written and FS \
+         flushes: the loop device's counts for the kernel's file systems; for FUSE \
+         servers, the server's write_bytes (flushes are not seen per file system: see the \
+         disk's). Disk: the host device, device-wide (other activity on the machine shows \
+         there too). Counts run from a phase's start to the next phase's, or to the end \
+         of the unmount after it.\n",
+    );
+    let failures: Vec<&Cell> = r
+        .cells
+        .iter()
+        .filter(|c| c.error.is_some() && c.skipped.is_none())
+        .collect();
+    if !failures.is_empty() {
+        out.push_str("\nFailures:\n\n");
+        for c in failures {
+            let e = c.error.as_deref().unwrap_or_default();
+            let e: String = e.lines().take(6).collect::<Vec<_>>().join(" / ");
+            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
+        }
+    }
+    let not_run: Vec<(&str, &str)> = r
+        .cells
+        .iter()
+        .filter_map(|c| Some((c.phase, c.skipped.as_deref()?)))
+        .filter(|(_, why)| !r.systems.iter().any(|s| s.skipped.as_deref() == Some(why)))
+        .collect();
+    if !not_run.is_empty() {
+        out.push_str("\nNot run:\n\n");
+        let mut seen = Vec::new();
+        for (phase, why) in not_run {
+            if !seen.contains(&phase) {
+                seen.push(phase);
+                out.push_str(&format!("- {phase}: {why}\n"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::seeds::{sample, Scale};
+    use crate::bench::systems::select;
+
+    #[test]
+    fn figures_ratios_and_floor() {
+        let systems = select("stitchfs,ext4").unwrap();
+        let n = PHASES.len();
+        // Phase 17 (append+fsync): 100 ops; stitchfs takes 2 s, ext4 1 s
+        // in run 1; 4 s and 1 s in run 2. Phase 16 (git): a time.
+        let mk = |s: usize| -> Vec<Vec<Option<Outcome>>> {
+            (0..n)
+                .map(|p| match p {
+                    17 => [[2.0, 4.0], [1.0, 1.0]][s]
+                        .iter()
+                        .map(|&t| Some(Ok(sample(100.0, t, Usage::default()))))
+                        .collect(),
+                    16 => vec![
+                        Some(Ok(sample(1.0, [10.0, 5.0][s], Usage::default()))),
+                        Some(Err("boom".into())),
+                    ],
+                    _ => Vec::new(),
+                })
+                .collect()
+        };
+        let samples = vec![mk(0), mk(1)];
+        let device = DeviceLimits {
+            fsync_latency_s: 0.001,
+            fsync_latency_p90_s: 0.002,
+            latency_samples: 1,
+            seq_write_bytes_per_s: 1e8,
+            seq_bytes: 1,
+        };
+        let settings = Settings {
+            runs: 2,
+            scale: Scale::QUICK,
+            caches_dropped: true,
+            scratch: "/tmp".into(),
+            tree: None,
+            project: None,
+            tools: Vec::new(),
+        };
+        let mut not_run = vec![None; n];
+        not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
+        let r = build(
+            settings,
+            Machine::probe(std::path::Path::new("/")),
+            vec![device.clone(), device],
+            &systems,
+            &[None, None],
+            &not_run,
+            samples,
+        );
+        let cell = |p: &str, s: &str| {
+            r.cells
+                .iter()
+                .find(|c| c.phase == p && c.system == s)
+                .unwrap()
+        };
+        let a = cell("append+fsync", "stitchfs");
+        // Rates 50 and 25 against 100 and 100: ratios 0.5 and 0.25.
+        assert_eq!(a.vs_ext4, Some(0.375));
+        // 100 fsyncs × 1 ms = 0.1 s floor, over 2 s and 4 s.
+        assert!((a.vs_device.unwrap() - 0.0375).abs() < 1e-12);
+        let g = cell("git add + commit", "stitchfs");
+        assert_eq!((g.figure, g.unit), (Some(10.0), "s"));
+        assert_eq!(g.vs_ext4, Some(0.5));
+        assert!(g
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("1 of 2 runs failed"));
+        assert!(cell("SQLite insert", "ext4").skipped.is_some());
+        let text = table(&r);
+        assert!(
+            text.contains("| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- SQLite insert: sqlite3 not installed"),
+            "{text}"
+        );
+    }
+}

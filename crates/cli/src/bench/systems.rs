@@ -1,0 +1,996 @@
+//! File systems to benchmark side by side, each on storage made fresh for
+//! every run in one scratch directory (so on the disk being measured):
+//!
+//! - the kernel's ext4 (each data mode, and `-o sync`) and ext2, on a loop
+//!   device over an image file;
+//! - `fuse2fs` over an ext4 image file (e2fsprogs' FUSE server; it does not
+//!   write the journal);
+//! - `bindfs`, a FUSE passthrough over a directory of the host file system;
+//! - stitchfs itself: `stitchfs mount IMAGE MNT --foreground` run as a child
+//!   of this binary.
+//!
+//! A [`Mounted`] system gives [`Counters`]: this process's CPU time (the
+//! workloads run in it, so a kernel file system's work shows here), the CPU
+//! time of the FUSE server (`/proc/PID/stat`), what the file system wrote
+//! (the loop device's `/sys/block/loopN/stat`, or the server's
+//! `/proc/PID/io` `write_bytes`), and the host disk's writes and flushes
+//! (its `/sys/dev/block/M:m/stat`, device-wide, so other activity on the
+//! machine shows there too). Unmounting returns the final counts: for a
+//! server, taken when it is reaped (`wait4`), after its last write.
+
+use anyhow::{bail, ensure, Context};
+use serde::Serialize;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use stitch_mkfs::{JournalSize, MkfsOptions};
+
+/// One file system configuration.
+#[derive(Debug)]
+pub struct System {
+    /// What `--systems` names it.
+    pub id: &'static str,
+    /// What tables call it.
+    pub label: &'static str,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// The kernel's driver on a loop device: the type (`mkfs.TYPE` makes
+    /// it) and the mount options.
+    Kernel {
+        fstype: &'static str,
+        options: &'static str,
+    },
+    Fuse2fs,
+    Bindfs,
+    Stitchfs {
+        consistency: &'static str,
+        data: Option<&'static str>,
+    },
+}
+
+const fn kernel(
+    id: &'static str,
+    label: &'static str,
+    fstype: &'static str,
+    options: &'static str,
+) -> System {
+    System {
+        id,
+        label,
+        kind: Kind::Kernel { fstype, options },
+    }
+}
+
+const fn stitchfs(
+    id: &'static str,
+    label: &'static str,
+    consistency: &'static str,
+    data: Option<&'static str>,
+) -> System {
+    System {
+        id,
+        label,
+        kind: Kind::Stitchfs { consistency, data },
+    }
+}
+
+/// Every system `--systems` can name.
+pub const SYSTEMS: [System; 12] = [
+    stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
+    stitchfs(
+        "stitchfs-softupdates",
+        "stitchfs softupdates",
+        "softupdates",
+        None,
+    ),
+    stitchfs(
+        "stitchfs-writeback",
+        "stitchfs data=writeback",
+        "journal",
+        Some("writeback"),
+    ),
+    stitchfs(
+        "stitchfs-data-journal",
+        "stitchfs data=journal",
+        "journal",
+        Some("journal"),
+    ),
+    stitchfs("stitchfs-async", "stitchfs async", "async", None),
+    kernel("ext4", "ext4 data=ordered", "ext4", "data=ordered"),
+    kernel(
+        "ext4-writeback",
+        "ext4 data=writeback",
+        "ext4",
+        "data=writeback",
+    ),
+    kernel("ext4-journal", "ext4 data=journal", "ext4", "data=journal"),
+    kernel("ext4-sync", "ext4 -o sync", "ext4", "sync"),
+    kernel("ext2", "ext2", "ext2", ""),
+    System {
+        id: "fuse2fs",
+        label: "fuse2fs",
+        kind: Kind::Fuse2fs,
+    },
+    System {
+        id: "bindfs",
+        label: "bindfs",
+        kind: Kind::Bindfs,
+    },
+];
+
+/// The systems named by a comma-separated list of ids (`all` for every one).
+pub fn select(list: &str) -> anyhow::Result<Vec<&'static System>> {
+    if list == "all" {
+        return Ok(SYSTEMS.iter().collect());
+    }
+    list.split(',')
+        .map(|id| {
+            SYSTEMS.iter().find(|s| s.id == id.trim()).with_context(|| {
+                let ids: Vec<&str> = SYSTEMS.iter().map(|s| s.id).collect();
+                format!("no system {id:?} (known: {}, or all)", ids.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// Where a system's storage and mount point go: one directory on the disk
+/// being measured.
+pub struct Place {
+    dir: PathBuf,
+}
+
+impl Place {
+    pub fn new(dir: &Path) -> anyhow::Result<Place> {
+        let dir = dir
+            .canonicalize()
+            .with_context(|| format!("{}", dir.display()))?;
+        Ok(Place { dir })
+    }
+
+    fn image(&self) -> PathBuf {
+        self.dir.join("fs.img")
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+
+    /// bindfs's source directory.
+    fn src(&self) -> PathBuf {
+        self.dir.join("src")
+    }
+
+    fn log(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.log"))
+    }
+}
+
+const SETUP_HINT: &str = "or run scripts/setup-bench.sh";
+
+impl System {
+    /// Why this system cannot run here, with what to install; `None` when
+    /// it can.
+    pub fn missing(&self) -> Option<String> {
+        let fuse = || -> Option<String> {
+            if !Path::new("/dev/fuse").exists() {
+                return Some("/dev/fuse is missing (FUSE is not available here)".into());
+            }
+            if tool("fusermount3").is_none() {
+                return Some(format!(
+                    "fusermount3 not installed: apt-get install fuse3 ({SETUP_HINT})"
+                ));
+            }
+            None
+        };
+        let installed = |bin: &str, package: &str| {
+            tool(bin)
+                .is_none()
+                .then(|| format!("{bin} not installed: apt-get install {package} ({SETUP_HINT})"))
+        };
+        match self.kind {
+            Kind::Kernel { fstype, .. } => {
+                if !is_root() {
+                    return Some("needs root (loop devices and mount)".into());
+                }
+                installed(&format!("mkfs.{fstype}"), "e2fsprogs")
+                    .or_else(|| installed("losetup", "mount"))
+            }
+            Kind::Fuse2fs => installed("fuse2fs", "fuse2fs")
+                .or_else(|| installed("mkfs.ext4", "e2fsprogs"))
+                .or_else(fuse),
+            Kind::Bindfs => installed("bindfs", "bindfs").or_else(fuse),
+            Kind::Stitchfs { .. } => fuse().or_else(|| {
+                let has_mount = std::env::current_exe().ok().is_some_and(|exe| {
+                    Command::new(exe)
+                        .args(["mount", "--help"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+                });
+                (!has_mount).then(|| "this stitchfs binary has no `mount` subcommand".into())
+            }),
+        }
+    }
+
+    /// Makes fresh storage: a new image of `bytes` (or, for bindfs, an
+    /// empty source directory), and an empty mount point.
+    pub fn format(&self, place: &Place, bytes: u64) -> anyhow::Result<()> {
+        let (img, src, mnt) = (place.image(), place.src(), place.mnt());
+        for dir in [&src, &mnt] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+            }
+        }
+        std::fs::create_dir(&mnt)?;
+        if img.exists() {
+            std::fs::remove_file(&img)?;
+        }
+        match self.kind {
+            Kind::Kernel { fstype, .. } => mke2fs(&format!("mkfs.{fstype}"), &img, bytes),
+            Kind::Fuse2fs => mke2fs("mkfs.ext4", &img, bytes),
+            Kind::Bindfs => Ok(std::fs::create_dir(&src)?),
+            Kind::Stitchfs { consistency, .. } => {
+                let opts = MkfsOptions {
+                    size: Some(bytes),
+                    journal: (consistency == "journal").then_some(JournalSize::Default),
+                    force: true,
+                };
+                stitch_mkfs::mkfs(&img, &opts, &mut |_, _| {})?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Mounts what [`System::format`] made.
+    pub fn mount(&self, place: &Place) -> anyhow::Result<Mounted> {
+        let (img, mnt) = (place.image(), place.mnt());
+        let mut m = Mounted {
+            label: self.label,
+            mnt: mnt.clone(),
+            server: None,
+            loopdev: None,
+            disk: disk_stat_path(&place.dir),
+            done: false,
+        };
+        match self.kind {
+            Kind::Kernel { fstype, options } => {
+                let dev = output(
+                    Command::new(tool_path("losetup"))
+                        .args(["--find", "--show"])
+                        .arg(&img),
+                )?;
+                let dev = dev.trim().to_string();
+                m.loopdev = Some(dev.clone());
+                let mut cmd = Command::new("mount");
+                cmd.args(["-t", fstype]);
+                if !options.is_empty() {
+                    cmd.args(["-o", options]);
+                }
+                output(cmd.arg(&dev).arg(&mnt))?;
+            }
+            Kind::Fuse2fs => {
+                let mut cmd = Command::new(tool_path("fuse2fs"));
+                // allow_other: other users reach the mount (the IMAP
+                // server's mail processes run as `mail`).
+                cmd.arg(&img).arg(&mnt).args(["-f", "-o", "allow_other"]);
+                m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
+            }
+            Kind::Bindfs => {
+                let mut cmd = Command::new(tool_path("bindfs"));
+                cmd.arg("-f").arg(place.src()).arg(&mnt);
+                m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
+            }
+            Kind::Stitchfs { consistency, data } => {
+                let mut cmd = Command::new(std::env::current_exe()?);
+                cmd.arg("mount").arg(&img).arg(&mnt).args([
+                    "--foreground",
+                    "-o",
+                    "allow_other",
+                    "--consistency",
+                    consistency,
+                ]);
+                if let Some(d) = data {
+                    cmd.args(["--data", d]);
+                }
+                m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// `mkfs.ext4`/`mkfs.ext2` of a new sparse image, 4 KiB blocks, with the
+/// inode tables and journal written now, so no lazy initialization writes
+/// in the background while a workload runs.
+fn mke2fs(mkfs: &str, img: &Path, bytes: u64) -> anyhow::Result<()> {
+    File::create(img)?.set_len(bytes)?;
+    let ext = if mkfs.ends_with('2') {
+        "lazy_itable_init=0"
+    } else {
+        "lazy_itable_init=0,lazy_journal_init=0"
+    };
+    output(
+        Command::new(tool_path(mkfs))
+            .args(["-q", "-F", "-b", "4096", "-E", ext])
+            .arg(img),
+    )?;
+    Ok(())
+}
+
+/// A running FUSE server, our child.
+struct Server {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts `cmd` (stderr and stdout to `log`) and waits until `mnt`
+    /// shows in /proc/self/mounts.
+    fn start(mut cmd: Command, log: PathBuf, mnt: &Path) -> anyhow::Result<Server> {
+        let out = File::create(&log)?;
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {program}"))?;
+        let mut s = Server { child, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !is_mounted(mnt)? {
+            if let Some(status) = s.child.try_wait()? {
+                bail!(
+                    "{program} exited ({status}) before mounting{}",
+                    s.log_tail()
+                );
+            }
+            if Instant::now() > deadline {
+                s.kill();
+                bail!(
+                    "{program} did not mount {} within 60 s{}",
+                    mnt.display(),
+                    s.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(s)
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// SIGKILL to our child (it stays a zombie until reaped).
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// The last lines the server printed, as a suffix for an error.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n  ");
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its output ({}):\n  {tail}", self.log.display())
+        }
+    }
+
+    /// Reaps the server within `limit` (killing it after that): its exit
+    /// status, total CPU seconds and bytes written.
+    fn reap(&mut self, limit: Duration) -> anyhow::Result<(i32, f64, u64)> {
+        let deadline = Instant::now() + limit;
+        let mut killed = false;
+        loop {
+            let mut status = 0;
+            // SAFETY: wait4 only writes into the status and rusage we pass.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            let pid = unsafe { libc::wait4(self.pid(), &mut status, libc::WNOHANG, &mut ru) };
+            if pid == self.pid() {
+                if killed {
+                    bail!(
+                        "the server did not exit within {} s of the unmount and was killed{}",
+                        limit.as_secs(),
+                        self.log_tail()
+                    );
+                }
+                let cpu = seconds(ru.ru_utime) + seconds(ru.ru_stime);
+                return Ok((status, cpu, ru.ru_oublock as u64 * 512));
+            }
+            ensure!(pid == 0, "wait4: {}", std::io::Error::last_os_error());
+            if !killed && Instant::now() > deadline {
+                self.kill();
+                killed = true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn seconds(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+/// A mounted system. Unmount it with [`Mounted::unmount`]; dropped while
+/// mounted (an error on the way), it is unmounted lazily and its server
+/// killed.
+pub struct Mounted {
+    label: &'static str,
+    mnt: PathBuf,
+    server: Option<Server>,
+    /// `/dev/loopN`, for a kernel file system.
+    loopdev: Option<String>,
+    /// The host disk's stat file.
+    disk: Option<PathBuf>,
+    done: bool,
+}
+
+/// Counts at one moment, to subtract.
+#[derive(Clone, Debug)]
+pub struct Counters {
+    client_cpu: f64,
+    server_cpu: Option<f64>,
+    fs_written: Option<u64>,
+    fs_flushes: Option<u64>,
+    disk: Option<DiskStat>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct DiskStat {
+    written: u64,
+    flushes: u64,
+}
+
+/// What happened between two [`Counters`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Usage {
+    /// CPU seconds of the benchmark process and the tools it ran (the
+    /// workload, and the kernel's file system work done in its system
+    /// calls).
+    pub client_cpu: f64,
+    /// CPU seconds of the FUSE server.
+    pub server_cpu: Option<f64>,
+    /// Bytes the file system wrote: the loop device's, or the server's
+    /// `write_bytes`.
+    pub fs_bytes_written: Option<u64>,
+    /// Flushes the loop device received.
+    pub fs_flushes: Option<u64>,
+    /// The host disk's written bytes and flushes (device-wide).
+    pub disk_bytes_written: Option<u64>,
+    pub disk_flushes: Option<u64>,
+}
+
+impl Counters {
+    pub fn since(&self, before: &Counters) -> Usage {
+        let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
+        Usage {
+            client_cpu: self.client_cpu - before.client_cpu,
+            server_cpu: self.server_cpu.zip(before.server_cpu).map(|(a, b)| a - b),
+            fs_bytes_written: d(self.fs_written, before.fs_written),
+            fs_flushes: d(self.fs_flushes, before.fs_flushes),
+            disk_bytes_written: d(self.disk.map(|s| s.written), before.disk.map(|s| s.written)),
+            disk_flushes: d(self.disk.map(|s| s.flushes), before.disk.map(|s| s.flushes)),
+        }
+    }
+}
+
+impl Mounted {
+    /// The counts now.
+    pub fn counters(&self) -> Counters {
+        let (fs_written, fs_flushes) = match &self.loopdev {
+            Some(dev) => match block_stat(&sys_block_stat(dev)) {
+                Some(s) => (Some(s.written), Some(s.flushes)),
+                None => (None, None),
+            },
+            None => (
+                self.server.as_ref().and_then(|s| proc_write_bytes(s.pid())),
+                None,
+            ),
+        };
+        Counters {
+            client_cpu: cpu_with_children(),
+            server_cpu: self.server.as_ref().and_then(|s| proc_cpu(s.pid())),
+            fs_written,
+            fs_flushes,
+            disk: self.disk.as_deref().and_then(block_stat),
+        }
+    }
+
+    /// Runs `f` on the mount; if it takes longer than `limit`, the FUSE
+    /// server is killed, which makes the stuck calls fail (ENOTCONN), and
+    /// the error says so.
+    pub fn watched<T>(
+        &self,
+        limit: Duration,
+        f: impl FnOnce(&Path) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let fired = Arc::new(AtomicBool::new(false));
+        let (done, wait) = mpsc::channel::<()>();
+        let pid = self.server.as_ref().map(Server::pid);
+        let dog = {
+            let fired = fired.clone();
+            std::thread::spawn(move || {
+                if let (Err(mpsc::RecvTimeoutError::Timeout), Some(pid)) =
+                    (wait.recv_timeout(limit), pid)
+                {
+                    fired.store(true, Ordering::SeqCst);
+                    // SAFETY: kill has no memory effects; `pid` is our
+                    // child, not reaped before this thread is joined.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            })
+        };
+        let r = f(&self.mnt);
+        let _ = done.send(());
+        let _ = dog.join();
+        if fired.load(Ordering::SeqCst) {
+            bail!(
+                "{} hung: no progress within {} s, server killed{}",
+                self.label,
+                limit.as_secs(),
+                self.server.as_ref().map_or(String::new(), Server::log_tail)
+            );
+        }
+        r.map_err(|e| match self.died() {
+            Some(why) => e.context(why),
+            None => e,
+        })
+    }
+
+    /// Whether the server has gone (crashed), and how.
+    fn died(&self) -> Option<String> {
+        let s = self.server.as_ref()?;
+        let path = format!("/proc/{}/stat", s.pid());
+        let state = std::fs::read_to_string(path).ok()?;
+        let state = state.rsplit_once(')')?.1.split_whitespace().next()?;
+        (state == "Z").then(|| format!("{} server exited{}", self.label, s.log_tail()))
+    }
+
+    /// Unmounts and returns the counts after the file system's last write
+    /// (a server: when it has exited; a loop device: after umount).
+    pub fn unmount(mut self) -> anyhow::Result<Counters> {
+        self.done = true;
+        if let Some(dev) = self.loopdev.take() {
+            retry_unmount(&["umount"], &self.mnt)?;
+            let c = self.counters_with(&dev);
+            output(Command::new(tool_path("losetup")).arg("-d").arg(&dev))?;
+            return Ok(c);
+        }
+        let mut server = self.server.take();
+        let r = retry_unmount(
+            &[
+                tool_path("fusermount3").to_str().unwrap_or("fusermount3"),
+                "-u",
+            ],
+            &self.mnt,
+        );
+        if r.is_err() {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let mut c = self.counters();
+        if let Some(s) = &mut server {
+            let (status, cpu, written) = s.reap(Duration::from_secs(300))?;
+            c.server_cpu = Some(cpu);
+            c.fs_written = Some(written);
+            c.disk = self.disk.as_deref().and_then(block_stat);
+            ensure!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "{} server ended with {}{}",
+                self.label,
+                wait_status(status),
+                s.log_tail()
+            );
+        }
+        r?;
+        Ok(c)
+    }
+
+    fn counters_with(&self, dev: &str) -> Counters {
+        let mut c = self.counters();
+        if let Some(s) = block_stat(&sys_block_stat(dev)) {
+            c.fs_written = Some(s.written);
+            c.fs_flushes = Some(s.flushes);
+        }
+        c
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(s) = &mut self.server {
+            s.kill();
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mnt)
+            .stderr(Stdio::null())
+            .status();
+        if let Some(s) = &mut self.server {
+            let _ = s.child.wait();
+        }
+        if let Some(dev) = &self.loopdev {
+            let _ = Command::new(tool_path("losetup"))
+                .arg("-d")
+                .arg(dev)
+                .status();
+        }
+    }
+}
+
+fn wait_status(status: i32) -> String {
+    if libc::WIFSIGNALED(status) {
+        format!("signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit code {}", libc::WEXITSTATUS(status))
+    }
+}
+
+/// `umount`/`fusermount3 -u`, retried while the mount is busy for a moment.
+fn retry_unmount(cmd: &[&str], mnt: &Path) -> anyhow::Result<()> {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let out = Command::new(cmd[0]).args(&cmd[1..]).arg(mnt).output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("{} {}: {last}", cmd.join(" "), mnt.display())
+}
+
+/// Whether `mnt` is a mount point now (/proc/self/mounts, octal escapes
+/// undone).
+pub fn is_mounted(mnt: &Path) -> anyhow::Result<bool> {
+    let table = std::fs::read_to_string("/proc/self/mounts")?;
+    let want = mnt.to_string_lossy();
+    Ok(table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .any(|p| unescape_mount(p) == want))
+}
+
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(u8::is_ascii_digit));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Runs `cmd`; its stdout, or an error with its stderr.
+fn output(cmd: &mut Command) -> anyhow::Result<String> {
+    let what = format!("{cmd:?}");
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    ensure!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Where `name` is installed (PATH, and the sbin directories a non-root
+/// PATH lacks).
+pub(crate) fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn tool_path(name: &str) -> PathBuf {
+    tool(name).unwrap_or_else(|| PathBuf::from(name))
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Writes back everything dirty and drops the page, dentry and inode
+/// caches (needs root; false if they could not be dropped).
+pub fn drop_caches() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+fn sys_block_stat(dev: &str) -> PathBuf {
+    let name = dev.trim_start_matches("/dev/");
+    PathBuf::from(format!("/sys/block/{name}/stat"))
+}
+
+/// The stat file of the block device holding `dir`, if it is on one.
+fn disk_stat_path(dir: &Path) -> Option<PathBuf> {
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    // SAFETY: major/minor are pure arithmetic.
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let p = PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat"));
+    (major != 0 && p.exists()).then_some(p)
+}
+
+/// The name of the block device holding `dir` (`vda`), if any.
+pub fn disk_name(dir: &Path) -> Option<String> {
+    let stat = disk_stat_path(dir)?;
+    let link = std::fs::canonicalize(stat.parent()?).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Written sectors (field 7) and flushes (field 16) of a block stat file.
+fn block_stat(path: &Path) -> Option<DiskStat> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let f: Vec<u64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Some(DiskStat {
+        written: f.get(6)? * 512,
+        flushes: f.get(15).copied().unwrap_or(0),
+    })
+}
+
+/// CPU seconds of this process and of its children that have been waited
+/// for (the tools a workload runs: tar, postmark, sqlite3, git, make; a
+/// FUSE server only once reaped, after the counts of its mount are taken).
+fn cpu_with_children() -> f64 {
+    [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN]
+        .iter()
+        .map(|&who| {
+            // SAFETY: getrusage only writes into the struct we pass.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            unsafe { libc::getrusage(who, &mut ru) };
+            seconds(ru.ru_utime) + seconds(ru.ru_stime)
+        })
+        .sum()
+}
+
+/// utime + stime of a process, in seconds.
+fn proc_cpu(pid: i32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / hz as f64)
+}
+
+fn proc_write_bytes(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The device's own limits, measured on a raw file in the scratch
+/// directory before the systems run.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceLimits {
+    /// Median and 90th percentile of a 4 KiB `pwrite` + `fdatasync` over
+    /// already allocated blocks.
+    pub fsync_latency_s: f64,
+    pub fsync_latency_p90_s: f64,
+    pub latency_samples: usize,
+    /// A sequential write of `seq_bytes` in 1 MiB writes, then `fdatasync`.
+    pub seq_write_bytes_per_s: f64,
+    pub seq_bytes: u64,
+}
+
+impl DeviceLimits {
+    pub fn measure(dir: &Path, samples: usize, seq_bytes: u64) -> anyhow::Result<DeviceLimits> {
+        let path = dir.join("device-probe");
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        let block = [0x5au8; 4096];
+        // Allocate first, so the latency is the device's, not the host
+        // file system's allocation.
+        for i in 0..samples as u64 {
+            f.write_all_at(&block, i * 4096)?;
+        }
+        f.sync_all()?;
+        let mut lat: Vec<f64> = (0..samples as u64)
+            .map(|i| {
+                let t = Instant::now();
+                f.write_all_at(&block, i * 4096)?;
+                f.sync_data()?;
+                Ok(t.elapsed().as_secs_f64())
+            })
+            .collect::<std::io::Result<_>>()?;
+        lat.sort_by(f64::total_cmp);
+        f.set_len(0)?;
+        f.sync_all()?;
+        let chunk = vec![0xa5u8; 1 << 20];
+        let t = Instant::now();
+        let mut at = 0;
+        while at < seq_bytes {
+            f.write_all_at(&chunk, at)?;
+            at += chunk.len() as u64;
+        }
+        f.sync_data()?;
+        let seq = at as f64 / t.elapsed().as_secs_f64();
+        drop(f);
+        std::fs::remove_file(&path)?;
+        Ok(DeviceLimits {
+            fsync_latency_s: lat[lat.len() / 2],
+            fsync_latency_p90_s: lat[lat.len() * 9 / 10],
+            latency_samples: samples,
+            seq_write_bytes_per_s: seq,
+            seq_bytes: at,
+        })
+    }
+}
+
+/// The machine, for the top of a report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    pub ram_bytes: u64,
+    pub kernel: String,
+    /// The block device under the scratch directory, and the host file
+    /// system's type there.
+    pub disk: String,
+    pub host_fs: String,
+}
+
+impl Machine {
+    pub fn probe(dir: &Path) -> Machine {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpu = read("/proc/cpuinfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map_or("unknown".into(), |(_, v)| v.trim().to_string());
+        let ram_kib: u64 = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0);
+        Machine {
+            cpu,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ram_bytes: ram_kib * 1024,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            disk: disk_name(dir).unwrap_or_else(|| "none (not a block device)".into()),
+            host_fs: host_fs(dir).unwrap_or_else(|| "unknown".into()),
+        }
+    }
+}
+
+/// The type of the file system holding `dir` (the longest mount point
+/// above it).
+fn host_fs(dir: &Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    table
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let mnt = unescape_mount(f.get(1)?);
+            let fstype = f.get(2)?.to_string();
+            dir.starts_with(&mnt).then_some((mnt.len(), fstype))
+        })
+        .max()
+        .map(|(_, t)| t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_paths_unescape() {
+        assert_eq!(unescape_mount(r"/a\040b\011c"), "/a b\tc");
+        assert_eq!(unescape_mount(r"/plain\x"), r"/plain\x");
+    }
+
+    #[test]
+    fn systems_are_named_once() {
+        for (i, s) in SYSTEMS.iter().enumerate() {
+            assert!(SYSTEMS[i + 1..].iter().all(|t| t.id != s.id), "{}", s.id);
+        }
+        assert!(select("ext4,bindfs").is_ok());
+        assert!(select("ext5").is_err());
+        assert_eq!(select("all").unwrap().len(), SYSTEMS.len());
+    }
+
+    /// Each kind of system formats, mounts, takes a file and unmounts, and
+    /// the counts see the write (where the machine has what it needs).
+    #[test]
+    fn systems_mount_and_count() {
+        for id in ["ext4", "bindfs", "fuse2fs"] {
+            let sys = select(id).unwrap()[0];
+            if let Some(why) = sys.missing() {
+                eprintln!("skipping {id}: {why}");
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let place = Place::new(dir.path()).unwrap();
+            sys.format(&place, 64 << 20).unwrap();
+            let m = sys.mount(&place).unwrap();
+            assert!(is_mounted(&place.mnt()).unwrap(), "{id}");
+            let before = m.counters();
+            let data = vec![7u8; 1 << 20];
+            m.watched(Duration::from_secs(60), |root| {
+                let p = root.join("f");
+                std::fs::write(&p, &data)?;
+                File::open(&p)?.sync_all()?;
+                Ok(())
+            })
+            .unwrap();
+            let after = m.unmount().unwrap();
+            assert!(!is_mounted(&place.mnt()).unwrap(), "{id}");
+            let u = after.since(&before);
+            assert!(u.fs_bytes_written.unwrap() >= 1 << 20, "{id}: {u:?}");
+            assert_eq!(u.server_cpu.is_some(), id != "ext4", "{id}");
+        }
+    }
+
+    /// A call stuck on a FUSE mount ends when the watchdog kills the
+    /// server, and the error says the system hung. The workload here polls
+    /// until the mount fails, so it ends only through the watchdog.
+    #[test]
+    fn watchdog_ends_a_hung_fuse_mount() {
+        let sys = select("bindfs").unwrap()[0];
+        if let Some(why) = sys.missing() {
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let place = Place::new(dir.path()).unwrap();
+        sys.format(&place, 0).unwrap();
+        let m = sys.mount(&place).unwrap();
+        let err = m
+            .watched::<()>(Duration::from_millis(200), |root| loop {
+                std::fs::metadata(root.join("."))?;
+                std::thread::sleep(Duration::from_millis(10));
+            })
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("bindfs hung"), "{err:#}");
+        drop(m);
+        assert!(!is_mounted(&place.mnt()).unwrap());
+    }
+
+    #[test]
+    fn block_stat_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stat");
+        std::fs::write(&p, "1 2 3 4 5 6 10 8 9 10 11 12 13 14 15 7 17\n").unwrap();
+        let s = block_stat(&p).unwrap();
+        assert_eq!((s.written, s.flushes), (5120, 7));
+    }
+}

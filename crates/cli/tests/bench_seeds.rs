@@ -1,0 +1,76 @@
+//! `stitchfs bench seeds --quick` end to end on two tiny workloads, ext4
+//! beside stitchfs, through real mounts (needs root, loop devices and
+//! FUSE; skipped without them). Checks the report's shape, never timings.
+
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
+
+fn can_mount() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("no /dev/fuse".into());
+    }
+    for tool in ["mkfs.ext4", "losetup", "fusermount3"] {
+        let found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .any(|d| Path::new(d).join(tool).exists());
+        if !found {
+            return Some(format!("no {tool}"));
+        }
+    }
+    None
+}
+
+#[test]
+fn quick_seeds_run_reports_every_phase() {
+    if let Some(why) = can_mount() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "seeds",
+            "--quick",
+            "--systems",
+            "ext4,stitchfs",
+            "--workloads",
+            "seltzer-0len,fsync",
+            "--json",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = report["cells"].as_array().unwrap();
+    // One phase of seltzer-0len and three of fsync, on two systems.
+    assert_eq!(cells.len(), 8, "{report:#}");
+    for c in cells {
+        assert!(c["figure"].as_f64().is_some(), "{c:#} {stderr}");
+    }
+    let ext4 = cells
+        .iter()
+        .find(|c| c["system"] == "ext4" && c["phase"] == "append+fsync")
+        .unwrap();
+    assert_eq!(ext4["vs_ext4"].as_f64(), Some(1.0));
+    assert!(
+        ext4["usage"]["fs_flushes"].as_u64().unwrap() > 0,
+        "{ext4:#}"
+    );
+    assert!(ext4["vs_device"].as_f64().is_some());
+    let md = std::fs::read_to_string(dir.path().join("seeds.md")).unwrap();
+    assert!(
+        md.contains("| ccfs | truncate+fsync | stitchfs journal |"),
+        "{md}"
+    );
+    assert!(dir.path().join("seeds.json").exists());
+}
