@@ -16,7 +16,7 @@ echo "== bench smoke: stitchfs bench optimizations --quick"
 cargo run -q --release -p stitchfs -- bench optimizations --quick
 echo "== cargo test"
 status=0
-cargo test --workspace 2>&1 | tee "$log" || status=$?
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
 echo "tests: $passed passed, $failed failed"

@@ -104,6 +104,9 @@ pub struct JournalConfig {
     /// Commit at the first boundary after the transaction changed this many
     /// blocks; `None` means a quarter of the log (as JBD2).
     pub max_blocks: Option<u32>,
+    /// In `ordered` mode, how many of a transaction's data blocks are
+    /// journaled (default [`SMALL_DATA`]; 0: none, as ext3).
+    pub small_data: u32,
 }
 
 impl Default for JournalConfig {
@@ -111,6 +114,7 @@ impl Default for JournalConfig {
         JournalConfig {
             max_age: Duration::from_secs(5),
             max_blocks: None,
+            small_data: SMALL_DATA,
         }
     }
 }
@@ -159,7 +163,8 @@ struct Running {
     revokes: BTreeSet<u64>,
 }
 
-/// In `ordered` mode, a transaction's first data blocks (up to this many)
+/// In `ordered` mode, a transaction's first data blocks (up to this many,
+/// by default: [`JournalConfig::small_data`])
 /// are journaled rather than written home before the commit: the commit of
 /// a small fsync (a new file's few blocks) then needs one device flush,
 /// not one for the data and one for the log. Journaled data is ordered
@@ -348,10 +353,11 @@ impl Journal {
     ) -> Result<PatchId> {
         let always = self.journals(flags);
         let ordered = self.data == DataMode::Ordered;
+        let small = self.cfg.small_data;
         let live_copy = self.live_copies.contains_key(&block.0);
         let r = self.ensure_running(cache)?;
         let journaled = always
-            || (ordered && (r.block_set.contains(&block.0) || r.small_data < SMALL_DATA) && {
+            || (ordered && (r.block_set.contains(&block.0) || r.small_data < small) && {
                 r.small_data += u32::from(!r.block_set.contains(&block.0));
                 true
             });

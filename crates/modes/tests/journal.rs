@@ -19,8 +19,12 @@ fn journaled(data: DataMode) -> (Arc<RecordingDevice<MemDevice>>, Modes) {
     let mut m = Modes::new(cache, Consistency::Journal(data));
     let jsb = JournalSuperblock::new_v2(BS as u32, 1024, [9; 16]);
     let area = AREA.map(BlockNo).collect();
-    m.start_journal(area, jsb, JournalConfig::default())
-        .unwrap();
+    // Ordered data unjournaled (ext3's way): these tests are about that path.
+    let cfg = JournalConfig {
+        small_data: 0,
+        ..Default::default()
+    };
+    m.start_journal(area, jsb, cfg).unwrap();
     (rec, m)
 }
 
@@ -41,6 +45,37 @@ fn flush_between(rec: &RecordingDevice<MemDevice>, a: usize, b: usize) -> bool {
     rec.log().entries()[a..b]
         .iter()
         .any(|e| matches!(e, LogEntry::Flush { .. }))
+}
+
+/// With the default configuration a small ordered fsync journals its data:
+/// the data's home write waits for the commit, and the log and commit go
+/// out with one flush before the sync returns.
+#[test]
+fn small_ordered_data_is_journaled_and_costs_one_flush() {
+    let mem = MemDevice::new(BS, 4096).unwrap();
+    let rec = Arc::new(RecordingDevice::new(mem).unwrap());
+    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
+    let mut m = Modes::new(cache, Consistency::Journal(DataMode::Ordered));
+    let jsb = JournalSuperblock::new_v2(BS as u32, 1024, [9; 16]);
+    m.start_journal(AREA.map(BlockNo).collect(), jsb, JournalConfig::default())
+        .unwrap();
+    m.sync().unwrap();
+    let before = rec.log().len();
+    let d = m.byte(BlockNo(50), 0, &[7; 4096], &[], DATA).unwrap();
+    let i = m.byte(BlockNo(20), 128, &[1; 64], &[d], META).unwrap();
+    let op = m.group(&[d, i]).unwrap();
+    m.sync_patch(op).unwrap();
+    assert!(
+        writes_of(&rec, 50).is_empty(),
+        "the data went home before the commit"
+    );
+    let flushes = rec.log().entries()[before..]
+        .iter()
+        .filter(|e| matches!(e, LogEntry::Flush { .. }))
+        .count();
+    assert_eq!(flushes, 1, "log blocks and commit in one flush");
+    let s = m.journal().unwrap().stats();
+    assert_eq!(s.copies, 2, "both blocks are in the log: {s:?}");
 }
 
 #[test]
