@@ -215,9 +215,11 @@ impl PatchCache {
         let deps = self.live_deps(deps);
         let opts = self.cfg.optimizations;
         let was_dirty = !self.blocks.get(b).patches.is_empty();
-        let prompt = opts.prompt_rounds
-            && (self.waits_on_other_block(&deps) || self.block_waits_on_other_blocks(b));
-        let id = if opts.hard_patches && self.blocks.get(b).ext_in == 0 && !prompt {
+        let id = if opts.hard_patches
+            && self.blocks.get(b).ext_in == 0
+            && !(opts.prompt_rounds
+                && (self.waits_on_other_block(&deps) || self.block_waits_on_other_blocks(b)))
+        {
             self.create_hard(b, kind, change, deps, flags)
         } else {
             self.create_soft(b, kind, change, deps, flags)
