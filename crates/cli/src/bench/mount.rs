@@ -30,7 +30,7 @@
 //! set (each workload's systems back to back); a cell is the median of its
 //! runs, and a ratio is the median of the per-run ratios.
 
-use super::session::{write_synced, Ctx, Outcome, Run};
+use super::session::{self, write_synced, Ctx, Outcome, Run};
 use super::systems::{DeviceLimits, Machine, Place, System};
 use anyhow::Context;
 use serde::Serialize;
@@ -211,12 +211,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
         .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
     let place = Place::new(scratch.path())?;
     let machine = Machine::probe(scratch.path());
-    let skipped: Vec<Option<String>> = cfg.systems.iter().map(|sys| sys.missing()).collect();
-    for (sys, why) in cfg.systems.iter().zip(&skipped) {
-        if let Some(why) = why {
-            eprintln!("skipping {}: {why}", sys.label);
-        }
-    }
+    let skipped = session::unavailable(&cfg.systems);
     let runs = cfg.runs.max(1);
     // samples[system][phase][run]: one entry per run, None if skipped.
     let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
@@ -232,30 +227,24 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
         )?);
         for &w in &cfg.workloads {
             let (wname, phases) = WORKLOADS[w];
-            for (i, sys) in cfg.systems.iter().enumerate() {
-                progress(&format!("run {r}: {wname} / {}", sys.label));
-                if skipped[i].is_some() {
-                    for &p in phases {
-                        samples[i][p].push(None);
-                    }
-                    continue;
-                }
-                let bench = Bench {
-                    sys,
-                    place: &place,
-                    cfg,
-                };
-                let (out, dropped) = bench.workload(w);
-                caches_dropped &= dropped;
-                for (p, o) in out {
-                    if let Err(e) = &o {
-                        if !e.starts_with("not run") {
-                            eprintln!("{} on {}, run {r}: {e}", PHASES[p].name, sys.label);
-                        }
-                    }
-                    samples[i][p].push(Some(o));
-                }
-            }
+            caches_dropped &= session::on_every_system(
+                r,
+                wname,
+                phases,
+                |p| PHASES[p].name,
+                &cfg.systems,
+                &skipped,
+                &mut samples,
+                &mut progress,
+                |sys| {
+                    let bench = Bench {
+                        sys,
+                        place: &place,
+                        cfg,
+                    };
+                    bench.workload(w)
+                },
+            );
         }
     }
     let settings = Settings {

@@ -37,7 +37,7 @@
 
 #[cfg(test)]
 use super::session::Sample;
-use super::session::{median, syncfs, Ctx, Outcome, Run};
+use super::session::{self, median, syncfs, Ctx, Outcome, Run};
 #[cfg(test)]
 use super::systems::Usage;
 use super::systems::{DeviceLimits, Machine, Place, System};
@@ -417,12 +417,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
     std::fs::create_dir_all(&fs_dir)?;
     let place = Place::new(&fs_dir)?;
     let machine = Machine::probe(scratch.path());
-    let skipped: Vec<Option<String>> = cfg.systems.iter().map(|sys| sys.missing()).collect();
-    for (sys, why) in cfg.systems.iter().zip(&skipped) {
-        if let Some(why) = why {
-            eprintln!("skipping {}: {why}", sys.label);
-        }
-    }
+    let skipped = session::unavailable(&cfg.systems);
     let missing: Vec<Option<String>> = (0..WORKLOADS.len())
         .map(|w| workload_missing(w, cfg))
         .collect();
@@ -454,35 +449,29 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Repor
                 }
                 continue;
             }
-            for (i, sys) in cfg.systems.iter().enumerate() {
-                progress(&format!("run {r}: {wname} / {}", sys.label));
-                if skipped[i].is_some() {
-                    for &p in phases {
-                        samples[i][p].push(None);
-                    }
-                    continue;
-                }
-                let ctx = Ctx {
-                    sys,
-                    place: &place,
-                    image_bytes: s.image_bytes,
-                    timeout: cfg.timeout,
-                };
-                let (out, dropped) = ctx.workload(
-                    phases,
-                    |p| PHASES[p].name.to_string(),
-                    |run| workload(w, run, cfg, &inputs),
-                );
-                caches_dropped &= dropped;
-                for (p, o) in out {
-                    if let Err(e) = &o {
-                        if !e.starts_with("not run") {
-                            eprintln!("{} on {}, run {r}: {e}", PHASES[p].name, sys.label);
-                        }
-                    }
-                    samples[i][p].push(Some(o));
-                }
-            }
+            caches_dropped &= session::on_every_system(
+                r,
+                wname,
+                phases,
+                |p| PHASES[p].name,
+                &cfg.systems,
+                &skipped,
+                &mut samples,
+                &mut progress,
+                |sys| {
+                    let ctx = Ctx {
+                        sys,
+                        place: &place,
+                        image_bytes: s.image_bytes,
+                        timeout: cfg.timeout,
+                    };
+                    ctx.workload(
+                        phases,
+                        |p| PHASES[p].name.to_string(),
+                        |run| workload(w, run, cfg, &inputs),
+                    )
+                },
+            );
         }
     }
     let settings = Settings {
