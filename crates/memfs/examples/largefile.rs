@@ -3,12 +3,10 @@
 //! the raw file's sequential write rate measured beside it.
 //! `largefile DIR [MB]`.
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Instant;
-use stitch_blockdev::{FileDevice, OpenOptions};
-use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_memfs::{Kind, MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
+
+mod probe;
+use stitch_memfs::Kind;
 
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("DIR"));
@@ -28,30 +26,8 @@ fn main() {
         );
         std::fs::remove_file(p).unwrap();
     }
-    for mode in [
-        Consistency::SoftUpdates,
-        Consistency::Journal(DataMode::Ordered),
-        Consistency::Journal(DataMode::Journal),
-    ] {
-        let path = dir.join("largefile.img");
-        let o = stitch_mkfs::MkfsOptions {
-            size: Some(1 << 30),
-            journal: matches!(mode, Consistency::Journal(_))
-                .then_some(stitch_mkfs::JournalSize::Default),
-            force: true,
-        };
-        stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
-        let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let disk = DiskFs::mount(cache, mode, 1).unwrap();
-        let fs = MemFs::mount(
-            disk,
-            Options {
-                flush_interval: None,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+    for mode in probe::MODES {
+        let (dev, fs) = probe::mount(&dir, "largefile.img", mode);
         let r = fs.root();
         let a = fs
             .mknod(r, b"big", Kind::File, 0o644, (0, 0), 0, 0)

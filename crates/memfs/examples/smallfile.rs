@@ -1,40 +1,16 @@
 //! Smallfile probe (McoreFS's: create, write 1 KB, fsync, unlink) on an
 //! image file, in-process (no FUSE): time per file and device writes and
 //! flushes per fsync, per consistency mode. `smallfile DIR [FILES]`.
-use std::sync::Arc;
 use std::time::Instant;
-use stitch_blockdev::{FileDevice, OpenOptions};
-use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_memfs::{Kind, MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
+
+mod probe;
+use stitch_memfs::Kind;
 
 fn main() {
     let dir = std::path::PathBuf::from(std::env::args().nth(1).expect("DIR"));
     let n: usize = std::env::args().nth(2).map_or(2000, |s| s.parse().unwrap());
-    for mode in [
-        Consistency::SoftUpdates,
-        Consistency::Journal(DataMode::Ordered),
-        Consistency::Journal(DataMode::Journal),
-    ] {
-        let path = dir.join("smallfile.img");
-        let o = stitch_mkfs::MkfsOptions {
-            size: Some(1 << 30),
-            journal: matches!(mode, Consistency::Journal(_))
-                .then_some(stitch_mkfs::JournalSize::Default),
-            force: true,
-        };
-        stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
-        let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let disk = DiskFs::mount(cache, mode, 1).unwrap();
-        let fs = MemFs::mount(
-            disk,
-            Options {
-                flush_interval: None,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+    for mode in probe::MODES {
+        let (dev, fs) = probe::mount(&dir, "smallfile.img", mode);
         let r = fs.root();
         let d = fs.mkdir(r, b"d", 0o755, 0, 0).unwrap();
         fs.sync().unwrap();

@@ -1,0 +1,36 @@
+//! What the probe examples share: a fresh 1 GiB image file in each mode,
+//! mounted as the mount command does (no background flush).
+use std::path::Path;
+use std::sync::Arc;
+use stitch_blockdev::{FileDevice, OpenOptions};
+use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_memfs::{MemFs, Options};
+use stitch_patch::{CacheConfig, PatchCache};
+
+/// Soft updates and the journal's ordered and journal data modes.
+pub const MODES: [Consistency; 3] = [
+    Consistency::SoftUpdates,
+    Consistency::Journal(DataMode::Ordered),
+    Consistency::Journal(DataMode::Journal),
+];
+
+/// memfs over a fresh image `dir/name` for `mode` (ext3 for the journal
+/// modes), and the device, for its counters.
+pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, MemFs) {
+    let path = dir.join(name);
+    let o = stitch_mkfs::MkfsOptions {
+        size: Some(1 << 30),
+        journal: matches!(mode, Consistency::Journal(_))
+            .then_some(stitch_mkfs::JournalSize::Default),
+        force: true,
+    };
+    stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
+    let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
+    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+    let disk = DiskFs::mount(cache, mode, 1).unwrap();
+    let opts = Options {
+        flush_interval: None,
+        ..Options::default()
+    };
+    (dev, MemFs::mount(disk, opts).unwrap())
+}
