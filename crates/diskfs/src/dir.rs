@@ -188,7 +188,9 @@ impl DiskFs {
         mut edit: impl FnMut(&mut [u8]) -> stitch_format::Result<Option<(T, Option<(usize, usize)>)>>,
     ) -> Result<Option<(T, Vec<PatchId>, u32)>> {
         for &i in candidates {
-            let b = self.dirs[&dir].blocks[i as usize];
+            let Some(&b) = self.dirs.get(&dir).and_then(|d| d.blocks.get(i as usize)) else {
+                return Err(self.stale_index(dir, "the index lost a block it named"));
+            };
             let blk = BlockNo(u64::from(b));
             let mut bytes = self.m.read(blk)?.to_vec();
             let edited = match edit(&mut bytes) {
