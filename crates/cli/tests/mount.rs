@@ -782,7 +782,11 @@ fn as_nobody(script: &str) -> Output {
 
 #[test]
 fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
-    let (dir, img, mnt) = fresh(true);
+    // User nobody must reach the mount point: under the system's temporary
+    // directory, not the checkout (which may sit in a private directory).
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let img = mkfs(dir.path(), true);
+    let mnt = mountpoint(dir.path(), "mnt");
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let m = Mounted::start(&img, &mnt, &[]);
     // Without allow_other, nobody but the mounting user gets in.
