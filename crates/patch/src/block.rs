@@ -30,10 +30,10 @@ pub(crate) struct CachedBlock {
     pub ready: Vec<PatchId>,
     pub hard: Option<PatchId>,
     pub ext_in: u32,
-    /// Chunks (a 64th of the block each) that some soft patch in `patches`
-    /// touches; a superset. A change touching none of them overlaps no soft
-    /// patch, so creation skips scanning the patch list.
-    pub soft_chunks: u64,
+    /// How many soft patches in `patches` touch each chunk (a 64th of the
+    /// block). A change's overlap scan stops once it has passed every soft
+    /// patch touching its chunks, and skips the list when there is none.
+    pub soft_chunks: SoftChunks,
     pub writing: bool,
     pub in_fifo: bool,
     pub picked: bool,
@@ -51,6 +51,69 @@ pub(crate) fn chunk_mask(lo: u32, hi: u32, block_size: usize) -> u64 {
         (1u64 << width) - 1
     };
     ones << first.min(63)
+}
+
+/// Per-chunk counts of a block's soft patches (see
+/// [`CachedBlock::soft_chunks`]); exact, checked by `check.rs`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct SoftChunks {
+    mask: u64,
+    refs: [u32; 64],
+}
+
+impl Default for SoftChunks {
+    fn default() -> Self {
+        SoftChunks {
+            mask: 0,
+            refs: [0; 64],
+        }
+    }
+}
+
+impl SoftChunks {
+    pub fn add(&mut self, mask: u64) {
+        self.mask |= mask;
+        for c in Bits(mask) {
+            self.refs[c] += 1;
+        }
+    }
+
+    pub fn remove(&mut self, mask: u64) {
+        for c in Bits(mask) {
+            self.refs[c] -= 1;
+            if self.refs[c] == 0 {
+                self.mask &= !(1 << c);
+            }
+        }
+    }
+
+    pub fn clear(&mut self) {
+        *self = SoftChunks::default();
+    }
+
+    /// Patch-chunk incidences within `mask`: a scan that has met this many
+    /// (counting each patch once per chunk of `mask` it touches) has met
+    /// every soft patch touching `mask`.
+    pub fn incidences(&self, mask: u64) -> u64 {
+        Bits(mask & self.mask)
+            .map(|c| u64::from(self.refs[c]))
+            .sum()
+    }
+}
+
+/// The set bits of a word, lowest first.
+struct Bits(u64);
+
+impl Iterator for Bits {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        (self.0 != 0).then(|| {
+            let c = self.0.trailing_zeros() as usize;
+            self.0 &= self.0 - 1;
+            c
+        })
+    }
 }
 
 impl CachedBlock {
@@ -122,7 +185,7 @@ impl Blocks {
             ready: Vec::new(),
             hard: None,
             ext_in: 0,
-            soft_chunks: 0,
+            soft_chunks: SoftChunks::default(),
             writing: false,
             in_fifo: false,
             picked: false,

@@ -140,15 +140,12 @@ impl PatchCache {
                 ));
             }
             dirty += usize::from(!block.patches.is_empty());
+            let mut chunks = crate::block::SoftChunks::default();
             for &p in &block.patches {
                 let pp = self.arena.get(p);
                 let (lo, hi) = pp.kind.range();
-                let mask = crate::block::chunk_mask(lo, hi, self.block_size);
-                if !pp.hard && block.soft_chunks & mask != mask {
-                    return Err(format!(
-                        "block {}: soft patch {p:?} outside soft_chunks",
-                        block.no.0
-                    ));
+                if !pp.hard {
+                    chunks.add(crate::block::chunk_mask(lo, hi, self.block_size));
                 }
                 if pp.block != b || pp.state != State::Uncommitted {
                     return Err(format!(
@@ -165,6 +162,12 @@ impl PatchCache {
                         ));
                     }
                 }
+            }
+            if chunks != block.soft_chunks {
+                return Err(format!(
+                    "block {}: soft chunk counts {:?} but its soft patches make {chunks:?}",
+                    block.no.0, block.soft_chunks
+                ));
             }
         }
         if dirty != self.blocks.dirty {

@@ -397,7 +397,7 @@ impl PatchCache {
         block.patches.clear();
         block.patches.push(target);
         block.hard = Some(target);
-        block.soft_chunks = 0;
+        block.soft_chunks.clear();
         target
     }
 
@@ -485,25 +485,30 @@ impl PatchCache {
         let mut newest = None;
         let mut sibling = None;
         let (lo, hi) = kind.range();
-        if chunk_mask(lo, hi, self.block_size) & block.soft_chunks == 0 {
-            // No soft patch touches these bytes: only the hard patch matters.
-            uncovered = Uncovered::Bytes(SmallVec::new());
-        }
+        let chunks = chunk_mask(lo, hi, self.block_size);
+        // Soft patches touching these chunks not yet passed: none left, no
+        // older soft patch can overlap (the hard one is handled below).
+        let mut unmet = block.soft_chunks.incidences(chunks);
         let word = match *kind {
             Kind::Bit { offset, .. } => Some(offset),
             _ => None,
         };
         for &p in block.patches.iter().rev() {
-            if uncovered.is_empty() {
+            if uncovered.is_empty() || unmet == 0 {
                 break;
             }
             let pp = self.arena.get(p);
+            if pp.hard {
+                continue;
+            }
+            let (plo, phi) = pp.kind.range();
+            unmet -= u64::from((chunk_mask(plo, phi, self.block_size) & chunks).count_ones());
             if uncovered.cover(&pp.kind) {
                 newest.get_or_insert(p);
                 if !deps.contains(&p) {
                     deps.push(p);
                 }
-            } else if newest.is_none() && sibling.is_none() && !pp.hard {
+            } else if newest.is_none() && sibling.is_none() {
                 if let (Some(w), Kind::Bit { offset, .. }) = (word, pp.kind) {
                     if offset == w {
                         sibling = Some(p);
@@ -560,9 +565,12 @@ impl PatchCache {
         if self.arena.get(t).hard {
             self.widen_hard_range(t, kind);
         } else {
+            let (a0, a1) = self.arena.get(t).kind.range();
             self.widen_undo(b, t, kind);
-            let (lo, hi) = kind.range();
-            self.blocks.get_mut(b).soft_chunks |= chunk_mask(lo, hi, self.block_size);
+            let (lo, hi) = self.arena.get(t).kind.range();
+            let chunks = &mut self.blocks.get_mut(b).soft_chunks;
+            chunks.remove(chunk_mask(a0, a1, self.block_size));
+            chunks.add(chunk_mask(lo, hi, self.block_size));
         }
         self.apply_change(b, kind, change);
         for d in new {
@@ -669,7 +677,7 @@ impl PatchCache {
         if hard {
             block.hard = Some(id);
         } else {
-            block.soft_chunks |= mask;
+            block.soft_chunks.add(mask);
         }
         self.settle(id);
         id

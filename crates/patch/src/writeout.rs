@@ -322,15 +322,18 @@ impl PatchCache {
         let block_size = self.block_size;
         let block = self.blocks.get_mut(b);
         block.patches.retain(|&p| arena.get(p).mark != epoch);
-        block.soft_chunks = block
+        block.soft_chunks.clear();
+        for p in block
             .patches
             .iter()
             .map(|&p| arena.get(p))
             .filter(|p| !p.hard)
-            .fold(0, |m, p| {
-                let (lo, hi) = p.kind.range();
-                m | crate::block::chunk_mask(lo, hi, block_size)
-            });
+        {
+            let (lo, hi) = p.kind.range();
+            block
+                .soft_chunks
+                .add(crate::block::chunk_mask(lo, hi, block_size));
+        }
         if block.hard.is_some_and(|h| arena.get(h).mark == epoch) {
             block.hard = None;
         }
