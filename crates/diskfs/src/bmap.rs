@@ -25,6 +25,10 @@ fn contents_flags(inode: &Inode) -> stitch_patch::PatchFlags {
     }
 }
 
+/// The most new blocks one patch points at: a run's data is all written
+/// before its pointers, so a run stays well inside a journal transaction.
+const MAX_RUN: u64 = 256;
+
 impl DiskFs {
     /// The physical block of logical block `logical`, if mapped.
     pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<u32>> {
@@ -61,29 +65,41 @@ impl DiskFs {
         while pos < data.len() {
             let at = offset + pos as u64;
             let (logical, in_block) = (at / bs, (at % bs) as usize);
-            let len = (self.bs - in_block).min(data.len() - pos);
-            let chunk = &data[pos..pos + len];
+            let mut len = (self.bs - in_block).min(data.len() - pos);
             let step = match self.bmap(inode, logical) {
                 Ok(Some(phys)) => self
                     .m
                     .byte(
                         BlockNo(u64::from(phys)),
                         in_block,
-                        chunk,
+                        &data[pos..pos + len],
                         &[],
                         contents_flags(inode),
                     )
                     .map(|p| vec![p])
                     .map_err(Into::into),
-                Ok(None) => self.write_new_block(ino, inode, logical, in_block, chunk),
+                Ok(None) => self
+                    .new_run_len(inode, logical, in_block, data.len() - pos)
+                    .and_then(|n| {
+                        let run = &data[pos..pos + n];
+                        let (done, ps, err) =
+                            self.write_new_run(ino, inode, logical, in_block, run)?;
+                        len = done;
+                        failure = err;
+                        Ok(ps)
+                    }),
                 Err(e) => Err(e),
             };
             match step {
                 Ok(ps) => {
                     out.extend(ps);
-                    // Between blocks a large write may let a full journal
-                    // transaction commit (each block is whole on its own:
-                    // data, pointer and size).
+                    if failure.is_some() {
+                        pos += len;
+                        break;
+                    }
+                    // Between blocks (and runs) a large write may let a full
+                    // journal transaction commit (each is whole on its own:
+                    // data, pointers and size).
                     if let Err(e) = self.m.safe_point() {
                         failure = Some(e.into());
                         pos += len;
@@ -116,52 +132,112 @@ impl DiskFs {
         Ok((pos, out))
     }
 
-    /// Allocates, fills and attaches logical block `logical`.
-    fn write_new_block(
+    /// How many bytes of a `left`-byte write starting at `in_block` of the
+    /// unmapped logical block `logical` fall in one run of new blocks: ones
+    /// still unmapped whose pointers sit side by side (the direct slots, or
+    /// one indirect block), at most [`MAX_RUN`] blocks and no more than the
+    /// mode allows between two safe points.
+    fn new_run_len(
+        &mut self,
+        inode: &Inode,
+        logical: u64,
+        in_block: usize,
+        left: usize,
+    ) -> Result<usize> {
+        let first = map_path(logical, self.bs)?;
+        let mut n = (self.bs - in_block).min(left);
+        let mut next = logical + 1;
+        let most = MAX_RUN.min(self.m.safe_point_span());
+        while n < left && next - logical < most {
+            let path = map_path(next, self.bs)?;
+            let beside = path.slot == first.slot && path.depth == first.depth && {
+                let d = path.depth.saturating_sub(1);
+                path.indices[..d] == first.indices[..d]
+            };
+            if !beside || (first.depth == 0 && path.slot != first.slot + (next - logical) as usize)
+            {
+                break;
+            }
+            if self.bmap(inode, next)?.is_some() {
+                break;
+            }
+            n += self.bs.min(left - n);
+            next += 1;
+        }
+        Ok(n)
+    }
+
+    /// Allocates, fills and attaches the new logical blocks `first..` that
+    /// `data` (starting at `in_block` of the first) covers, a run from
+    /// [`Self::new_run_len`]. Each block is allocated (bitmap bit) and written
+    /// whole; the size covering the run goes first (e2fsck calls a mapped
+    /// block past the size corruption; a size over a hole only reads zeros);
+    /// then one patch sets the run's pointers, waiting on all of it. Running
+    /// out of space after the first block writes the blocks it got: returns
+    /// the bytes written, the patches, and the error that stopped it.
+    fn write_new_run(
         &mut self,
         ino: InodeNo,
         inode: &mut Inode,
-        logical: u64,
+        first: u64,
         in_block: usize,
-        chunk: &[u8],
-    ) -> Result<Vec<PatchId>> {
-        let goal = self.goal(ino, inode, logical)?;
-        let (phys, b) = self.alloc_block(goal)?;
-        let mut full = vec![0u8; self.bs];
-        full[in_block..in_block + chunk.len()].copy_from_slice(chunk);
-        // The data need not wait for the bitmap: nothing points at the block
-        // yet, and no earlier owner can (allocation never takes a block
-        // whose free is not durable: `pending_frees`). Only the pointer
-        // waits for both, so data and bitmap go out in one device flush.
-        let d = self.m.byte(
-            BlockNo(u64::from(phys)),
-            0,
-            &full,
-            &[],
-            contents_flags(inode),
-        )?;
-        let mut out = vec![b, d];
-        // e2fsck calls a mapped block past the size corruption, so the size
-        // covering the block goes first (a size over a hole only reads
-        // zeros); the pointer then waits for it as well as for the data.
-        let mut pointer_deps = vec![b, d];
-        let end = logical * self.bs as u64 + (in_block + chunk.len()) as u64;
+        data: &[u8],
+    ) -> Result<(usize, Vec<PatchId>, Option<DiskError>)> {
+        let mut goal = self.goal(ino, inode, first)?;
+        let mut phys_run = Vec::new();
+        let mut out = Vec::new();
+        let (mut pos, mut at) = (0, in_block);
+        let mut failure = None;
+        while pos < data.len() {
+            let len = (self.bs - at).min(data.len() - pos);
+            let (phys, b) = match self.alloc_block(goal) {
+                Ok(x) => x,
+                Err(e) if !phys_run.is_empty() => {
+                    failure = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut full = vec![0u8; self.bs];
+            full[at..at + len].copy_from_slice(&data[pos..pos + len]);
+            // The data need not wait for the bitmap: nothing points at the
+            // block yet, and no earlier owner can (allocation never takes a
+            // block whose free is not durable: `pending_frees`). Only the
+            // pointer waits for both, so data and bitmap go out in one
+            // device flush.
+            let d = self.m.byte(
+                BlockNo(u64::from(phys)),
+                0,
+                &full,
+                &[],
+                contents_flags(inode),
+            )?;
+            out.extend([b, d]);
+            phys_run.push(phys);
+            goal = phys + 1;
+            pos += len;
+            at = 0;
+        }
+        let mut pointer_deps = out.clone();
+        let end = first * self.bs as u64 + (in_block + pos) as u64;
         if end > inode.size() {
             inode.set_size(end);
             let s = self.write_inode(ino, inode, &[])?;
             pointer_deps.extend(&s);
             out.extend(s);
         }
-        match self.attach(ino, inode, logical, phys, &pointer_deps) {
+        match self.attach(ino, inode, first, &phys_run, &pointer_deps) {
             Ok(ps) => out.extend(ps),
             Err(e) => {
-                // No indirect block for it: nothing points at the data
-                // block, so give it back rather than leak it.
-                self.free_block(phys, &[])?;
+                // No indirect block for them: nothing points at the data
+                // blocks, so give them back rather than leak them.
+                for &phys in &phys_run {
+                    self.free_block(phys, &[])?;
+                }
                 return Err(e);
             }
         }
-        Ok(out)
+        Ok((pos, out, failure))
     }
 
     /// Where the next block of the file should go: right after its previous
@@ -176,20 +252,22 @@ impl DiskFs {
         Ok(self.geo.group_first_block(stitch_format::GroupNo(g)).0)
     }
 
-    /// Points logical block `logical` at `phys`, allocating and zeroing any
-    /// missing indirect blocks first; the final pointer depends on `deps`.
+    /// Points logical blocks `logical..` at `run` (pointers side by side:
+    /// see [`Self::new_run_len`]), allocating and zeroing any missing
+    /// indirect blocks first; the final pointers depend on `deps`.
     fn attach(
         &mut self,
         ino: InodeNo,
         inode: &mut Inode,
         logical: u64,
-        phys: u32,
+        run: &[u32],
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
         let path = map_path(logical, self.bs)?;
+        let phys = run[0];
         if path.depth == 0 {
-            inode.core.blocks_lo += (self.bs / 512) as u32;
-            inode.core.block[path.slot] = phys;
+            inode.core.blocks_lo += (run.len() * self.bs / 512) as u32;
+            inode.core.block[path.slot..path.slot + run.len()].copy_from_slice(run);
             return self.write_inode(ino, inode, deps);
         }
         let mut out = Vec::new();
@@ -204,7 +282,7 @@ impl DiskFs {
                     self.m
                         .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[ib], META)?;
                 out.extend([ib, init]);
-                let counted = self.count_block(ino, inode, parent.is_some())?;
+                let counted = self.count_blocks(ino, inode, 1, parent.is_some())?;
                 let mut after = vec![ib, init];
                 after.extend(&counted);
                 out.extend(counted);
@@ -223,19 +301,11 @@ impl DiskFs {
             let block = self.m.read(BlockNo(u64::from(ptr)))?;
             let next = pointer(block, index).unwrap_or(0);
             if depth + 1 == levels.len() {
-                let counted = self.count_block(ino, inode, true)?;
+                let counted = self.count_blocks(ino, inode, run.len(), true)?;
                 let mut after = deps.to_vec();
                 after.extend(&counted);
                 out.extend(counted);
-                out.extend(self.set_ptr(
-                    ino,
-                    inode,
-                    parent,
-                    path.slot,
-                    Some(index),
-                    phys,
-                    &after,
-                )?);
+                out.push(self.set_ptrs(ptr, index, run, &after)?);
             } else {
                 ptr = next;
             }
@@ -261,18 +331,19 @@ impl DiskFs {
         self.bmap(&inode, logical)
     }
 
-    /// Counts one more block in `i_blocks`. When the pointer to it will sit
-    /// in an indirect block (`separate`), the count is written first and
-    /// the pointer waits for it: a crash may leave the count too high, never
+    /// Counts `n` more blocks in `i_blocks`. When the pointers to them will
+    /// sit in an indirect block (`separate`), the count is written first and
+    /// the pointers wait for it: a crash may leave the count too high, never
     /// too low (as with link counts; fsck classes the former a leak).
-    /// Otherwise the count goes out with the pointer, in the inode's patch.
-    fn count_block(
+    /// Otherwise the count goes out with the pointers, in the inode's patch.
+    fn count_blocks(
         &mut self,
         ino: InodeNo,
         inode: &mut Inode,
+        n: usize,
         separate: bool,
     ) -> Result<Vec<PatchId>> {
-        inode.core.blocks_lo += (self.bs / 512) as u32;
+        inode.core.blocks_lo += (n * self.bs / 512) as u32;
         if separate {
             self.write_inode(ino, inode, &[])
         } else {
@@ -311,6 +382,25 @@ impl DiskFs {
                 self.write_inode(ino, inode, deps)
             }
         }
+    }
+
+    /// Sets the pointers at `index..` of indirect block `parent` to `run`,
+    /// in one patch.
+    fn set_ptrs(
+        &mut self,
+        parent: u32,
+        index: u32,
+        run: &[u32],
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
+        let mut bytes = self.m.read(BlockNo(u64::from(parent)))?.to_vec();
+        for (k, &phys) in run.iter().enumerate() {
+            set_pointer(&mut bytes, index + k as u32, stitch_format::BlockNo(phys));
+        }
+        let (lo, hi) = (index as usize * 4, (index as usize + run.len()) * 4);
+        Ok(self
+            .m
+            .byte(BlockNo(u64::from(parent)), lo, &bytes[lo..hi], deps, META)?)
     }
 
     /// Reads up to `len` bytes at `offset` (holes read as zeros).

@@ -423,6 +423,10 @@ impl Journal {
     /// A point inside a long operation: commit only if the transaction
     /// would otherwise outgrow the log (half of it), since a commit here
     /// splits the operation across two transactions.
+    pub(crate) fn safe_point_span(&self) -> u32 {
+        (self.capacity() / 8).max(1)
+    }
+
     pub(crate) fn safe_point(&mut self, cache: &mut PatchCache) -> Result<()> {
         let big = self
             .running

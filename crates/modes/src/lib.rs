@@ -216,6 +216,16 @@ impl Modes {
         }
     }
 
+    /// How many blocks a long operation may change between two safe points:
+    /// in journal mode an eighth of the log, so the transaction a safe point
+    /// leaves running (under half the log) always fits; otherwise no limit.
+    pub fn safe_point_span(&self) -> u64 {
+        match &self.journal {
+            Some(j) => u64::from(j.safe_point_span()),
+            None => u64::MAX,
+        }
+    }
+
     /// Between two whole operations of an atomic section: the journal
     /// commits here only if the transaction has reached half the log, so a
     /// batch too large for the log is split at an operation boundary.
