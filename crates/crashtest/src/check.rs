@@ -7,7 +7,11 @@
 //! Facts depend only on the image bytes and the mode, so they are cached
 //! by a hash of the blocks that differ from the base image: identical
 //! images (common across crash states and across workloads, e.g. every
-//! mount) are checked once.
+//! mount) are checked once. In journal modes the checkers' verdicts are
+//! cached a second time, by the recovered image: many crash images (any
+//! subset of an uncommitted transaction's log writes) recover to the
+//! same file system. That key leaves out the log blocks of a journal
+//! recovery left empty (`s_start` 0): neither checker reads them.
 
 use crate::run::{journaled, Base, BS, NOW};
 use crate::state::{read_tree, Found};
@@ -40,7 +44,13 @@ pub struct Facts {
     pub fsck: Result<Verdict, String>,
     /// e2fsck's exit code and output.
     pub e2fsck: Result<(i32, String), String>,
+    /// Whether the checkers ran on this image (rather than their verdict
+    /// on the same recovered file system being reused).
+    pub checked: bool,
 }
+
+/// Both checkers' verdicts on one image.
+type Verdicts = (Result<Verdict, String>, Result<(i32, String), String>);
 
 impl Facts {
     /// The checkers' output, for reports.
@@ -80,8 +90,9 @@ impl Facts {
 /// it is spent the cache starts over (a long run meets most repeats soon
 /// after the first time: the same setup, the same first steps).
 pub struct Cache {
-    map: Mutex<(HashMap<u128, Arc<Facts>>, usize)>,
-    budget: usize,
+    facts: Budgeted<Arc<Facts>>,
+    /// Journal modes: the checkers' verdicts by recovered image.
+    verdicts: Budgeted<Arc<Verdicts>>,
 }
 
 impl Default for Cache {
@@ -94,12 +105,28 @@ impl Cache {
     /// A cache holding about `budget` bytes of facts.
     pub fn with_budget(budget: usize) -> Cache {
         Cache {
+            facts: Budgeted::new(budget / 4 * 3),
+            verdicts: Budgeted::new(budget / 4),
+        }
+    }
+}
+
+/// A map of hashes to values that starts over when the values' weight
+/// passes the budget.
+struct Budgeted<V> {
+    map: Mutex<(HashMap<u128, V>, usize)>,
+    budget: usize,
+}
+
+impl<V: Clone> Budgeted<V> {
+    fn new(budget: usize) -> Self {
+        Budgeted {
             map: Mutex::new((HashMap::new(), 0)),
             budget,
         }
     }
 
-    fn get(&self, k: u128) -> Option<Arc<Facts>> {
+    fn get(&self, k: u128) -> Option<V> {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -108,22 +135,32 @@ impl Cache {
             .cloned()
     }
 
-    fn put(&self, k: u128, f: Arc<Facts>) {
-        let w = f.weight();
+    fn put(&self, k: u128, v: V, weight: usize) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if m.1 + w > self.budget {
+        if m.1 + weight > self.budget {
             m.0.clear();
             m.1 = 0;
         }
-        if m.0.insert(k, f).is_none() {
-            m.1 += w;
+        if m.0.insert(k, v).is_none() {
+            m.1 += weight;
         }
     }
+}
+
+fn verdicts_weight(v: &Verdicts) -> usize {
+    let fsck = v.0.as_ref().map_or(0, |v| v.text.len());
+    let e2 = v.1.as_ref().map_or(0, |e| e.1.len());
+    128 + fsck + e2
 }
 
 /// The cache key of an image in `mode` over `base`, given by `blocks`:
 /// the contents of every block where it may differ from the base.
 pub fn key(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> u128 {
+    key_skipping(mode, base, blocks, &[])
+}
+
+/// [`key`], leaving out the blocks in `skip` (sorted).
+fn key_skipping(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])], skip: &[usize]) -> u128 {
     let mut h1 = DefaultHasher::new();
     let mut h2 = DefaultHasher::new();
     0x5eed_u32.hash(&mut h2);
@@ -132,7 +169,7 @@ pub fn key(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> u128 {
         base.id.hash(h);
     }
     for &(i, a) in blocks {
-        if a != &base.image[i * BS..(i + 1) * BS] {
+        if a != &base.image[i * BS..(i + 1) * BS] && skip.binary_search(&i).is_err() {
             for h in [&mut h1, &mut h2] {
                 i.hash(h);
                 a.hash(h);
@@ -140,6 +177,23 @@ pub fn key(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> u128 {
         }
     }
     (u128::from(h1.finish()) << 64) | u128::from(h2.finish())
+}
+
+/// The key of a recovered ext3 image for the checkers' verdicts: as
+/// [`key`], without the log blocks if the journal is empty (its
+/// superblock's `s_start`, big-endian at byte 28, is 0), since then
+/// neither checker reads them. With no journal, or one still holding
+/// transactions, every block counts.
+fn recovered_key(mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> u128 {
+    let Some((sb, log)) = &base.journal else {
+        return key(mode, base, blocks);
+    };
+    let jsb = blocks
+        .iter()
+        .find(|b| b.0 == *sb)
+        .map_or(&base.image[sb * BS..(sb + 1) * BS], |b| b.1);
+    let empty = jsb[28..32] == [0; 4];
+    key_skipping(mode, base, blocks, if empty { log } else { &[] })
 }
 
 /// The crash image as a device: the base image with the blocks that
@@ -281,15 +335,21 @@ impl Checker {
         blocks: &[(usize, &[u8])],
     ) -> (Arc<Facts>, bool) {
         let k = key(mode, base, blocks);
-        if let Some(f) = cache.get(k) {
+        if let Some(f) = cache.facts.get(k) {
             return (f, false);
         }
-        let f = Arc::new(self.compute(mode, base, blocks));
-        cache.put(k, f.clone());
+        let f = Arc::new(self.compute(cache, mode, base, blocks));
+        cache.facts.put(k, f.clone(), f.weight());
         (f, true)
     }
 
-    fn compute(&mut self, mode: Consistency, base: &Base, blocks: &[(usize, &[u8])]) -> Facts {
+    fn compute(
+        &mut self,
+        cache: &Cache,
+        mode: Consistency,
+        base: &Base,
+        blocks: &[(usize, &[u8])],
+    ) -> Facts {
         let checks = |me: &mut Checker, blocks: &[(usize, &[u8])]| match me
             .put(base, blocks.iter().copied())
         {
@@ -305,6 +365,7 @@ impl Checker {
                 replayed,
                 fsck,
                 e2fsck,
+                checked: true,
             };
         }
         // Judged as recovered: e2fsck -n does not replay.
@@ -320,12 +381,22 @@ impl Checker {
             })
             .collect();
         let refs: Vec<(usize, &[u8])> = contents.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let (fsck, e2fsck) = checks(self, &refs);
+        let k = recovered_key(mode, base, &refs);
+        let (verdicts, checked) = match cache.verdicts.get(k) {
+            Some(v) => (v, false),
+            None => {
+                let v = Arc::new(checks(self, &refs));
+                cache.verdicts.put(k, v.clone(), verdicts_weight(&v));
+                (v, true)
+            }
+        };
+        let (fsck, e2fsck) = (*verdicts).clone();
         Facts {
             tree,
             replayed,
             fsck,
             e2fsck,
+            checked,
         }
     }
 }
@@ -426,4 +497,36 @@ pub fn have_e2fsck() -> bool {
         .arg("-V")
         .output()
         .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stitch_diskfs::DataMode;
+
+    #[test]
+    fn log_blocks_count_only_while_the_journal_holds_transactions() {
+        let base = crate::run::base(true, &[]).unwrap();
+        let mode = Consistency::Journal(DataMode::Ordered);
+        let (sb, log) = base.journal.clone().unwrap();
+        assert!(log.len() > 100 && !log.contains(&sb));
+        let garbage = vec![0xa5u8; BS];
+        let mut jsb = base.image[sb * BS..(sb + 1) * BS].to_vec();
+        assert_eq!(jsb[28..32], [0; 4], "the base's journal is empty");
+        let empty = recovered_key(mode, &base, &[]);
+        // A dead log block does not matter while the journal is empty...
+        assert_eq!(recovered_key(mode, &base, &[(log[3], &garbage)]), empty);
+        // ...any other block does...
+        let other = (sb + log.len() + 40).min(base.image.len() / BS - 1);
+        assert!(!log.contains(&other));
+        assert_ne!(recovered_key(mode, &base, &[(other, &garbage)]), empty);
+        // ...and so does every log block once s_start says it is live.
+        jsb[28..32].copy_from_slice(&1u32.to_be_bytes());
+        let live = recovered_key(mode, &base, &[(sb, &jsb)]);
+        assert_ne!(live, empty);
+        assert_ne!(
+            recovered_key(mode, &base, &[(sb, &jsb), (log[3], &garbage)]),
+            live
+        );
+    }
 }

@@ -543,6 +543,7 @@ mod tests {
                 text: String::new(),
             }),
             e2fsck: Ok((0, String::new())),
+            checked: true,
         }
     }
 

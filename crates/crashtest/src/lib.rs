@@ -320,6 +320,7 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
         let points = format!("points {:?}", state.points);
         job.ms.states += 1;
         job.ms.images += usize::from(fresh);
+        job.ms.checked += usize::from(fresh && facts.checked);
         job.ms.replayed += usize::from(facts.replayed > 0);
         let mut findings = judge::judge(mode, &facts, &sits);
         if findings.is_empty() {

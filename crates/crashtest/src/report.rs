@@ -105,8 +105,11 @@ pub struct ModeSummary {
     pub workloads: usize,
     /// Crash states judged.
     pub states: usize,
-    /// Distinct images run through the checkers.
+    /// Distinct crash images recovered.
     pub images: usize,
+    /// Images the checkers ran on (in journal modes, images recovering to
+    /// a file system already checked reuse its verdict).
+    pub checked: usize,
     /// Crash states whose recovery replayed journal transactions.
     pub replayed: usize,
     /// Violating crash states (or runs).
@@ -124,6 +127,7 @@ impl ModeSummary {
         self.workloads += o.workloads;
         self.states += o.states;
         self.images += o.images;
+        self.checked += o.checked;
         self.replayed += o.replayed;
         self.violating += o.violating;
         for (k, n) in &o.violations {
@@ -161,8 +165,8 @@ impl Summary {
             .filter(|k| self.modes.iter().any(|(_, m)| m.violations.contains_key(k)))
             .collect();
         let mut s = format!(
-            "{:<18} {:>9} {:>12} {:>8} {:>9} {:>10}",
-            "mode", "workloads", "crash states", "images", "replayed", "violations"
+            "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>10}",
+            "mode", "workloads", "crash states", "images", "checked", "replayed", "violations"
         );
         for k in &kinds {
             s.push_str(&format!(" {:>w$}", k.name(), w = k.name().len().max(4)));
@@ -174,11 +178,12 @@ impl Summary {
         }
         for (name, m) in rows {
             s.push_str(&format!(
-                "{:<18} {:>9} {:>12} {:>8} {:>9} {:>10}",
+                "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>10}",
                 name,
                 m.workloads,
                 m.states,
                 m.images,
+                m.checked,
                 m.replayed,
                 m.total_violations()
             ));

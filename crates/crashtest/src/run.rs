@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo};
 use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
 use stitch_model::{Errno, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
@@ -53,6 +53,9 @@ pub struct Base {
     pub writes: u64,
     /// Tells bases apart in the image-facts cache.
     pub id: u64,
+    /// ext3: the journal superblock's block, and the blocks of the log
+    /// after it (journal blocks 1..), in order.
+    pub journal: Option<(usize, Arc<[usize]>)>,
 }
 
 type BaseKey = (bool, Vec<Action>);
@@ -121,6 +124,18 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
     let mut check = DiskFs::mount(PatchCache::new(dev2, CacheConfig::default()), mode, NOW)
         .map_err(|e| e.to_string())?;
     let on_disk = read_tree(&mut check)?.state;
+    let journal = if journal {
+        let mut at = Vec::new();
+        for l in 0..JOURNAL_BYTES / BS as u64 {
+            match check.physical_block(InodeNo(8), l) {
+                Ok(Some(b)) => at.push(b as usize),
+                other => return Err(format!("journal block {l}: {other:?}")),
+            }
+        }
+        Some((at[0], at[1..].into()))
+    } else {
+        None
+    };
     if on_disk != *d.oracle.disk() {
         return Err(format!(
             "the setup image differs from the oracle:\n{}\nexpected:\n{}",
@@ -133,6 +148,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
         state: on_disk,
         writes: d.writes,
         id: 0,
+        journal,
     })
 }
 

@@ -44,3 +44,54 @@ fn the_blocks_of_a_crash_state_are_its_image() {
         assert!(n > 20, "{mode}: only {n} crash states");
     }
 }
+
+/// In journal modes the checkers' verdicts are reused across crash images
+/// that recover to the same file system (leaving out the log blocks of an
+/// emptied journal). Every reused verdict must be what the checkers say
+/// of that image when run afresh, and the reuse must happen. The journal
+/// writes home blocks before their commit record here (fault injection),
+/// so that some recovered images are damaged and the verdicts differ.
+#[test]
+fn reused_verdicts_are_the_checkers_own() {
+    use stitch_crashtest::check::{Cache, Checker, Facts};
+    let mode = Consistency::Journal(DataMode::Ordered);
+    let w = workload::parse("maildelivery").unwrap();
+    stitch_diskfs::fault::set_home_before_commit(true);
+    let rec = record(mode, &w);
+    stitch_diskfs::fault::set_home_before_commit(false);
+    let rec = rec.unwrap();
+    let opts = Enumerate {
+        max_states: 16,
+        seed: 1,
+        torn: None,
+    };
+    let shared = Cache::default();
+    let mut checker = Checker::new().unwrap();
+    let said = |f: &Facts| {
+        let fsck = f.fsck.clone().map(|v| (v.corruptions, v.leaks, v.text));
+        (fsck, f.e2fsck.clone(), f.replayed)
+    };
+    let (mut images, mut checked, mut damaged) = (0, 0, 0);
+    for st in crash_states(&rec.log, &opts).unwrap() {
+        let blocks = rec.blocks(&st);
+        let (f, fresh) = checker.facts(&shared, mode, &rec.base, &blocks);
+        if !fresh {
+            continue;
+        }
+        images += 1;
+        checked += usize::from(f.checked);
+        damaged += usize::from(!matches!(f.e2fsck, Ok((0, _))));
+        let (alone, _) = checker.facts(&Cache::default(), mode, &rec.base, &blocks);
+        assert!(alone.checked);
+        assert_eq!(said(&f), said(&alone), "{st:?}");
+    }
+    println!("{images} images, {checked} checked, {damaged} damaged");
+    assert!(
+        damaged > 0,
+        "no damaged image: the comparison proves little"
+    );
+    assert!(
+        checked < images / 2,
+        "verdicts were not reused: {checked} of {images} images checked"
+    );
+}

@@ -14,10 +14,11 @@ fn clean(mode: Consistency) {
     let s = run(mode, short_workloads(SAMPLES));
     let t = s.total();
     println!(
-        "{mode}: {} workloads, {} crash images checked ({} distinct), {} violations",
+        "{mode}: {} workloads, {} crash images judged ({} distinct, {} through the checkers), {} violations",
         t.workloads,
         t.states,
         t.images,
+        t.checked,
         t.total_violations()
     );
     assert!(t.states > 500, "too few crash images: {}", t.states);
