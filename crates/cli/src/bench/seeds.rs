@@ -818,6 +818,14 @@ fn git(run: &mut Run, phase: usize, inputs: &Inputs) -> anyhow::Result<()> {
                         "user.email=bench@localhost",
                         "-c",
                         "safe.directory=*",
+                        // No detached `gc --auto` left running in the
+                        // mount after the commit (13,000 loose objects
+                        // pass its threshold); the measurement is add +
+                        // commit.
+                        "-c",
+                        "gc.auto=0",
+                        "-c",
+                        "maintenance.auto=false",
                     ])
                     .args(args)
                     .current_dir(&repo)

@@ -535,7 +535,7 @@ impl Mounted {
         let _ = dog.join();
         if fired.load(Ordering::SeqCst) {
             bail!(
-                "{} hung: no progress within {} s, server killed{}",
+                "{} hung: the phase did not end within {} s, server killed{}",
                 self.label,
                 limit.as_secs(),
                 self.server.as_ref().map_or(String::new(), Server::log_tail)
@@ -639,17 +639,61 @@ fn wait_status(status: i32) -> String {
 }
 
 /// `umount`/`fusermount3 -u`, retried while the mount is busy for a moment.
+/// A process still using the mount after two seconds (a tool's detached
+/// child, e.g. `git gc --auto`) is killed, and said so, so that one
+/// workload's leftovers do not fail every system after it.
 fn retry_unmount(cmd: &[&str], mnt: &Path) -> anyhow::Result<()> {
     let mut last = String::new();
-    for _ in 0..100 {
+    for attempt in 0..100 {
         let out = Command::new(cmd[0]).args(&cmd[1..]).arg(mnt).output()?;
         if out.status.success() {
             return Ok(());
         }
         last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if attempt == 40 {
+            for (pid, comm) in users_of(mnt) {
+                eprintln!(
+                    "bench: {} still in use by process {pid} ({comm}) after the workload; killing it",
+                    mnt.display()
+                );
+                // SAFETY: kill has no memory effects.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     bail!("{} {}: {last}", cmd.join(" "), mnt.display())
+}
+
+/// Processes (other than this one) whose working directory, root or an
+/// open file is under `mnt`, with their command names. Reads only
+/// /proc's links, which never call into the file system.
+pub fn users_of(mnt: &Path) -> Vec<(i32, String)> {
+    let me = std::process::id() as i32;
+    let under = |link: PathBuf| std::fs::read_link(link).is_ok_and(|t| t.starts_with(mnt));
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let dir = p.path();
+        let uses = under(dir.join("cwd"))
+            || under(dir.join("root"))
+            || std::fs::read_dir(dir.join("fd"))
+                .map(|fds| fds.flatten().any(|fd| under(fd.path())))
+                .unwrap_or(false);
+        if uses {
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_string()));
+        }
+    }
+    found
 }
 
 /// Whether `mnt` is a mount point now (/proc/self/mounts, octal escapes
@@ -911,6 +955,48 @@ fn host_fs(dir: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process with its working directory or an open file under a
+    /// directory is found; one elsewhere is not.
+    #[test]
+    fn users_of_a_directory_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("sub");
+        std::fs::create_dir(&inside).unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let mut by_cwd = Command::new("sleep")
+            .arg("30")
+            .current_dir(&inside)
+            .spawn()
+            .unwrap();
+        let mut by_fd = Command::new("sh")
+            .arg("-c")
+            .arg("exec 3<\"$1\"; exec sleep 30")
+            .arg("sh")
+            .arg(dir.path().join("file"))
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let elsewhere = Command::new("sleep").arg("30").current_dir("/").spawn();
+        let mut elsewhere = elsewhere.unwrap();
+        let pids = |d: &Path| users_of(d).into_iter().map(|u| u.0).collect::<Vec<_>>();
+        let mut found = pids(dir.path());
+        for _ in 0..100 {
+            if found.contains(&(by_fd.id() as i32)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            found = pids(dir.path());
+        }
+        for c in [&mut by_cwd, &mut by_fd, &mut elsewhere] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(found.contains(&(by_cwd.id() as i32)), "{found:?}");
+        assert!(found.contains(&(by_fd.id() as i32)), "{found:?}");
+        assert!(!found.contains(&(elsewhere.id() as i32)), "{found:?}");
+    }
 
     #[test]
     fn mount_paths_unescape() {
