@@ -64,6 +64,14 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
                 should_be,
             }),
             FindingKind::InUseWithDtime { ino, .. } => Some(Leak::OrphanLink { ino: InodeNo(ino) }),
+            FindingKind::XattrRefcountWrong {
+                block,
+                refcount,
+                should_be,
+            } if refcount > should_be => Some(Leak::XattrRefcount {
+                block,
+                users: should_be,
+            }),
             FindingKind::GroupFreeBlocksWrong { group, counted, .. } => {
                 Some(Leak::GroupFreeBlocks { group, counted })
             }

@@ -253,6 +253,7 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(ino)?;
         let blocks = self.owned_blocks(&inode)?;
+        let xattrs = inode.file_acl();
         inode.core.links_count = 0;
         inode.core.dtime = now;
         let mut out = self.write_inode(ino, &inode, deps)?;
@@ -264,8 +265,46 @@ impl DiskFs {
         for b in blocks {
             out.push(self.free_block(b, &cleared)?);
         }
+        if xattrs != 0 {
+            out.push(self.release_xattr_block(ino, xattrs, &cleared)?);
+        }
         out.push(self.free_inode(ino, dir, &cleared)?);
         Ok(out)
+    }
+
+    /// A deleted file's extended-attribute block (written by another
+    /// implementation; stitchfs makes none): freed if the file was its
+    /// only user, else its reference count drops by one. Either waits for
+    /// the inode's deletion (`cleared`), so a crash leaves the count too
+    /// high (a leak e2fsck repairs), never too low.
+    fn release_xattr_block(
+        &mut self,
+        ino: InodeNo,
+        block: u32,
+        cleared: &[PatchId],
+    ) -> Result<PatchId> {
+        let corrupt = |why: String| {
+            DiskError::Corrupt(format!(
+                "inode {ino}: extended-attribute block {block}: {why}"
+            ))
+        };
+        if self
+            .geo
+            .group_of_block(stitch_format::BlockNo(block))
+            .is_none()
+        {
+            return Err(corrupt("beyond the file system".into()));
+        }
+        let mut h =
+            stitch_format::xattr::XattrHeader::parse(self.m.read(BlockNo(u64::from(block)))?)
+                .map_err(|e| corrupt(e.to_string()))?;
+        if h.refcount == 1 {
+            return self.free_block(block, cleared);
+        }
+        h.refcount -= 1;
+        Ok(self
+            .m
+            .byte(BlockNo(u64::from(block)), 0, &h.to_bytes(), cleared, META)?)
     }
 
     /// An empty patch depending on every patch of an operation.

@@ -65,6 +65,12 @@ pub enum Leak {
     FreeInodes {
         counted: u32,
     },
+    /// An extended-attribute block's reference count above the inodes
+    /// naming it (`users`, at least one).
+    XattrRefcount {
+        block: u32,
+        users: u32,
+    },
 }
 
 impl Leak {
@@ -76,7 +82,7 @@ impl Leak {
             | Leak::GroupDirs { .. } => 0,
             Leak::FreeBlocks { .. } | Leak::FreeInodes { .. } => 0,
             Leak::BlocksLeaked { .. } | Leak::InodesLeaked { .. } => 1,
-            Leak::BlockCount { .. } | Leak::OrphanLink { .. } => 2,
+            Leak::BlockCount { .. } | Leak::OrphanLink { .. } | Leak::XattrRefcount { .. } => 2,
             Leak::UnconnectedDirectory { .. } => 3,
             Leak::LinkCount { .. } => 4,
         }
@@ -148,6 +154,7 @@ impl DiskFs {
                 i.core.blocks_lo = should_be as u32;
             }),
             Leak::OrphanLink { ino } => self.edit_inode(ino, |i| i.core.dtime = 0),
+            Leak::XattrRefcount { block, users } => self.set_xattr_refcount(block, users),
             Leak::UnconnectedDirectory { ino } => self.reconnect(ino, FileType::Directory, now),
             Leak::LinkCount { ino, counted: 0 } => {
                 let ft = self
@@ -175,6 +182,21 @@ impl DiskFs {
             .ok_or(DiskError::Invalid("no such group"))?;
         f(gd);
         self.write_group(g).map(drop)
+    }
+
+    fn set_xattr_refcount(&mut self, block: u32, users: u32) -> Result<()> {
+        let at = stitch_patch::BlockNo(u64::from(block));
+        let mut h = stitch_format::xattr::XattrHeader::parse(self.m.read(at)?)?;
+        if users == 0 || users > h.refcount {
+            return Err(DiskError::Invalid(
+                "an attribute block's count only comes down to its users",
+            ));
+        }
+        h.refcount = users;
+        self.m
+            .byte(at, 0, &h.to_bytes(), &[], crate::fs::META)
+            .map(drop)?;
+        Ok(())
     }
 
     fn edit_inode(

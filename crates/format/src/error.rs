@@ -23,6 +23,7 @@ pub enum Structure {
     JournalCommit,
     JournalRevoke,
     JournalBlock,
+    XattrBlock,
 }
 
 impl fmt::Display for Structure {
@@ -40,6 +41,7 @@ impl fmt::Display for Structure {
             Structure::JournalCommit => "journal commit block",
             Structure::JournalRevoke => "journal revoke block",
             Structure::JournalBlock => "journal block",
+            Structure::XattrBlock => "extended-attribute block",
         })
     }
 }

@@ -25,6 +25,7 @@ pub mod jbd2;
 pub mod superblock;
 pub mod symlink;
 pub mod units;
+pub mod xattr;
 
 pub use error::{FormatError, Result, Structure};
 pub use geometry::{Geometry, GroupLayout, InodeLocation, SuperCopy};

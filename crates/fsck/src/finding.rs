@@ -106,6 +106,18 @@ pub enum FindingKind {
         i_blocks: u64,
         should_be: u64,
     },
+    /// An extended-attribute block some inode names is not one.
+    XattrBlockCorrupt {
+        block: u32,
+        reason: String,
+    },
+    /// An extended-attribute block's reference count differs from the
+    /// inodes naming it.
+    XattrRefcountWrong {
+        block: u32,
+        refcount: u32,
+        should_be: u32,
+    },
     ZeroLengthDirectory {
         ino: u32,
     },
@@ -276,6 +288,15 @@ impl FindingKind {
                 should_be,
                 ..
             } if i_blocks > should_be => Class::Leak,
+            // Likewise an attribute block's count: it drops only after an
+            // inode stops naming the block; too low, and freeing it with
+            // its next-to-last user would leave the last one pointing at a
+            // free block.
+            XattrRefcountWrong {
+                refcount,
+                should_be,
+                ..
+            } if refcount > should_be => Class::Leak,
             // An in-use orphan's dtime links the orphan list onward.
             InUseWithDtime {
                 orphan_link: true, ..
@@ -346,6 +367,8 @@ impl fmt::Display for FindingKind {
             BlockClaimedTwice { block, owners } => write!(f, "block {block} is claimed by {owners:?}"),
             BadSize { ino, size, should_be } => write!(f, "inode {ino}: i_size is {size}, should be {should_be}"),
             BadBlockCount { ino, i_blocks, should_be } => write!(f, "inode {ino}: i_blocks is {i_blocks}, should be {should_be}"),
+            XattrBlockCorrupt { block, reason } => write!(f, "extended-attribute block {block}: {reason}"),
+            XattrRefcountWrong { block, refcount, should_be } => write!(f, "extended-attribute block {block} has reference count {refcount}, should be {should_be}"),
             ZeroLengthDirectory { ino } => write!(f, "inode {ino} is a zero-length directory"),
             InvalidSymlink { ino } => write!(f, "symlink inode {ino} is invalid"),
             DirectoryHole { dir, logical } => write!(f, "directory inode {dir} has an unallocated block #{logical}"),

@@ -107,6 +107,7 @@ pub fn check(
     }
     fs::claim_metadata(&fs, &mut st);
     pass1::run(&img, &fs, &mut st, progress)?;
+    check_xattr_blocks(&img, &mut st)?;
     report_dups(&mut st);
     pass2::run(&img, &fs, &mut st, progress)?;
     progress(Phase::Connectivity, 0, 1);
@@ -146,6 +147,32 @@ fn with_journal(
     let fs = fs::load(img, early)?;
     early.append(&mut found);
     Ok((fs, Some(summary)))
+}
+
+/// Each extended-attribute block pass 1 found named is one, counting as
+/// many references as inodes name it (e2fsck's pass 1 `check_ext_attr`).
+fn check_xattr_blocks(img: &image::Image, st: &mut state::State) -> Result<(), FsckError> {
+    let blocks: Vec<u32> = st.ea_blocks.keys().copied().collect();
+    let mut found = Vec::new();
+    img.read_sorted(&blocks, |i, buf| {
+        let (block, users) = (blocks[i], st.ea_blocks[&blocks[i]]);
+        match stitch_format::xattr::XattrHeader::parse(buf) {
+            Err(e) => found.push(FindingKind::XattrBlockCorrupt {
+                block,
+                reason: e.to_string(),
+            }),
+            Ok(h) if h.refcount != users => found.push(FindingKind::XattrRefcountWrong {
+                block,
+                refcount: h.refcount,
+                should_be: users,
+            }),
+            Ok(_) => {}
+        }
+    })?;
+    for k in found {
+        st.report(k);
+    }
+    Ok(())
 }
 
 fn report_dups(st: &mut state::State) {

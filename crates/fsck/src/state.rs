@@ -10,7 +10,7 @@
 //! every later claim of a claimed block is recorded in `dups`.
 
 use crate::finding::{Finding, FindingKind, Owner};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 pub const USED: u8 = 1;
 pub const DIR: u8 = 2;
@@ -51,7 +51,8 @@ pub struct State {
     pub inodes: Vec<InodeInfo>,
     owner: Vec<u32>,
     pub dups: BTreeMap<u32, Vec<Owner>>,
-    ea_blocks: HashSet<u32>,
+    /// Extended-attribute blocks and the inodes naming each.
+    pub ea_blocks: BTreeMap<u32, u32>,
     pub dirs: HashMap<u32, DirInfo>,
     pub dir_blocks: Vec<DirBlock>,
     /// Inode `lost+found` names in the root, 0 if none.
@@ -67,7 +68,7 @@ impl State {
             inodes: vec![InodeInfo::default(); inodes as usize],
             owner: vec![0; blocks as usize],
             dups: BTreeMap::new(),
-            ea_blocks: HashSet::new(),
+            ea_blocks: BTreeMap::new(),
             dirs: HashMap::new(),
             dir_blocks: Vec::new(),
             lost_found: 0,
@@ -116,7 +117,9 @@ impl State {
 
     /// Claims an extended-attribute block, which many inodes may share.
     pub fn claim_ea(&mut self, b: u32, ino: u32) {
-        if self.ea_blocks.insert(b) {
+        let users = self.ea_blocks.entry(b).or_default();
+        *users += 1;
+        if *users == 1 {
             self.claim(b, Owner::Inode(ino));
         }
     }

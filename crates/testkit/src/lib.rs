@@ -1,5 +1,6 @@
 //! Test support shared by the crates' tests (a dev-dependency only; no
-//! library crate depends on it). Today: kernel loop mounts.
+//! library crate depends on it): kernel loop mounts, and images the
+//! kernel wrote extended attributes on.
 //!
 //! Invariant: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
@@ -78,4 +79,57 @@ impl Drop for LoopMount {
             panic!("could not unmount {}", self.mnt.display());
         }
     }
+}
+
+/// An image from `mke2fs -t ext` (ext2 or ext3, 32 MiB, 4 KiB blocks,
+/// 128-byte inodes so that attributes go to blocks) on which the kernel
+/// wrote files `a`, `b`, `c` and `d` of 5,000 bytes, the attribute
+/// `user.k=shared` on a, b and d (the kernel shares one block among them)
+/// and `user.k=own` on c. Needs root.
+pub fn kernel_xattr_image(dir: &Path, ext: &str) -> Vec<u8> {
+    let path = dir.join(format!("{ext}-xattr.img"));
+    let out = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I", "128"])
+        .arg(&path)
+        .arg("32M")
+        .output()
+        .expect("mke2fs runs");
+    assert!(out.status.success(), "mke2fs: {out:?}");
+    let mnt = dir.join("xattr-mnt");
+    let m = LoopMount::new(&path, &mnt, "").unwrap_or_else(|e| panic!("{e}"));
+    for (name, value) in [
+        ("a", "shared"),
+        ("b", "shared"),
+        ("c", "own"),
+        ("d", "shared"),
+    ] {
+        let f = mnt.join(name);
+        std::fs::write(&f, name.repeat(5000)).expect("write on the kernel mount");
+        set_xattr(&f, "user.k", value.as_bytes());
+    }
+    m.unmount();
+    std::fs::read(&path).expect("read the image back")
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");
+    let n = std::ffi::CString::new(name).expect("no NUL in the name");
+    // SAFETY: valid NUL-terminated strings and a buffer of `value.len()`.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setxattr {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
