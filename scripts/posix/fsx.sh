@@ -30,6 +30,21 @@ artifacts=${FSX_ARTIFACTS:-$(mktemp -d /tmp/fsx-artifacts.XXXXXX)}
 mkdir -p "$artifacts"
 file=$mnt/fsx.$$.data
 
+# fsx 0.3.2's mapped read never unmaps its mapping, so a long run holds one
+# mapping per mapped read and dies of ENOMEM (a panic in mmap) when the
+# process passes vm.max_map_count (65530 by default; our 1,000,000-operation
+# runs reached it). Raise the limit for the run if it is too low.
+maps_needed=$((numops / 4 + 65536))
+maps_now=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
+if [ "$maps_now" -lt "$maps_needed" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "fsx.sh: raising vm.max_map_count from $maps_now to $maps_needed (fsx leaks a mapping per mapped read)"
+    sysctl -q -w vm.max_map_count="$maps_needed"
+  else
+    echo "fsx.sh: vm.max_map_count is $maps_now; fsx may fail with ENOMEM after about $((maps_now * 4)) operations (run as root to raise it)" >&2
+  fi
+fi
+
 echo "== fsx $FSX_VERSION: $numops operations on $file, seed $seed, config $config"
 start=$(date +%s)
 set +e
