@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs fsx (the Rust port from crates.io, pinned in tools.sh) for NUMOPS
+# Runs fsx (the Rust port from crates.io, pinned in tools.sh, built with
+# fsx-munmap.patch) for NUMOPS
 # operations on a new file in the file system mounted at MOUNTPOINT, with the
 # committed configuration scripts/posix/fsx.toml (FSX_CONFIG overrides).
 #
@@ -24,28 +25,13 @@ mountpoint -q "$mnt" || {
   echo "fsx.sh: $mnt is not a mount point" >&2
   exit 1
 }
-bin=$(posix_tool fsx "$FSX_VERSION")
+bin=$(fsx_tool)
 seed=${FSX_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 artifacts=${FSX_ARTIFACTS:-$(mktemp -d /tmp/fsx-artifacts.XXXXXX)}
 mkdir -p "$artifacts"
 file=$mnt/fsx.$$.data
 
-# fsx 0.3.2's mapped read never unmaps its mapping, so a long run holds one
-# mapping per mapped read and dies of ENOMEM (a panic in mmap) when the
-# process passes vm.max_map_count (65530 by default; our 1,000,000-operation
-# runs reached it). Raise the limit for the run if it is too low.
-maps_needed=$((numops / 4 + 65536))
-maps_now=$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)
-if [ "$maps_now" -lt "$maps_needed" ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "fsx.sh: raising vm.max_map_count from $maps_now to $maps_needed (fsx leaks a mapping per mapped read)"
-    sysctl -q -w vm.max_map_count="$maps_needed"
-  else
-    echo "fsx.sh: vm.max_map_count is $maps_now; fsx may fail with ENOMEM after about $((maps_now * 4)) operations (run as root to raise it)" >&2
-  fi
-fi
-
-echo "== fsx $FSX_VERSION: $numops operations on $file, seed $seed, config $config"
+echo "== fsx $FSX_VERSION+munmap: $numops operations on $file, seed $seed, config $config"
 start=$(date +%s)
 set +e
 "$bin" -q -N "$numops" -S "$seed" -f "$config" -P "$artifacts" "$file"
