@@ -41,6 +41,20 @@ impl DiskFs {
         self.encode_inode(ino, inode, deps, false)
     }
 
+    /// Writes a new inode into its slot as one patch depending on `deps`.
+    /// Every byte of the slot past what `inode` encodes becomes zero: a
+    /// freed slot keeps the in-inode extended attributes of the file that
+    /// had it (the kernel leaves them when it deletes one), and they must
+    /// not come back as attributes of the new file.
+    pub(crate) fn init_inode(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+    ) -> Result<Vec<PatchId>> {
+        self.encode_slot(ino, inode, deps, None, true)
+    }
+
     /// Like `write_inode`, but the patch covers the whole slot even where
     /// nothing changed: what depends on it then also follows every earlier
     /// write of the inode (its initialization, first of all).
@@ -60,12 +74,27 @@ impl DiskFs {
         deps: &[PatchId],
         whole: bool,
     ) -> Result<Vec<PatchId>> {
+        let size = usize::from(self.geo.inode_size);
+        self.encode_slot(ino, inode, deps, whole.then_some((0, size)), false)
+    }
+
+    fn encode_slot(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        deps: &[PatchId],
+        cover: Option<(usize, usize)>,
+        fresh: bool,
+    ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
         let blk = BlockNo(u64::from(loc.block.0));
-        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
+        let mut slot = if fresh {
+            vec![0; size]
+        } else {
+            self.m.read(blk)?[loc.offset..loc.offset + size].to_vec()
+        };
         inode.encode_into(&mut slot);
-        let cover = whole.then_some((0, size));
         Ok(diff::write_covering(
             &mut self.m,
             blk,

@@ -213,16 +213,6 @@ impl DiskFs {
         Ok(())
     }
 
-    /// Writes a whole new inode into its slot, after `deps`.
-    fn init_inode(
-        &mut self,
-        ino: InodeNo,
-        inode: &Inode,
-        deps: &[PatchId],
-    ) -> Result<Vec<PatchId>> {
-        self.write_inode(ino, inode, deps)
-    }
-
     /// One link fewer, after `removed`; the inode goes with its last link.
     pub(crate) fn drop_link(
         &mut self,

@@ -1,8 +1,9 @@
 //! Files the kernel gave extended attributes (stitchfs writes none): when
 //! stitchfs deletes them it frees an attribute block only its file used,
 //! drops the reference count of a shared one, and never lets the count
-//! fall below the inodes naming the block, even in a crash. Needs root
-//! (the kernel mounts the image to set the attributes).
+//! fall below the inodes naming the block, even in a crash; a file it
+//! makes in a slot the kernel freed does not inherit the attributes left
+//! there. Needs root (the kernel mounts the image to set the attributes).
 
 use std::path::Path;
 use std::process::Command;
@@ -181,4 +182,69 @@ fn a_crash_never_leaves_an_attribute_count_too_low() {
     }
     println!("{images} crash images, {leaky} with leaks only");
     assert!(images > 10, "too few crash images: {images}");
+}
+
+/// What `debugfs ea_list` shows for `/name` (empty: no attributes).
+fn attributes(image: &Path, name: &str) -> String {
+    let out = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("ea_list /{name}"))
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn new_inodes_do_not_inherit_attributes_left_in_their_slots() {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED: needs root for mount -o loop");
+        return;
+    }
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for (ext, mode) in [
+        ("ext2", Consistency::SoftUpdates),
+        ("ext3", Consistency::Journal(DataMode::Ordered)),
+    ] {
+        let (image, freed) = stitch_testkit::kernel_freed_xattr_slots(tmp.path(), ext, 4);
+        let (dev, mut fs) = common::mount(image, mode);
+        let root = fs.root();
+        let made = [
+            fs.create(root, b"file", 0o644, 0, 0, NOW).unwrap().0,
+            fs.mkdir(root, b"dir", 0o755, 0, 0, NOW).unwrap().0,
+            fs.symlink(root, b"link", b"file", 0, 0, NOW).unwrap().0,
+            fs.mknod(
+                root,
+                b"fifo",
+                stitch_diskfs::Special::Fifo,
+                0o644,
+                0,
+                0,
+                NOW,
+            )
+            .unwrap()
+            .0,
+        ];
+        fs.unmount(NOW).unwrap();
+        let path = tmp.path().join("reused.img");
+        std::fs::write(&path, dev.snapshot()).unwrap();
+        for ((name, ino), want) in ["file", "dir", "link", "fifo"].iter().zip(made).zip(&freed) {
+            // The test means something only if each new inode took a slot
+            // the kernel freed.
+            assert!(
+                freed.contains(&ino.0),
+                "{ext}: {name} is inode {}, not one of {freed:?} ({want})",
+                ino.0
+            );
+            assert_eq!(
+                attributes(&path, name),
+                "",
+                "{ext} {mode}: /{name} (inode {})",
+                ino.0
+            );
+        }
+        let (code, out, ours) = judges(&path);
+        assert_eq!(code, 0, "{mode}: e2fsck:\n{out}");
+        assert!(ours.is_clean(), "{mode}: our fsck:\n{ours}");
+    }
 }

@@ -111,6 +111,36 @@ pub fn kernel_xattr_image(dir: &Path, ext: &str) -> Vec<u8> {
     std::fs::read(&path).expect("read the image back")
 }
 
+/// A `mke2fs -t ext` image with 256-byte inodes on which the kernel made
+/// `count` files, gave each a small attribute (it goes in the inode), and
+/// deleted them again: the kernel leaves a freed inode's in-inode
+/// attributes in its slot. Returns the image and the freed inode numbers.
+pub fn kernel_freed_xattr_slots(dir: &Path, ext: &str, count: usize) -> (Vec<u8>, Vec<u32>) {
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.join(format!("{ext}-freed-xattr.img"));
+    let out = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I", "256"])
+        .arg(&path)
+        .arg("32M")
+        .output()
+        .expect("mke2fs runs");
+    assert!(out.status.success(), "mke2fs: {out:?}");
+    let mnt = dir.join("freed-xattr-mnt");
+    let m = LoopMount::new(&path, &mnt, "").unwrap_or_else(|e| panic!("{e}"));
+    let mut inos = Vec::new();
+    for i in 0..count {
+        let f = mnt.join(format!("gone{i}"));
+        std::fs::write(&f, b"x").expect("write on the kernel mount");
+        set_xattr(&f, "user.left", b"behind");
+        inos.push(std::fs::metadata(&f).expect("stat").ino() as u32);
+    }
+    for i in 0..count {
+        std::fs::remove_file(mnt.join(format!("gone{i}"))).expect("unlink");
+    }
+    m.unmount();
+    (std::fs::read(&path).expect("read the image back"), inos)
+}
+
 fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     use std::os::unix::ffi::OsStrExt;
     let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");
