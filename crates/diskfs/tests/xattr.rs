@@ -72,6 +72,23 @@ fn judges(path: &Path) -> (i32, String, stitch_fsck::Report) {
     )
 }
 
+/// A scratch directory, or None (and a note) when not root: the kernel
+/// must mount the images to give files attributes.
+fn root_tmp() -> Option<tempfile::TempDir> {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED: needs root for mount -o loop");
+        return None;
+    }
+    Some(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap())
+}
+
+/// Fails unless `e2fsck -fn` and our fsck both find `path` clean.
+fn assert_clean(path: &Path, what: &str) {
+    let (code, out, ours) = judges(path);
+    assert_eq!(code, 0, "{what}: e2fsck:\n{out}");
+    assert!(ours.is_clean(), "{what}: our fsck:\n{ours}");
+}
+
 fn unlink_all(image: Vec<u8>, mode: Consistency, names: &[&str]) -> Vec<u8> {
     let (dev, mut fs) = common::mount(image, mode);
     let root = fs.root();
@@ -84,11 +101,7 @@ fn unlink_all(image: Vec<u8>, mode: Consistency, names: &[&str]) -> Vec<u8> {
 
 #[test]
 fn deleting_files_frees_or_releases_their_attribute_blocks() {
-    if !stitch_testkit::is_root() {
-        println!("SKIPPED: needs root for mount -o loop");
-        return;
-    }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(tmp) = root_tmp() else { return };
     for (ext, mode) in [
         ("ext2", Consistency::SoftUpdates),
         ("ext2", Consistency::Async),
@@ -107,9 +120,7 @@ fn deleting_files_frees_or_releases_their_attribute_blocks() {
         assert_eq!((refcount(&image, shared), refcount(&image, own)), (3, 1));
         let clean = |image: &[u8], when: &str| {
             std::fs::write(&path, image).unwrap();
-            let (code, out, ours) = judges(&path);
-            assert_eq!(code, 0, "{mode} {when}: e2fsck:\n{out}");
-            assert!(ours.is_clean(), "{mode} {when}: our fsck:\n{ours}");
+            assert_clean(&path, &format!("{mode} {when}"));
         };
         clean(&image, "before");
 
@@ -134,11 +145,7 @@ fn deleting_files_frees_or_releases_their_attribute_blocks() {
 /// user leaves the shared count at or above its users (a leak at worst).
 #[test]
 fn a_crash_never_leaves_an_attribute_count_too_low() {
-    if !stitch_testkit::is_root() {
-        println!("SKIPPED: needs root for mount -o loop");
-        return;
-    }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(tmp) = root_tmp() else { return };
     let base = stitch_testkit::kernel_xattr_image(tmp.path(), "ext2");
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
@@ -197,11 +204,7 @@ fn attributes(image: &Path, name: &str) -> String {
 
 #[test]
 fn new_inodes_do_not_inherit_attributes_left_in_their_slots() {
-    if !stitch_testkit::is_root() {
-        println!("SKIPPED: needs root for mount -o loop");
-        return;
-    }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let Some(tmp) = root_tmp() else { return };
     for (ext, mode) in [
         ("ext2", Consistency::SoftUpdates),
         ("ext3", Consistency::Journal(DataMode::Ordered)),
@@ -243,8 +246,6 @@ fn new_inodes_do_not_inherit_attributes_left_in_their_slots() {
                 ino.0
             );
         }
-        let (code, out, ours) = judges(&path);
-        assert_eq!(code, 0, "{mode}: e2fsck:\n{out}");
-        assert!(ours.is_clean(), "{mode}: our fsck:\n{ours}");
+        assert_clean(&path, &format!("{ext} {mode}"));
     }
 }

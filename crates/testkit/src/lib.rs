@@ -88,15 +88,8 @@ impl Drop for LoopMount {
 /// and `user.k=own` on c. Needs root.
 pub fn kernel_xattr_image(dir: &Path, ext: &str) -> Vec<u8> {
     let path = dir.join(format!("{ext}-xattr.img"));
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I", "128"])
-        .arg(&path)
-        .arg("32M")
-        .output()
-        .expect("mke2fs runs");
-    assert!(out.status.success(), "mke2fs: {out:?}");
-    let mnt = dir.join("xattr-mnt");
-    let m = LoopMount::new(&path, &mnt, "").unwrap_or_else(|e| panic!("{e}"));
+    let m = kernel_mount_new(&path, ext, 128, &dir.join("xattr-mnt"));
+    let mnt = m.path().to_path_buf();
     for (name, value) in [
         ("a", "shared"),
         ("b", "shared"),
@@ -118,15 +111,8 @@ pub fn kernel_xattr_image(dir: &Path, ext: &str) -> Vec<u8> {
 pub fn kernel_freed_xattr_slots(dir: &Path, ext: &str, count: usize) -> (Vec<u8>, Vec<u32>) {
     use std::os::unix::fs::MetadataExt;
     let path = dir.join(format!("{ext}-freed-xattr.img"));
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I", "256"])
-        .arg(&path)
-        .arg("32M")
-        .output()
-        .expect("mke2fs runs");
-    assert!(out.status.success(), "mke2fs: {out:?}");
-    let mnt = dir.join("freed-xattr-mnt");
-    let m = LoopMount::new(&path, &mnt, "").unwrap_or_else(|e| panic!("{e}"));
+    let m = kernel_mount_new(&path, ext, 256, &dir.join("freed-xattr-mnt"));
+    let mnt = m.path().to_path_buf();
     let mut inos = Vec::new();
     for i in 0..count {
         let f = mnt.join(format!("gone{i}"));
@@ -139,6 +125,20 @@ pub fn kernel_freed_xattr_slots(dir: &Path, ext: &str, count: usize) -> (Vec<u8>
     }
     m.unmount();
     (std::fs::read(&path).expect("read the image back"), inos)
+}
+
+/// A fresh 32 MiB `mke2fs -t ext` image at `path` (4 KiB blocks, inodes of
+/// `inode_size` bytes), mounted by the kernel at `mnt`.
+fn kernel_mount_new(path: &Path, ext: &str, inode_size: u16, mnt: &Path) -> LoopMount {
+    let out = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I"])
+        .arg(inode_size.to_string())
+        .arg(path)
+        .arg("32M")
+        .output()
+        .expect("mke2fs runs");
+    assert!(out.status.success(), "mke2fs: {out:?}");
+    LoopMount::new(path, mnt, "").unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn set_xattr(path: &Path, name: &str, value: &[u8]) {
