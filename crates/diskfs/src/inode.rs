@@ -4,6 +4,7 @@
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
+use stitch_format::xattr::{self, Xattr};
 use stitch_format::{Inode, InodeLocation, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
 
@@ -28,6 +29,39 @@ impl DiskFs {
             .map_err(|e| e.in_block(u64::from(loc.block.0)))?;
         inode.check_mapping_supported()?;
         Ok(inode)
+    }
+
+    /// The extended attributes of `ino` as the cache holds them: those in
+    /// its slot past its fields, then those in its attribute block. A
+    /// malformed list or block is a corruption error naming both.
+    pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
+        let corrupt = |where_: String, why: String| {
+            DiskError::Corrupt(format!("inode {ino}: {where_}: {why}"))
+        };
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let slot =
+            self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
+        let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+        let mut out = match &inode.extra {
+            Some(x) => xattr::parse_in_inode(&slot[128 + usize::from(x.extra_isize)..])
+                .map_err(|e| corrupt("in-inode attributes".into(), e.to_string()))?,
+            None => Vec::new(),
+        };
+        let block = inode.file_acl();
+        if block != 0 {
+            let where_ = || format!("extended-attribute block {block}");
+            if self
+                .geo
+                .group_of_block(stitch_format::BlockNo(block))
+                .is_none()
+            {
+                return Err(corrupt(where_(), "beyond the file system".into()));
+            }
+            let buf = self.m.read(BlockNo(u64::from(block)))?;
+            out.extend(xattr::parse_block(buf).map_err(|e| corrupt(where_(), e.to_string()))?);
+        }
+        Ok(out)
     }
 
     /// Patches the fields of `inode` that differ from the cached slot, as

@@ -24,6 +24,7 @@ pub enum Structure {
     JournalRevoke,
     JournalBlock,
     XattrBlock,
+    XattrInInode,
 }
 
 impl fmt::Display for Structure {
@@ -42,6 +43,7 @@ impl fmt::Display for Structure {
             Structure::JournalRevoke => "journal revoke block",
             Structure::JournalBlock => "journal block",
             Structure::XattrBlock => "extended-attribute block",
+            Structure::XattrInInode => "in-inode extended attributes",
         })
     }
 }

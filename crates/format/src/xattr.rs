@@ -1,10 +1,17 @@
-//! Extended-attribute blocks (`i_file_acl`, ext2's `ext_attr` feature).
+//! Extended attributes (ext2's `ext_attr` feature): in an attribute block
+//! named by `i_file_acl`, and in the spare bytes of a 256-byte inode slot.
 //!
 //! stitchfs writes no attributes, but files made by the kernel or other
-//! tools on the same image may carry an attribute block, and identical
-//! blocks are shared between files through the header's reference count.
-//! What stitchfs must do with one is let go of it when the file goes: free
-//! it, or drop the count by one. The header is all it reads.
+//! tools on the same image may carry them: an attribute block, which
+//! identical sets share between files through the header's reference
+//! count, and entries after the inode's fields. stitchfs reads both and,
+//! when a file goes, lets go of its block: frees it, or drops the count.
+//!
+//! Both places hold a list of entries ended by four zero bytes: a 16-byte
+//! head (name length, name index, value offset, value inode, value size,
+//! hash), the name without its prefix, padding to 4 bytes. A value lies at
+//! its offset from the start of the block, or, in an inode, from the first
+//! entry (just after the in-inode magic number).
 
 use crate::codec::{ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
@@ -45,6 +52,110 @@ impl XattrHeader {
     }
 }
 
+/// Bytes of an entry's fixed head (`struct ext2_xattr_entry` before its name).
+const ENTRY_HEAD: usize = 16;
+
+/// One attribute as stored: a name index (the prefix), the rest of the
+/// name, and the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Xattr {
+    pub index: u8,
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// The name indexes ext2/ext4 define and the prefixes they stand for. An
+/// ACL index stands for a whole name (its stored name is empty).
+pub const PREFIXES: [(u8, &str); 6] = [
+    (1, "user."),
+    (2, "system.posix_acl_access"),
+    (3, "system.posix_acl_default"),
+    (4, "trusted."),
+    (6, "security."),
+    (7, "system."),
+];
+
+impl Xattr {
+    /// The name programs see (`user.k`), or None for an index we do not
+    /// know.
+    pub fn full_name(&self) -> Option<Vec<u8>> {
+        let (_, prefix) = PREFIXES.iter().find(|(i, _)| *i == self.index)?;
+        let mut n = prefix.as_bytes().to_vec();
+        n.extend_from_slice(&self.name);
+        Some(n)
+    }
+}
+
+/// The attributes of an attribute block (header checked first).
+pub fn parse_block(buf: &[u8]) -> Result<Vec<Xattr>> {
+    XattrHeader::parse(buf)?;
+    parse_entries(buf, XattrHeader::SIZE, 0, Structure::XattrBlock)
+}
+
+/// The attributes stored in an inode slot past `128 + i_extra_isize`:
+/// `area` starts there and runs to the end of the slot. No magic number,
+/// no attributes.
+pub fn parse_in_inode(area: &[u8]) -> Result<Vec<Xattr>> {
+    match area.get(..4) {
+        Some(m) if u32::from_le_bytes(m.try_into().expect("4 bytes")) == XATTR_MAGIC => {
+            parse_entries(area, 4, 4, Structure::XattrInInode)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Entries from `first` to the four zero bytes ending them; values at
+/// `base` plus their offset. Everything must lie inside `buf`.
+fn parse_entries(buf: &[u8], first: usize, base: usize, what: Structure) -> Result<Vec<Xattr>> {
+    let u16_at = |p: usize| u16::from_le_bytes([buf[p], buf[p + 1]]);
+    let u32_at = |p: usize| u32::from_le_bytes(buf[p..p + 4].try_into().expect("4 bytes"));
+    let mut out = Vec::new();
+    let mut p = first;
+    loop {
+        ensure(p + 4 <= buf.len(), what, || {
+            format!("entries run past the end at byte {p}")
+        })?;
+        if u32_at(p) == 0 {
+            return Ok(out);
+        }
+        ensure(p + ENTRY_HEAD <= buf.len(), what, || {
+            format!("entry at byte {p} runs past the end")
+        })?;
+        let name_len = usize::from(buf[p]);
+        let index = buf[p + 1];
+        let value_offs = usize::from(u16_at(p + 2));
+        let value_inum = u32_at(p + 4);
+        let value_size = u32_at(p + 8) as usize;
+        let name_end = p + ENTRY_HEAD + name_len;
+        ensure(name_end <= buf.len(), what, || {
+            format!("name of the entry at byte {p} runs past the end")
+        })?;
+        ensure(value_inum == 0, what, || {
+            format!("entry at byte {p} keeps its value in inode {value_inum} (ea_inode)")
+        })?;
+        let at = base + value_offs;
+        ensure(
+            value_size == 0 || at + value_size <= buf.len(),
+            what,
+            || {
+                format!(
+                    "value of the entry at byte {p} ({value_size} bytes at {at}) runs past the end"
+                )
+            },
+        )?;
+        out.push(Xattr {
+            index,
+            name: buf[p + ENTRY_HEAD..name_end].to_vec(),
+            value: if value_size == 0 {
+                Vec::new()
+            } else {
+                buf[at..at + value_size].to_vec()
+            },
+        });
+        p = (name_end + 3) & !3;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +192,80 @@ mod tests {
         two[8] = 2;
         assert!(XattrHeader::parse(&two).is_err());
         assert!(XattrHeader::parse(&[0u8; 8]).is_err());
+    }
+
+    /// An in-inode area as Linux 6.x wrote it for `user.k=secretlabel` in
+    /// a 256-byte slot (copied from a kernel-made image).
+    fn kernel_area() -> Vec<u8> {
+        let mut a = vec![0u8; 96];
+        a[0..4].copy_from_slice(&XATTR_MAGIC.to_le_bytes());
+        a[4..24].copy_from_slice(&[
+            1, 1, 0x50, 0, 0, 0, 0, 0, 11, 0, 0, 0, 0, 0, 0, 0, b'k', 0, 0, 0,
+        ]);
+        a[84..95].copy_from_slice(b"secretlabel");
+        a
+    }
+
+    #[test]
+    fn in_inode_attributes_parse_as_the_kernel_wrote_them() {
+        let got = parse_in_inode(&kernel_area()).unwrap();
+        assert_eq!(
+            got,
+            [Xattr {
+                index: 1,
+                name: b"k".to_vec(),
+                value: b"secretlabel".to_vec()
+            }]
+        );
+        assert_eq!(got[0].full_name().unwrap(), b"user.k");
+        assert!(parse_in_inode(&[0u8; 96]).unwrap().is_empty());
+        assert!(parse_in_inode(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn block_entries_parse_in_order_with_their_prefixes() {
+        let mut b = block(1);
+        b[16] = 0;
+        // security.selinux = "lbl" at 1000, trusted.t = "" (no value).
+        b[32..56].copy_from_slice(&[
+            7, 6, 0xE8, 3, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, b's', b'e', b'l', b'i', b'n', b'u',
+            b'x', 0,
+        ]);
+        b[56..76].copy_from_slice(&[
+            1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, b't', 0, 0, 0,
+        ]);
+        b[1000..1003].copy_from_slice(b"lbl");
+        let got = parse_block(&b).unwrap();
+        let names: Vec<_> = got.iter().map(|x| x.full_name().unwrap()).collect();
+        assert_eq!(names, [b"security.selinux".to_vec(), b"trusted.t".to_vec()]);
+        assert_eq!(
+            (got[0].value.as_slice(), got[1].value.len()),
+            (&b"lbl"[..], 0)
+        );
+        let unknown = Xattr {
+            index: 9,
+            name: b"x".to_vec(),
+            value: vec![],
+        };
+        assert_eq!(unknown.full_name(), None);
+    }
+
+    #[test]
+    fn entries_reaching_outside_are_corrupt() {
+        let mut a = kernel_area();
+        a[6..8].copy_from_slice(&90u16.to_le_bytes()); // value at 94..105
+        assert!(parse_in_inode(&a).is_err());
+        let mut a = kernel_area();
+        a[8] = 5; // value in inode 5 (ea_inode)
+        assert!(parse_in_inode(&a).is_err());
+        let mut a = kernel_area();
+        a[4] = 200; // name past the end
+        assert!(parse_in_inode(&a).is_err());
+        let mut a = kernel_area();
+        a[20..24].copy_from_slice(&[1, 1, 1, 1]); // no end marker
+        for (i, x) in a[24..84].iter_mut().enumerate() {
+            *x = 1 + (i % 7) as u8;
+        }
+        assert!(parse_in_inode(&a).is_err());
     }
 }

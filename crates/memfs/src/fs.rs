@@ -10,7 +10,7 @@
 use crate::error::{MemError, Result};
 use crate::flush::Merged;
 use crate::log::{LogOp, Logs, Made};
-use crate::node::{Node, NodeState};
+use crate::node::{Node, NodeState, Xattrs};
 use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use std::collections::HashMap;
@@ -188,6 +188,7 @@ impl MemFs {
             disk_size,
             min_size: disk_size,
             entries: None,
+            xattrs: None,
             ..NodeState::fresh(kind, 0, 0, 0, 0)
         };
         let parent = if ino == ROOT { ROOT } else { parent };
@@ -424,6 +425,26 @@ impl MemFs {
         let t = self.disk_op(|d| d.readlink(InodeNo(ino as u32)))?;
         n.s.write().target = Some(t.clone());
         Ok(t)
+    }
+
+    /// The extended attributes of `ino` (full names and values), read from
+    /// disk the first time. Attributes under a name index we do not know
+    /// are left out.
+    pub fn xattrs(&self, ino: u64) -> Result<Arc<Xattrs>> {
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        if let Some(x) = &n.s.read().xattrs {
+            return Ok(x.clone());
+        }
+        let stored = self.disk_op(|d| d.xattrs(InodeNo(ino as u32)))?;
+        let x: Arc<Xattrs> = Arc::new(
+            stored
+                .into_iter()
+                .filter_map(|a| Some((a.full_name()?, a.value)))
+                .collect(),
+        );
+        let x = n.s.write().xattrs.get_or_insert(x).clone();
+        Ok(x)
     }
 
     pub fn statfs(&self) -> Result<StatFs> {

@@ -58,7 +58,13 @@ pub(crate) struct NodeState {
     pub entries: Option<HashMap<Vec<u8>, (u64, Kind)>>,
     /// A symlink's target, once loaded.
     pub target: Option<Vec<u8>>,
+    /// Extended attributes (full name, value), once loaded. stitchfs sets
+    /// none, so a new inode has none and a loaded one has what the disk has.
+    pub xattrs: Option<Arc<Xattrs>>,
 }
+
+/// An inode's extended attributes: full names (`user.k`) and values.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 impl Node {
     pub fn new(ino: u64, parent: u64, s: NodeState) -> Arc<Node> {
@@ -100,6 +106,7 @@ impl NodeState {
             dirty_pages: BTreeSet::new(),
             entries: (kind == Kind::Dir).then(HashMap::new),
             target: None,
+            xattrs: Some(Arc::default()),
         }
     }
 

@@ -127,6 +127,42 @@ pub fn kernel_freed_xattr_slots(dir: &Path, ext: &str, count: usize) -> (Vec<u8>
     (std::fs::read(&path).expect("read the image back"), inos)
 }
 
+/// A `mke2fs -t ext3` image with 256-byte inodes whose files the kernel
+/// gave attributes: `small` has `user.k=inode` (in its inode) and an ACL
+/// granting uid 1000 read; `big` has `user.big` (300 `x`), `user.k2=two`
+/// and `trusted.t=tt` (too much for the inode: in a block); directory `d`
+/// has `user.dir=yes`. Needs root.
+pub fn kernel_attribute_image(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("attributes.img");
+    let m = kernel_mount_new(&path, "ext3", 256, &dir.join("attributes-mnt"));
+    let mnt = m.path().to_path_buf();
+    std::fs::write(mnt.join("small"), b"a").expect("write on the kernel mount");
+    set_xattr(&mnt.join("small"), "user.k", b"inode");
+    // POSIX ACL, xattr form (version 2): user::rw- user:1000:r-- group::r--
+    // mask::r-- other::r--.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 1000),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    set_xattr(&mnt.join("small"), "system.posix_acl_access", &acl);
+    std::fs::write(mnt.join("big"), b"b").expect("write on the kernel mount");
+    set_xattr(&mnt.join("big"), "user.big", &[b'x'; 300]);
+    set_xattr(&mnt.join("big"), "user.k2", b"two");
+    set_xattr(&mnt.join("big"), "trusted.t", b"tt");
+    std::fs::create_dir(mnt.join("d")).expect("mkdir on the kernel mount");
+    set_xattr(&mnt.join("d"), "user.dir", b"yes");
+    m.unmount();
+    path
+}
+
 /// A fresh 32 MiB `mke2fs -t ext` image at `path` (4 KiB blocks, inodes of
 /// `inode_size` bytes), mounted by the kernel at `mnt`.
 fn kernel_mount_new(path: &Path, ext: &str, inode_size: u16, mnt: &Path) -> LoopMount {

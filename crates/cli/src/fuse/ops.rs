@@ -17,7 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs};
+use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs, Xattrs};
 
 /// Open files keep the kernel's page cache across opens: every change goes
 /// through this mount, so the cache is never stale.
@@ -583,9 +583,10 @@ impl fuser::Filesystem for StitchFuse {
         reply.error(Errno::EOPNOTSUPP);
     }
 
-    // Extended attributes: our images have none, and none can be set. As
-    // Linux's ext2 without xattr support: get, set and remove are not
-    // supported, and the list is empty.
+    // Extended attributes: those the image already has (the kernel or
+    // another tool wrote them) are read; none can be set or removed yet.
+    // POSIX ACLs stay hidden, as on an ext2 mount without `acl`: the
+    // kernel would not enforce them for us.
 
     fn setxattr(
         &self,
@@ -600,30 +601,34 @@ impl fuser::Filesystem for StitchFuse {
         reply.error(Errno::ENOTSUP);
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOTSUP);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.as_bytes();
+        on_inode(
+            "getxattr",
+            ino,
+            reply,
+            |i| -> OpResult<Vec<u8>> {
+                if is_acl(name) {
+                    return Err(Errno::EOPNOTSUPP.into());
+                }
+                let x = self.fs.xattrs(i)?;
+                match x.iter().find(|(n, _)| n.as_slice() == name) {
+                    Some((_, v)) => Ok(v.clone()),
+                    None => Err(Errno::ENODATA.into()),
+                }
+            },
+            |r, v| sized_reply(r, size, &v),
+        );
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let privileged = req.uid() == 0;
         on_inode(
             "listxattr",
             ino,
             reply,
-            |i| self.fs.getattr(i).map(drop),
-            |r, ()| {
-                if size == 0 {
-                    r.size(0)
-                } else {
-                    r.data(&[])
-                }
-            },
+            |i| self.fs.xattrs(i).map(|x| xattr_names(&x, privileged)),
+            |r, names| sized_reply(r, size, &names),
         );
     }
 
@@ -632,9 +637,57 @@ impl fuser::Filesystem for StitchFuse {
     }
 }
 
+/// Is `name` a POSIX ACL (`system.posix_acl_access` or `_default`)?
+fn is_acl(name: &[u8]) -> bool {
+    name.starts_with(b"system.posix_acl_")
+}
+
+/// The names `listxattr` shows, each ended by a NUL: not ACLs (hidden,
+/// see above), and `trusted.` names only to root (as ext2 shows them only
+/// to CAP_SYS_ADMIN).
+fn xattr_names(x: &Xattrs, privileged: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (n, _) in x {
+        if is_acl(n) || (!privileged && n.starts_with(b"trusted.")) {
+            continue;
+        }
+        out.extend_from_slice(n);
+        out.push(0);
+    }
+    out
+}
+
+/// Answers an xattr request the way the kernel asks: size 0 wants the
+/// length; a buffer too small for the bytes is ERANGE.
+fn sized_reply(r: ReplyXattr, size: u32, bytes: &[u8]) {
+    if size == 0 {
+        r.size(bytes.len() as u32)
+    } else if bytes.len() > size as usize {
+        r.error(Errno::ERANGE)
+    } else {
+        r.data(bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xattr_lists_hide_acls_and_show_trusted_names_to_root() {
+        let x: Xattrs = vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0]),
+            (b"trusted.t".to_vec(), vec![]),
+            (b"security.selinux".to_vec(), b"l".to_vec()),
+        ];
+        assert_eq!(xattr_names(&x, false), b"user.a\0security.selinux\0");
+        assert_eq!(
+            xattr_names(&x, true),
+            b"user.a\0trusted.t\0security.selinux\0"
+        );
+        assert!(is_acl(b"system.posix_acl_default") && !is_acl(b"system.data"));
+    }
 
     #[test]
     fn mknod_modes_map_to_kinds() {
