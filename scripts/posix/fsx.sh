@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs fsx (the Rust port from crates.io, pinned in tools.sh, built with
-# fsx-munmap.patch) for NUMOPS
+# fsx-fixes.patch) for NUMOPS
 # operations on a new file in the file system mounted at MOUNTPOINT, with the
 # committed configuration scripts/posix/fsx.toml (FSX_CONFIG overrides).
 #
@@ -31,7 +31,7 @@ artifacts=${FSX_ARTIFACTS:-$(mktemp -d /tmp/fsx-artifacts.XXXXXX)}
 mkdir -p "$artifacts"
 file=$mnt/fsx.$$.data
 
-echo "== fsx $FSX_VERSION+munmap: $numops operations on $file, seed $seed, config $config"
+echo "== fsx $FSX_VERSION (+fsx-fixes.patch, $(basename "$bin")): $numops operations on $file, seed $seed, config $config"
 start=$(date +%s)
 set +e
 "$bin" -q -N "$numops" -S "$seed" -f "$config" -P "$artifacts" "$file"

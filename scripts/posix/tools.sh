@@ -26,19 +26,21 @@ posix_tool() {
   echo "$POSIX_TOOLS_DIR/bin/$name"
 }
 
-# fsx_tool: prints the path of fsx $FSX_VERSION built with fsx-munmap.patch
-# (its mapped read leaks a mapping per call; the patch says why that matters),
-# building it first from the crates.io source if needed. The binary is named
-# fsx-VERSION+munmap so that an unpatched fsx elsewhere is never taken for it.
+# fsx_tool: prints the path of fsx $FSX_VERSION built with fsx-fixes.patch
+# (two bugs of the port that fail long runs; the patch says which), building
+# it first from the crates.io source if needed. The binary's name carries a
+# digest of the patch, so that neither an unpatched fsx nor one built with
+# an older patch is taken for it.
 fsx_tool() {
-  local bin="$POSIX_TOOLS_DIR/bin/fsx-$FSX_VERSION+munmap"
   local patch
-  patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fsx-munmap.patch"
+  patch="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fsx-fixes.patch"
+  local bin
+  bin="$POSIX_TOOLS_DIR/bin/fsx-$FSX_VERSION+$(sha256sum "$patch" | cut -c1-12)"
   if [ -x "$bin" ] && [ "$("$bin" --version 2>/dev/null)" = "fsx $FSX_VERSION" ]; then
     echo "$bin"
     return 0
   fi
-  echo "posix: building fsx $FSX_VERSION with fsx-munmap.patch into $POSIX_TOOLS_DIR (a minute or two)" >&2
+  echo "posix: building fsx $FSX_VERSION with fsx-fixes.patch into $POSIX_TOOLS_DIR (a minute or two)" >&2
   local work
   work=$(mktemp -d)
   if ! (
