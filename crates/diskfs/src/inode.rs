@@ -4,12 +4,12 @@
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
-use stitch_format::xattr::{self, Xattr};
+use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
 use stitch_format::{Inode, InodeLocation, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
 
 impl DiskFs {
-    fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
+    pub(crate) fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
         let (g, _) = self
             .geo
             .inode_group(ino)
@@ -31,39 +31,6 @@ impl DiskFs {
         Ok(inode)
     }
 
-    /// The extended attributes of `ino` as the cache holds them: those in
-    /// its slot past its fields, then those in its attribute block. A
-    /// malformed list or block is a corruption error naming both.
-    pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
-        let corrupt = |where_: String, why: String| {
-            DiskError::Corrupt(format!("inode {ino}: {where_}: {why}"))
-        };
-        let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let slot =
-            self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
-        let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
-        let mut out = match &inode.extra {
-            Some(x) => xattr::parse_in_inode(&slot[128 + usize::from(x.extra_isize)..])
-                .map_err(|e| corrupt("in-inode attributes".into(), e.to_string()))?,
-            None => Vec::new(),
-        };
-        let block = inode.file_acl();
-        if block != 0 {
-            let where_ = || format!("extended-attribute block {block}");
-            if self
-                .geo
-                .group_of_block(stitch_format::BlockNo(block))
-                .is_none()
-            {
-                return Err(corrupt(where_(), "beyond the file system".into()));
-            }
-            let buf = self.m.read(BlockNo(u64::from(block)))?;
-            out.extend(xattr::parse_block(buf).map_err(|e| corrupt(where_(), e.to_string()))?);
-        }
-        Ok(out)
-    }
-
     /// Patches the fields of `inode` that differ from the cached slot, as
     /// one patch depending on `deps`.
     pub(crate) fn write_inode(
@@ -75,12 +42,13 @@ impl DiskFs {
         self.encode_inode(ino, inode, deps, false)
     }
 
-    /// Writes a new inode into its slot as one patch depending on `deps`.
-    /// Every byte of the slot past what `inode` encodes becomes zero: a
-    /// freed slot keeps the in-inode extended attributes of the file that
-    /// had it (the kernel leaves them when it deletes one), and they must
-    /// not come back as attributes of the new file.
-    pub(crate) fn init_inode(
+    /// Writes `inode` as one patch depending on `deps`, with every byte of
+    /// the slot past its fields (the in-inode extended attributes) zero.
+    /// For a new inode: the kernel leaves a deleted file's in-inode
+    /// attributes in its slot, and they must not become the new file's.
+    /// For an inode whose attributes moved to a block: they go in the
+    /// same patch as the pointer to it.
+    pub(crate) fn write_inode_clearing_attrs(
         &mut self,
         ino: InodeNo,
         inode: &Inode,
@@ -118,17 +86,19 @@ impl DiskFs {
         inode: &Inode,
         deps: &[PatchId],
         cover: Option<(usize, usize)>,
-        fresh: bool,
+        clear_attrs: bool,
     ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
         let blk = BlockNo(u64::from(loc.block.0));
-        let mut slot = if fresh {
-            vec![0; size]
-        } else {
-            self.m.read(blk)?[loc.offset..loc.offset + size].to_vec()
-        };
+        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);
+        if clear_attrs {
+            if let Some(x) = &inode.extra {
+                let from = (GOOD_OLD_INODE_SIZE + x.extra_isize) as usize;
+                slot[from.min(size)..].fill(0);
+            }
+        }
         Ok(diff::write_covering(
             &mut self.m,
             blk,

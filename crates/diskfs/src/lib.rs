@@ -32,6 +32,7 @@ mod ops;
 mod orphan;
 mod rename;
 mod repair;
+mod xattr;
 
 pub use batch::{BatchError, Done, Op};
 pub use dir::Entry;

@@ -120,7 +120,7 @@ impl DiskFs {
             inode.set_size(target.len() as u64);
             deps.extend([bb, data]);
         }
-        let init = self.init_inode(ino, &inode, &deps)?;
+        let init = self.write_inode_clearing_attrs(ino, &inode, &deps)?;
         let entry = self.add_entry(parent, name, ino, FileType::Symlink, &init, now)?;
         Ok((ino, self.group_of(&[&deps, &init, &entry])?))
     }
@@ -166,7 +166,7 @@ impl DiskFs {
         if let Some((major, minor)) = dev {
             inode.set_device(major, minor);
         }
-        let init = self.init_inode(ino, &inode, &[ib])?;
+        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib])?;
         let entry = self.add_entry(parent, name, ino, ft, &init, now)?;
         Ok((ino, self.group_of(&[&[ib], &init, &entry])?))
     }

@@ -85,7 +85,7 @@ impl DiskFs {
         let (ino, ib) = self.alloc_inode(parent, false)?;
         let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
-        let init = self.init_inode(ino, &inode, &[ib])?;
+        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib])?;
         // FAULT INJECTION (feature `fault-injection`): the switch drops the
         // entry's dependency on the initialized inode.
         #[cfg(feature = "fault-injection")]
@@ -137,7 +137,7 @@ impl DiskFs {
         inode.core.block[0] = blk;
         inode.set_size(self.bs as u64);
         inode.core.blocks_lo = (self.bs / 512) as u32;
-        let init = self.init_inode(ino, &inode, &[ib, bb, data])?;
+        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib, bb, data])?;
         let entry = self.add_entry(parent, name, ino, FileType::Directory, &init, now)?;
         Ok((
             ino,
@@ -262,12 +262,12 @@ impl DiskFs {
         Ok(out)
     }
 
-    /// A deleted file's extended-attribute block (written by another
-    /// implementation; stitchfs makes none): freed if the file was its
-    /// only user, else its reference count drops by one. Either waits for
-    /// the inode's deletion (`cleared`), so a crash leaves the count too
-    /// high (a leak e2fsck repairs), never too low.
-    fn release_xattr_block(
+    /// An extended-attribute block an inode no longer names (the file was
+    /// deleted, or its attributes moved to a new block): freed if the
+    /// inode was its only user, else its reference count drops by one.
+    /// Either waits for the inode's change (`cleared`), so a crash leaves
+    /// the count too high (a leak e2fsck repairs), never too low.
+    pub(crate) fn release_xattr_block(
         &mut self,
         ino: InodeNo,
         block: u32,

@@ -8,10 +8,10 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
+use stitch_blockdev::record::{crash_states, CrashState, Enumerate, ImageBuilder};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_format::xattr::XattrHeader;
+use stitch_format::xattr::{Xattr, XattrHeader};
 use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
@@ -89,6 +89,57 @@ fn assert_clean(path: &Path, what: &str) {
     assert!(ours.is_clean(), "{what}: our fsck:\n{ours}");
 }
 
+/// The kernel's attribute image (ext2) mounted in soft-updates mode over
+/// a recording device.
+fn recorded_soft_updates(dir: &Path) -> (Arc<RecordingDevice<MemDevice>>, DiskFs) {
+    let base = stitch_testkit::kernel_xattr_image(dir, "ext2");
+    let mem = MemDevice::from_image(4096, base.clone()).unwrap();
+    let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
+    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
+    (
+        rec.clone(),
+        DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap(),
+    )
+}
+
+/// Builds up to 64 crash images of what `rec` recorded (enumeration
+/// `seed`), requires each to have leaks at worst (our fsck) and e2fsck to
+/// exit 0 or 4, hands it to `check` with e2fsck's output and our report,
+/// and returns how many there were (failing under 11).
+fn each_crash_image(
+    rec: &RecordingDevice<MemDevice>,
+    seed: u64,
+    dir: &Path,
+    mut check: impl FnMut(&CrashState, Vec<u8>, &str, &stitch_fsck::Report),
+) -> usize {
+    let (log, start) = (rec.log(), rec.base());
+    let mut builder = ImageBuilder::new(&start, &log).unwrap();
+    let opts = Enumerate {
+        max_states: 64,
+        seed,
+        torn: None,
+    };
+    let path = dir.join("crash.img");
+    let mut images = 0;
+    for state in crash_states(&log, &opts).unwrap() {
+        let image = builder.build(&state).unwrap();
+        std::fs::write(&path, &image).unwrap();
+        let (code, out, ours) = judges(&path);
+        assert!(
+            ours.is_clean() || ours.only_leaks(),
+            "{state:?}: corruption:\n{ours}"
+        );
+        assert!(
+            matches!(code, 0 | 4),
+            "{state:?}: e2fsck exit {code}:\n{out}"
+        );
+        check(&state, image, &out, &ours);
+        images += 1;
+    }
+    assert!(images > 10, "too few crash images: {images}");
+    images
+}
+
 fn unlink_all(image: Vec<u8>, mode: Consistency, names: &[&str]) -> Vec<u8> {
     let (dev, mut fs) = common::mount(image, mode);
     let root = fs.root();
@@ -146,11 +197,7 @@ fn deleting_files_frees_or_releases_their_attribute_blocks() {
 #[test]
 fn a_crash_never_leaves_an_attribute_count_too_low() {
     let Some(tmp) = root_tmp() else { return };
-    let base = stitch_testkit::kernel_xattr_image(tmp.path(), "ext2");
-    let mem = MemDevice::from_image(4096, base.clone()).unwrap();
-    let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+    let (rec, mut fs) = recorded_soft_updates(tmp.path());
     let root = fs.root();
     for n in ["a", "c", "b"] {
         fs.unlink(root, n.as_bytes(), NOW).unwrap();
@@ -159,36 +206,15 @@ fn a_crash_never_leaves_an_attribute_count_too_low() {
         fs.modes_mut().cache_mut().flush().unwrap();
     }
     fs.unmount(NOW).unwrap();
-    let (log, start) = (rec.log(), rec.base());
-    let mut builder = ImageBuilder::new(&start, &log).unwrap();
-    let opts = Enumerate {
-        max_states: 64,
-        seed: 1,
-        torn: None,
-    };
-    let path = tmp.path().join("crash.img");
-    let (mut images, mut leaky) = (0, 0);
-    for state in crash_states(&log, &opts).unwrap() {
-        let image = builder.build(&state).unwrap();
-        std::fs::write(&path, &image).unwrap();
-        let (code, out, ours) = judges(&path);
-        assert!(
-            ours.is_clean() || ours.only_leaks(),
-            "{state:?}: corruption:\n{ours}"
-        );
+    let mut leaky = 0;
+    let images = each_crash_image(&rec, 1, tmp.path(), |state, _, out, ours| {
         assert!(
             !out.contains("has reference count") || ours.findings.iter().any(|f| matches!(f.kind, stitch_fsck::FindingKind::XattrRefcountWrong { refcount, should_be, .. } if refcount > should_be)),
             "{state:?}: e2fsck sees a count our fsck does not call high:\n{out}\n{ours}"
         );
-        assert!(
-            matches!(code, 0 | 4),
-            "{state:?}: e2fsck exit {code}:\n{out}"
-        );
-        images += 1;
         leaky += usize::from(!ours.is_clean());
-    }
+    });
     println!("{images} crash images, {leaky} with leaks only");
-    assert!(images > 10, "too few crash images: {images}");
 }
 
 /// What `debugfs ea_list` shows for `/name` (empty: no attributes).
@@ -248,4 +274,136 @@ fn new_inodes_do_not_inherit_attributes_left_in_their_slots() {
         }
         assert_clean(&path, &format!("{ext} {mode}"));
     }
+}
+
+fn set(full: &str, value: &[u8]) -> Xattr {
+    Xattr::named(full.as_bytes(), value.to_vec()).unwrap()
+}
+
+/// The attributes of `/name` as the kernel reads them (`getfattr`-like,
+/// through a loop mount), sorted.
+fn kernel_attributes(image: &Path, dir: &Path, names: &[&str]) -> Vec<Vec<(String, Vec<u8>)>> {
+    let m = stitch_testkit::LoopMount::new(image, &dir.join("check-mnt"), "ro")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = names
+        .iter()
+        .map(|n| stitch_testkit::all_xattrs(&m.path().join(n)))
+        .collect();
+    m.unmount();
+    out
+}
+
+/// Sets, replaces, shares and removes attribute sets in every mode: the
+/// images are clean for e2fsck and our fsck, and the kernel reads back
+/// exactly the sets diskfs wrote (so blocks, entries and hashes are ext2's).
+#[test]
+fn attribute_sets_written_are_the_kernels_to_read() {
+    let Some(tmp) = root_tmp() else { return };
+    for (ext, mode) in [
+        ("ext2", Consistency::SoftUpdates),
+        ("ext2", Consistency::Async),
+        ("ext3", Consistency::Journal(DataMode::Ordered)),
+        ("ext3", Consistency::Journal(DataMode::Journal)),
+    ] {
+        // a, b, d share a kernel-made block; c has its own.
+        let image = stitch_testkit::kernel_xattr_image(tmp.path(), ext);
+        let (dev, mut fs) = common::mount(image, mode);
+        let root = fs.root();
+        let ino = |fs: &mut DiskFs, n: &str| fs.lookup(root, n.as_bytes()).unwrap().unwrap().ino;
+        let (a, c) = (ino(&mut fs, "a"), ino(&mut fs, "c"));
+        let (e, _) = fs.create(root, b"e", 0o644, 0, 0, NOW).unwrap();
+        // A new file gets a set; a sharer of the kernel's block gets its
+        // own; the sole user of a block replaces it; removing all.
+        let big = vec![b'v'; 1500];
+        fs.set_xattrs(
+            e,
+            &[
+                set("user.one", b"1"),
+                set("security.s", &big),
+                set("trusted.t", b""),
+            ],
+            NOW,
+        )
+        .unwrap();
+        fs.set_xattrs(a, &[set("user.k", b"mine")], NOW).unwrap();
+        fs.set_xattrs(c, &[set("user.k", b"own"), set("user.more", b"m")], NOW)
+            .unwrap();
+        assert!(fs
+            .set_xattrs(c, &[set("user.huge", &vec![0; 4096])], NOW)
+            .is_err());
+        let d = ino(&mut fs, "d");
+        fs.set_xattrs(d, &[], NOW).unwrap();
+        assert_eq!(fs.xattrs(e).unwrap().len(), 3);
+        fs.unmount(NOW).unwrap();
+        let path = tmp.path().join("set.img");
+        std::fs::write(&path, dev.snapshot()).unwrap();
+        assert_clean(&path, &format!("{ext} {mode}"));
+        let got = kernel_attributes(&path, tmp.path(), &["a", "b", "c", "d", "e"]);
+        let kv = |pairs: &[(&str, &[u8])]| -> Vec<(String, Vec<u8>)> {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_vec()))
+                .collect()
+        };
+        assert_eq!(got[0], kv(&[("user.k", b"mine")]), "{mode} a");
+        assert_eq!(got[1], kv(&[("user.k", b"shared")]), "{mode} b");
+        assert_eq!(
+            got[2],
+            kv(&[("user.k", b"own"), ("user.more", b"m")]),
+            "{mode} c"
+        );
+        assert_eq!(got[3], kv(&[]), "{mode} d");
+        assert_eq!(
+            got[4],
+            kv(&[("security.s", &big), ("trusted.t", b""), ("user.one", b"1")]),
+            "{mode} e"
+        );
+    }
+}
+
+/// Soft updates: in every crash image of replacing attribute sets, each
+/// file has its old set or its new one, and nothing worse than leaks.
+#[test]
+fn a_crash_leaves_the_old_attribute_set_or_the_new_one() {
+    let Some(tmp) = root_tmp() else { return };
+    let (rec, mut fs) = recorded_soft_updates(tmp.path());
+    let root = fs.root();
+    let a = fs.lookup(root, b"a").unwrap().unwrap().ino;
+    let c = fs.lookup(root, b"c").unwrap().unwrap().ino;
+    let steps: [(stitch_diskfs::InodeNo, Vec<Xattr>); 4] = [
+        (a, vec![set("user.k", b"first")]),
+        (c, vec![set("user.k", b"second"), set("user.x", b"x")]),
+        (a, vec![set("user.k", b"third")]),
+        (c, vec![]),
+    ];
+    for (ino, attrs) in &steps {
+        fs.set_xattrs(*ino, attrs, NOW).unwrap();
+        fs.modes_mut().cache_mut().write_round(2).unwrap();
+    }
+    fs.unmount(NOW).unwrap();
+    // What each file may show: any set it had, in order.
+    let history = |ino| {
+        let mut h = vec![vec![set(
+            "user.k",
+            if ino == a { b"shared" } else { b"own" },
+        )]];
+        h.extend(
+            steps
+                .iter()
+                .filter(|(i, _)| *i == ino)
+                .map(|(_, s)| s.clone()),
+        );
+        h
+    };
+    let images = each_crash_image(&rec, 2, tmp.path(), |state, image, _, _| {
+        let (_, mut fs) = common::mount(image, Consistency::SoftUpdates);
+        for ino in [a, c] {
+            let now = fs.xattrs(ino).unwrap();
+            assert!(
+                history(ino).contains(&now),
+                "{state:?}: inode {ino} has {now:?}"
+            );
+        }
+    });
+    println!("{images} crash images");
 }

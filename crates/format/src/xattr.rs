@@ -6,6 +6,7 @@
 //! identical sets share between files through the header's reference
 //! count, and entries after the inode's fields. stitchfs reads both and,
 //! when a file goes, lets go of its block: frees it, or drops the count.
+//! It writes a file's whole set as one new block ([`encode_block`]).
 //!
 //! Both places hold a list of entries ended by four zero bytes: a 16-byte
 //! head (name length, name index, value offset, value inode, value size,
@@ -84,6 +85,101 @@ impl Xattr {
         n.extend_from_slice(&self.name);
         Some(n)
     }
+}
+
+impl Xattr {
+    /// The attribute named `full` (`user.k`), or None when its prefix is
+    /// not one ext2 can store. An ACL name takes its whole index.
+    pub fn named(full: &[u8], value: Vec<u8>) -> Option<Xattr> {
+        let (index, prefix) = PREFIXES
+            .iter()
+            .filter(|(_, p)| full.starts_with(p.as_bytes()))
+            .max_by_key(|(_, p)| p.len())?;
+        let name = full[prefix.len()..].to_vec();
+        // Only the ACL indexes stand for a whole name.
+        let whole = matches!(index, 2 | 3);
+        (whole == name.is_empty()).then_some(Xattr {
+            index: *index,
+            name,
+            value,
+        })
+    }
+
+    /// `ext2fs_ext_attr_hash_entry`: the name bytes, then the value as
+    /// little-endian words (zero-padded), each folded in by a rotation.
+    fn hash(&self) -> u32 {
+        let mut h: u32 = 0;
+        for &c in &self.name {
+            h = (h << 5) ^ (h >> 27) ^ u32::from(c);
+        }
+        for w in self.value.chunks(4) {
+            let mut word = [0u8; 4];
+            word[..w.len()].copy_from_slice(w);
+            h = (h << 16) ^ (h >> 16) ^ u32::from_le_bytes(word);
+        }
+        h
+    }
+
+    /// Bytes of this attribute's entry (head, name, padding).
+    fn entry_len(&self) -> usize {
+        (ENTRY_HEAD + self.name.len() + 3) & !3
+    }
+
+    /// Bytes of this attribute's value with its padding.
+    fn value_len(&self) -> usize {
+        (self.value.len() + 3) & !3
+    }
+}
+
+/// Do `attrs` fit one attribute block of `block_len` bytes?
+pub fn fits_block(attrs: &[Xattr], block_len: usize) -> bool {
+    let need: usize = attrs.iter().map(|a| a.entry_len() + a.value_len()).sum();
+    XattrHeader::SIZE + need + 4 <= block_len
+        && attrs
+            .iter()
+            .all(|a| a.name.len() <= 255 && a.value.len() <= usize::from(u16::MAX))
+}
+
+/// An attribute block of `block_len` bytes holding `attrs` for one inode
+/// (reference count 1): entries sorted as ext2 keeps them (index, name
+/// length, name), values packed down from the end, each entry's hash and
+/// the header's hash as e2fsck computes them. None if they do not fit.
+pub fn encode_block(attrs: &[Xattr], block_len: usize) -> Option<Vec<u8>> {
+    if attrs.is_empty() || !fits_block(attrs, block_len) {
+        return None;
+    }
+    let mut sorted: Vec<&Xattr> = attrs.iter().collect();
+    sorted.sort_by(|a, b| (a.index, a.name.len(), &a.name).cmp(&(b.index, b.name.len(), &b.name)));
+    let mut buf = vec![0u8; block_len];
+    let (mut p, mut end) = (XattrHeader::SIZE, block_len);
+    // The header's hash folds in every entry's; an entry without one (0)
+    // makes it 0.
+    let mut block_hash = Some(0u32);
+    for a in sorted {
+        end -= a.value_len();
+        let offs = if a.value.is_empty() { 0 } else { end };
+        buf[end..end + a.value.len()].copy_from_slice(&a.value);
+        let h = a.hash();
+        buf[p] = a.name.len() as u8;
+        buf[p + 1] = a.index;
+        buf[p + 2..p + 4].copy_from_slice(&(offs as u16).to_le_bytes());
+        buf[p + 8..p + 12].copy_from_slice(&(a.value.len() as u32).to_le_bytes());
+        buf[p + 12..p + 16].copy_from_slice(&h.to_le_bytes());
+        buf[p + ENTRY_HEAD..p + ENTRY_HEAD + a.name.len()].copy_from_slice(&a.name);
+        p += a.entry_len();
+        block_hash = block_hash
+            .filter(|_| h != 0)
+            .map(|b| (b << 16) ^ (b >> 16) ^ h);
+    }
+    let header = XattrHeader {
+        magic: XATTR_MAGIC,
+        refcount: 1,
+        blocks: 1,
+        hash: block_hash.unwrap_or(0),
+        reserved: [0; 4],
+    };
+    header.encode_into(&mut buf[..XattrHeader::SIZE]);
+    Some(buf)
 }
 
 /// The attributes of an attribute block (header checked first).
@@ -267,5 +363,61 @@ mod tests {
             *x = 1 + (i % 7) as u8;
         }
         assert!(parse_in_inode(&a).is_err());
+    }
+
+    fn attr(full: &str, value: &[u8]) -> Xattr {
+        Xattr::named(full.as_bytes(), value.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn names_split_into_index_and_rest() {
+        assert_eq!(
+            (attr("user.k", b"").index, attr("user.k", b"").name),
+            (1, b"k".to_vec())
+        );
+        assert_eq!(attr("security.selinux", b"").index, 6);
+        assert_eq!(attr("system.posix_acl_access", b"").index, 2);
+        assert_eq!(attr("system.posix_acl_access", b"").name, b"");
+        for bad in ["user.", "bogus.x", "system.posix_acl_accessx", "trusted"] {
+            assert_eq!(Xattr::named(bad.as_bytes(), vec![]), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn encoded_blocks_parse_back_sorted_as_ext2_keeps_them() {
+        let attrs = [
+            attr("user.zz", b"second"),
+            attr("security.selinux", b"label"),
+            attr("user.a", b""),
+            attr("user.b", &[7u8; 1000]),
+        ];
+        let b = encode_block(&attrs, 4096).unwrap();
+        let got = parse_block(&b).unwrap();
+        let names: Vec<_> = got.iter().map(|a| a.full_name().unwrap()).collect();
+        assert_eq!(
+            names,
+            [&b"user.a"[..], b"user.b", b"user.zz", b"security.selinux"]
+        );
+        assert_eq!(got[1].value, vec![7u8; 1000]);
+        let h = XattrHeader::parse(&b).unwrap();
+        assert_eq!((h.refcount, h.blocks), (1, 1));
+        assert_ne!(h.hash, 0);
+        assert_eq!(encode_block(&[], 4096), None);
+        assert_eq!(encode_block(&[attr("user.big", &[1u8; 4096])], 4096), None);
+        assert!(fits_block(
+            &[attr("user.big", &[1u8; 4096 - 32 - 4 - 24])],
+            4096
+        ));
+    }
+
+    #[test]
+    fn hashes_are_e2fsprogs_own() {
+        // ext2fs_ext_attr_hash_entry by hand for name "k", value "ab":
+        // name: 0 ^ 'k' = 0x6b; value word 0x00006261:
+        // (0x6b << 16) ^ (0x6b >> 16) ^ 0x6261 = 0x006b6261.
+        assert_eq!(attr("user.k", b"ab").hash(), 0x006b_6261);
+        // One entry: the block hash is (0 << 16) ^ (0 >> 16) ^ h = h.
+        let b = encode_block(&[attr("user.k", b"ab")], 1024).unwrap();
+        assert_eq!(XattrHeader::parse(&b).unwrap().hash, 0x006b_6261);
     }
 }

@@ -177,6 +177,44 @@ fn kernel_mount_new(path: &Path, ext: &str, inode_size: u16, mnt: &Path) -> Loop
     LoopMount::new(path, mnt, "").unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Every extended attribute of `path` (name, value), sorted by name, as the
+/// kernel reads them.
+pub fn all_xattrs(path: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");
+    let mut names = vec![0u8; 65536];
+    // SAFETY: a valid C string and a buffer of `names.len()` bytes.
+    let n = unsafe { libc::listxattr(p.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(
+        n >= 0,
+        "listxattr {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    names.truncate(n as usize);
+    let mut out: Vec<(String, Vec<u8>)> = names
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            let c = std::ffi::CString::new(n).expect("no NUL in a name");
+            let mut v = vec![0u8; 65536];
+            // SAFETY: valid C strings and a buffer of `v.len()` bytes.
+            let len =
+                unsafe { libc::getxattr(p.as_ptr(), c.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+            assert!(
+                len >= 0,
+                "getxattr {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+            v.truncate(len as usize);
+            (String::from_utf8_lossy(n).into_owned(), v)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     use std::os::unix::ffi::OsStrExt;
     let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");

@@ -1,0 +1,107 @@
+//! Extended attributes of an inode: read from its slot and its attribute
+//! block, and replaced as a whole set.
+//!
+//! A new set always goes to a new block (copy-on-write), so a block shared
+//! with other inodes is never changed under them and a crash sees either
+//! the old set or the new one. The order: the block's bitmap bit, its
+//! contents, then the inode naming it (its in-inode attributes cleared in
+//! the same patch, since the set now lives in the block), then the old
+//! block let go of (freed, or its count dropped). A crash between leaves a
+//! block allocated and unnamed, or a count too high: leaks, never a name
+//! pointing at nothing.
+
+use crate::error::{DiskError, Result};
+use crate::fs::{DiskFs, META};
+use stitch_format::features::compat;
+use stitch_format::xattr::{self, Xattr};
+use stitch_format::{Inode, InodeNo};
+use stitch_patch::{BlockNo, PatchId};
+
+impl DiskFs {
+    /// Can this image hold extended attributes (the `ext_attr` feature)?
+    pub fn supports_xattrs(&self) -> bool {
+        self.sb.features().has_compat(compat::EXT_ATTR)
+    }
+
+    /// The extended attributes of `ino` as the cache holds them: those in
+    /// its slot past its fields, then those in its attribute block. A
+    /// malformed list or block is a corruption error naming both.
+    pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
+        let corrupt = |where_: String, why: String| {
+            DiskError::Corrupt(format!("inode {ino}: {where_}: {why}"))
+        };
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let slot =
+            self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
+        let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+        let mut out = match &inode.extra {
+            Some(x) => xattr::parse_in_inode(&slot[128 + usize::from(x.extra_isize)..])
+                .map_err(|e| corrupt("in-inode attributes".into(), e.to_string()))?,
+            None => Vec::new(),
+        };
+        let block = inode.file_acl();
+        if block != 0 {
+            let where_ = || format!("extended-attribute block {block}");
+            if self
+                .geo
+                .group_of_block(stitch_format::BlockNo(block))
+                .is_none()
+            {
+                return Err(corrupt(where_(), "beyond the file system".into()));
+            }
+            let buf = self.m.read(BlockNo(u64::from(block)))?;
+            out.extend(xattr::parse_block(buf).map_err(|e| corrupt(where_(), e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    /// Replaces the extended attributes of `ino` with `attrs` (the whole
+    /// set; empty removes them all), in the order the module describes.
+    /// Refused when the image lacks `ext_attr` or the set does not fit one
+    /// block (`NoSpace`, as ext2 does).
+    pub fn set_xattrs(&mut self, ino: InodeNo, attrs: &[Xattr], now: u32) -> Result<PatchId> {
+        if !self.supports_xattrs() {
+            return Err(DiskError::Invalid("the image has no ext_attr feature"));
+        }
+        let mut inode: Inode = self.read_inode(ino)?;
+        let old = inode.file_acl();
+        let mut made = Vec::new();
+        let mut new = 0;
+        if !attrs.is_empty() {
+            let data = xattr::encode_block(attrs, self.bs).ok_or(DiskError::NoSpace(
+                "extended attributes do not fit one block",
+            ))?;
+            let goal = self
+                .geo
+                .group_first_block(
+                    self.geo
+                        .inode_group(ino)
+                        .map_or(stitch_format::GroupNo(0), |g| g.0),
+                )
+                .0;
+            let (blk, bb) = self.alloc_block(goal)?;
+            let init = self
+                .m
+                .byte(BlockNo(u64::from(blk)), 0, &data, &[bb], META)?;
+            made.extend([bb, init]);
+            new = blk;
+        }
+        let sectors = (self.bs / 512) as u32;
+        match (old != 0, new != 0) {
+            (false, true) => inode.core.blocks_lo += sectors,
+            (true, false) => inode.core.blocks_lo -= sectors,
+            _ => {}
+        }
+        inode.core.file_acl_lo = new;
+        inode.core.ctime = now;
+        let named = self.write_inode_clearing_attrs(ino, &inode, &made)?;
+        let mut all = made;
+        all.extend(&named);
+        if old != 0 {
+            let released = self.release_xattr_block(ino, old, &named)?;
+            all.push(released);
+        }
+        Ok(self.m.group(&all)?)
+    }
+}
