@@ -642,15 +642,24 @@ fn special_files_rename_flags_times_and_unsupported_calls() {
     );
     assert!(t("x").mtime() > 1_000_000_000);
 
-    // No xattrs (none can be set), no fallocate, ext2's name limit.
+    // No xattrs yet, no ACLs, no fallocate, ext2's name limit.
     let name = c"user.test";
-    let rc = unsafe { libc::setxattr(x.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
-    assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
     let mut buf = [0u8; 64];
     let rc = unsafe { libc::getxattr(x.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
     assert_eq!(errno_of(rc as i32), libc::ENODATA);
     let n = unsafe { libc::listxattr(x.as_ptr(), buf.as_mut_ptr().cast(), 64) };
     assert_eq!(n, 0);
+    let acl = c"system.posix_acl_access";
+    let rc = unsafe {
+        libc::setxattr(
+            x.as_ptr(),
+            acl.as_ptr(),
+            [2u8, 0, 0, 0].as_ptr().cast(),
+            4,
+            0,
+        )
+    };
+    assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
     let f = File::options().write(true).open(m.path("x")).unwrap();
     let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 4096) };
     assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
@@ -728,7 +737,7 @@ fn list_xattr(p: &Path) -> Vec<u8> {
 }
 
 #[test]
-fn attributes_the_kernel_wrote_are_read_back() {
+fn extended_attributes_read_set_and_removed_as_ext2_keeps_them() {
     if !stitch_testkit::is_root() {
         println!("SKIPPED: needs root for mount -o loop");
         return;
@@ -765,21 +774,79 @@ fn attributes_the_kernel_wrote_are_read_back() {
     names.sort();
     assert_eq!(names, [&b"trusted.t"[..], b"user.big", b"user.k2"]);
     assert_eq!(list_xattr(&d), b"user.dir\0");
-    // Setting and removing are not supported yet; nothing changes.
-    let (p, n) = (cpath(&small), c"user.k");
-    // SAFETY: valid C strings and a 1-byte value.
-    let rc = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
-    assert_eq!(errno_of(rc), libc::EOPNOTSUPP);
-    // SAFETY: valid C strings.
+    // Set, replace, remove, with setxattr's flags; the kernel's shared
+    // block stays theirs (small's set moves to a block of its own).
+    let set = |p: &Path, n: &str, v: &[u8], flags: i32| {
+        let (p, n) = (cpath(p), CString::new(n).unwrap());
+        // SAFETY: valid C strings and a value of `v.len()` bytes.
+        let rc =
+            unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(errno_of(rc))
+        }
+    };
+    let remove = |p: &Path, n: &str| {
+        let (p, n) = (cpath(p), CString::new(n).unwrap());
+        // SAFETY: valid C strings.
+        let rc = unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(errno_of(rc))
+        }
+    };
     assert_eq!(
-        errno_of(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }),
-        libc::EOPNOTSUPP
+        set(&small, "user.k", b"v", libc::XATTR_CREATE),
+        Err(libc::EEXIST)
     );
-    assert_eq!(get_xattr(&small, "user.k", 64), Ok(b"inode".to_vec()));
-    // A file made on the mount has none.
+    assert_eq!(
+        set(&small, "user.new", b"v", libc::XATTR_REPLACE),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        set(&small, "user.k", b"changed", libc::XATTR_REPLACE),
+        Ok(())
+    );
+    assert_eq!(set(&small, "user.new", b"n", libc::XATTR_CREATE), Ok(()));
+    assert_eq!(remove(&big, "user.k2"), Ok(()));
+    assert_eq!(remove(&big, "user.k2"), Err(libc::ENODATA));
+    assert_eq!(set(&d, "security.s", b"", 0), Ok(()));
+    assert_eq!(set(&small, "system.other", b"v", 0), Err(libc::EOPNOTSUPP));
+    assert_eq!(set(&small, "user.big", &[1u8; 4097], 0), Err(libc::ERANGE));
+    assert_eq!(set(&small, "user.b1", &[1u8; 3000], 0), Ok(()));
+    assert_eq!(set(&small, "user.b2", &[1u8; 3000], 0), Err(libc::ENOSPC));
+    assert_eq!(remove(&small, "user.b1"), Ok(()));
+    // A file made on the mount has none, and can have some.
     fs::write(m.path("new"), b"n").unwrap();
     assert_eq!(list_xattr(&m.path("new")), b"");
+    assert_eq!(set(&m.path("new"), "user.n", b"1", 0), Ok(()));
+    let img = m.img.clone();
     m.stop(Stop::Sigterm);
+    // The kernel reads what the mount left (and e2fsck found it clean).
+    let k = stitch_testkit::LoopMount::new(&img, &dir.path().join("k"), "ro").unwrap();
+    let got = |n: &str| stitch_testkit::all_xattrs(&k.path().join(n));
+    let kv = |pairs: &[(&str, &[u8])]| -> Vec<(String, Vec<u8>)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect()
+    };
+    // small's ACL, hidden from the mount, went with its set unchanged.
+    let small_now = got("small");
+    assert_eq!(small_now[0].0, "system.posix_acl_access");
+    assert_eq!(
+        &small_now[1..],
+        kv(&[("user.k", b"changed"), ("user.new", b"n")])
+    );
+    assert_eq!(
+        got("big"),
+        kv(&[("trusted.t", b"tt"), ("user.big", &[b'x'; 300])])
+    );
+    assert_eq!(got("d"), kv(&[("security.s", b""), ("user.dir", b"yes")]));
+    assert_eq!(got("new"), kv(&[("user.n", b"1")]));
+    k.unmount();
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! Files the kernel gave extended attributes (stitchfs writes none): when
-//! stitchfs deletes them it frees an attribute block only its file used,
+//! Extended attributes, on images the kernel gave some: the sets diskfs
+//! writes are clean and the kernel's to read, a crash shows a file's old
+//! set or its new one; when stitchfs deletes files it frees an attribute
+//! block only its file used,
 //! drops the reference count of a shared one, and never lets the count
 //! fall below the inodes naming the block, even in a crash; a file it
 //! makes in a slot the kernel freed does not inherit the attributes left

@@ -1,12 +1,12 @@
 //! Extended attributes (ext2's `ext_attr` feature): in an attribute block
 //! named by `i_file_acl`, and in the spare bytes of a 256-byte inode slot.
 //!
-//! stitchfs writes no attributes, but files made by the kernel or other
-//! tools on the same image may carry them: an attribute block, which
-//! identical sets share between files through the header's reference
-//! count, and entries after the inode's fields. stitchfs reads both and,
-//! when a file goes, lets go of its block: frees it, or drops the count.
-//! It writes a file's whole set as one new block ([`encode_block`]).
+//! Files made by the kernel or other tools may carry them in both places:
+//! an attribute block, which identical sets share between files through
+//! the header's reference count, and entries after the inode's fields.
+//! stitchfs reads both and, when a file goes, lets go of its block: frees
+//! it, or drops the count. It writes a file's whole set as one new block
+//! ([`encode_block`]) and never writes in-inode entries.
 //!
 //! Both places hold a list of entries ended by four zero bytes: a 16-byte
 //! head (name length, name index, value offset, value inode, value size,

@@ -5,11 +5,11 @@
 use crate::error::{MemError, Result};
 use crate::fs::MemFs;
 use crate::log::LogOp;
-use crate::node::{NodeState, Page};
-use crate::types::{Attr, Kind, SetAttrs};
+use crate::node::{NodeState, Page, Xattrs};
+use crate::types::{Attr, Kind, SetAttrs, XattrSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use stitch_diskfs::InodeNo;
+use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Xattr};
 
 /// ext2's largest file with 4 KiB blocks and triple indirect maps is
 /// about 4 TiB; the block map limit is checked by diskfs at flush, this
@@ -17,7 +17,8 @@ use stitch_diskfs::InodeNo;
 const MAX_FILE: u64 = (1 << 42) - 1;
 
 impl MemFs {
-    fn bs(&self) -> u64 {
+    /// The file system's block size.
+    pub fn block_size(&self) -> u64 {
         self.inner.block_size
     }
 
@@ -27,7 +28,7 @@ impl MemFs {
         if let Some(p) = s.pages.get(&idx) {
             return Ok(Some(p.clone()));
         }
-        let bs = self.bs();
+        let bs = self.block_size();
         if idx * bs >= s.disk_size.min(s.min_size) {
             return Ok(None);
         }
@@ -40,7 +41,7 @@ impl MemFs {
     pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
-        let bs = self.bs();
+        let bs = self.block_size();
         // Fast path under the read lock; pages missing from memory are
         // loaded under the write lock.
         let mut s = n.s.upgradable_read();
@@ -91,7 +92,7 @@ impl MemFs {
         if data.is_empty() {
             return Ok(0);
         }
-        let bs = self.bs();
+        let bs = self.block_size();
         let pages_needed = (data.len() as u64).div_ceil(bs) + 1;
         let mut data = data;
         if !self.room_for(pages_needed) {
@@ -159,7 +160,7 @@ impl MemFs {
             } else {
                 self.page_for_read(ino, s, idx)?
             };
-            let p = p.unwrap_or_else(|| Arc::new(vec![0; self.bs() as usize]));
+            let p = p.unwrap_or_else(|| Arc::new(vec![0; self.block_size() as usize]));
             s.pages.insert(idx, p);
             self.inner.pages.fetch_add(1, Ordering::AcqRel);
         }
@@ -180,7 +181,7 @@ impl MemFs {
     /// Sets the size: shrinking drops the pages past it and zeroes the
     /// tail of the last one (dirtied, so the disk gets the zeros too).
     fn truncate_locked(&self, ino: u64, s: &mut NodeState, size: u64) -> Result<()> {
-        let bs = self.bs();
+        let bs = self.block_size();
         if size < s.size {
             let keep = size.div_ceil(bs);
             let gone: Vec<u64> = s.pages.range(keep..).map(|(k, _)| *k).collect();
@@ -246,6 +247,72 @@ impl MemFs {
         }
         s.ctime = t;
         self.mark_dirty(ino, &mut s, t);
-        Ok(s.attr(ino, self.bs()))
+        Ok(s.attr(ino, self.block_size()))
+    }
+
+    /// Sets extended attribute `name` (a full name, `user.k`) of `ino` to
+    /// `value`, or removes it (`None`), as `how` says. The whole set is
+    /// kept in memory and reaches the disk with the inode's next flush (one
+    /// block reserved for it until then). Refused: a name ext2 cannot store
+    /// (unsupported), a set that no longer fits one block (no space), an
+    /// image without `ext_attr` (unsupported).
+    pub fn set_xattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        how: XattrSet,
+    ) -> Result<()> {
+        self.writable()?;
+        if !self.disk_op(|d| Ok(d.supports_xattrs()))? {
+            return Err(MemError::Unsupported("the image has no ext_attr feature"));
+        }
+        let stored = |n: &[u8], v: &[u8]| {
+            Xattr::named(n, v.to_vec()).ok_or(MemError::Unsupported(
+                "extended attribute name ext2 cannot store",
+            ))
+        };
+        if let Some(v) = value {
+            stored(name, v)?;
+        }
+        let loaded = self.xattrs(ino)?;
+        let _g = self.inner.gate.read();
+        let n = self.node(ino)?;
+        let mut s = n.s.write();
+        if s.nlink == 0 && s.open == 0 {
+            return Err(MemError::Stale(ino));
+        }
+        let mut set: Xattrs = (**s.xattrs.as_ref().unwrap_or(&loaded)).clone();
+        let at = set.iter().position(|(k, _)| k.as_slice() == name);
+        match (value, at, how) {
+            (Some(_), Some(_), XattrSet::Create) => return Err(MemError::Exists),
+            (Some(_), None, XattrSet::Replace) | (None, None, _) => {
+                return Err(MemError::NoAttribute)
+            }
+            (Some(v), Some(i), _) => set[i].1 = v.to_vec(),
+            (Some(v), None, _) => set.push((name.to_vec(), v.to_vec())),
+            (None, Some(i), _) => {
+                set.remove(i);
+            }
+        }
+        let as_stored = set
+            .iter()
+            .map(|(k, v)| stored(k, v))
+            .collect::<Result<Vec<_>>>()?;
+        if !fits_block(&as_stored, self.block_size() as usize) {
+            return Err(MemError::NoSpace);
+        }
+        if !s.xattrs_dirty && !s.never_disk {
+            if !self.room_for(1) {
+                return Err(MemError::NoSpace);
+            }
+            self.inner.reserved_blocks.fetch_add(1, Ordering::AcqRel);
+            s.xattrs_dirty = true;
+        }
+        s.xattrs = Some(Arc::new(set));
+        let t = self.now();
+        s.ctime = t;
+        self.mark_dirty(ino, &mut s, t);
+        Ok(())
     }
 }

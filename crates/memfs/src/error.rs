@@ -34,6 +34,8 @@ pub enum MemError {
     Io(String),
     #[error("stale handle: inode {0} no longer exists")]
     Stale(u64),
+    #[error("no such extended attribute")]
+    NoAttribute,
 }
 
 pub type Result<T> = std::result::Result<T, MemError>;
@@ -57,6 +59,7 @@ impl MemError {
             MemError::Unsupported(_) => libc::EOPNOTSUPP,
             MemError::Io(_) => libc::EIO,
             MemError::Stale(_) => libc::ESTALE,
+            MemError::NoAttribute => libc::ENODATA,
         }
     }
 }

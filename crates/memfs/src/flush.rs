@@ -35,7 +35,7 @@ use crate::types::Kind;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr};
+use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
 use stitch_patch::PatchId;
 
 /// Pages per diskfs write (a bound on one operation's journal space).
@@ -112,6 +112,8 @@ struct FileState {
     min_size: u64,
     disk_size: u64,
     attr: SetAttr,
+    /// The whole set of extended attributes, when it changed.
+    xattrs: Option<std::sync::Arc<crate::node::Xattrs>>,
     /// Whether the inode still exists on disk after the operations.
     write: bool,
     /// A regular file (only files have pages and sizes to set).
@@ -243,6 +245,10 @@ impl MemFs {
             let mut s = n.s.write();
             s.never_disk = true;
             s.dirty = false;
+            if s.xattrs_dirty {
+                s.xattrs_dirty = false;
+                plan.reserved += 1;
+            }
             if s.open == 0 {
                 let dir = s.kind == Kind::Dir;
                 drop(s);
@@ -320,6 +326,13 @@ impl MemFs {
             .collect();
         *reserved += pages.len() as i64;
         s.dirty_pages.clear();
+        let xattrs = if s.xattrs_dirty {
+            s.xattrs_dirty = false;
+            *reserved += 1;
+            s.xattrs.clone()
+        } else {
+            None
+        };
         let f = FileState {
             ino,
             pages: if s.kind == Kind::File {
@@ -338,6 +351,7 @@ impl MemFs {
                 mtime: Some(s.mtime),
                 ctime: Some(s.ctime),
             },
+            xattrs,
             write: !leaves,
             file: s.kind == Kind::File,
         };
@@ -661,8 +675,7 @@ fn write_file(
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
     if !f.file {
-        patches.push(disk.setattr(ino, f.attr, t)?);
-        return Ok(());
+        return write_attributes(disk, f, t, patches);
     }
     let bs = disk.block_size() as u64;
     let mut on_disk = f.disk_size;
@@ -698,6 +711,29 @@ fn write_file(
     }
     if on_disk != f.size {
         patches.push(disk.truncate(ino, f.size, t)?);
+    }
+    write_attributes(disk, f, t, patches)
+}
+
+/// The extended attributes if they changed, then the inode's attributes
+/// (last, so the change time is memory's).
+fn write_attributes(
+    disk: &mut DiskFs,
+    f: &FileState,
+    t: u32,
+    patches: &mut Vec<PatchId>,
+) -> stitch_diskfs::Result<()> {
+    let ino = InodeNo(f.ino as u32);
+    if let Some(x) = &f.xattrs {
+        let set: Vec<Xattr> = x
+            .iter()
+            .map(|(n, v)| {
+                Xattr::named(n, v.clone()).ok_or(stitch_diskfs::DiskError::Invalid(
+                    "extended attribute name ext2 cannot store",
+                ))
+            })
+            .collect::<stitch_diskfs::Result<_>>()?;
+        patches.push(disk.set_xattrs(ino, &set, t)?);
     }
     patches.push(disk.setattr(ino, f.attr, t)?);
     Ok(())

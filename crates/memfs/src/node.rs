@@ -61,6 +61,9 @@ pub(crate) struct NodeState {
     /// Extended attributes (full name, value), once loaded. stitchfs sets
     /// none, so a new inode has none and a loaded one has what the disk has.
     pub xattrs: Option<Arc<Xattrs>>,
+    /// The attributes changed since the last flush took them (one block
+    /// is reserved for them meanwhile).
+    pub xattrs_dirty: bool,
 }
 
 /// An inode's extended attributes: full names (`user.k`) and values.
@@ -107,6 +110,7 @@ impl NodeState {
             entries: (kind == Kind::Dir).then(HashMap::new),
             target: None,
             xattrs: Some(Arc::default()),
+            xattrs_dirty: false,
         }
     }
 

@@ -107,3 +107,15 @@ pub struct Stats {
     /// Pages dropped from memory by eviction.
     pub pages_evicted: u64,
 }
+
+/// How `set_xattr` treats an attribute that is (not) there already:
+/// `setxattr(2)`'s flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    Either,
+    /// `XATTR_CREATE`: fail with EEXIST if it exists.
+    Create,
+    /// `XATTR_REPLACE`: fail with ENODATA if it does not.
+    Replace,
+}

@@ -155,3 +155,79 @@ fn a_removed_tree_goes_whole_or_not_at_all() {
         after.unmount().unwrap();
     }
 }
+
+/// Extended attributes are part of a file's state: its fsync makes its
+/// set durable and no one else's; a removal reaches the disk the same way;
+/// a new file's attributes come with its create.
+#[test]
+fn fsync_of_a_file_makes_its_attributes_durable() {
+    use stitch_memfs::XattrSet::*;
+    let attrs = |fs: &MemFs, ino: u64| -> Vec<(String, String)> {
+        let mut v: Vec<_> = fs
+            .xattrs(ino)
+            .unwrap()
+            .iter()
+            .map(|(n, v)| {
+                (
+                    String::from_utf8(n.clone()).unwrap(),
+                    String::from_utf8(v.clone()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let pair = |n: &str, v: &str| (n.to_string(), v.to_string());
+    for mode in MODES {
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let r = fs.root();
+        let f = fs
+            .mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap()
+            .ino;
+        let g = fs
+            .mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap()
+            .ino;
+        fs.sync().unwrap();
+        fs.set_xattr(f, b"user.a", Some(b"1"), Either).unwrap();
+        fs.set_xattr(f, b"security.s", Some(b"lbl"), Create)
+            .unwrap();
+        fs.set_xattr(g, b"user.g", Some(b"not yet"), Either)
+            .unwrap();
+        assert!(fs.set_xattr(f, b"user.a", Some(b"2"), Create).is_err());
+        assert!(fs.set_xattr(f, b"user.zz", Some(b"2"), Replace).is_err());
+        assert!(fs.set_xattr(f, b"user.zz", None, Either).is_err());
+        fs.fsync(f, false).unwrap();
+        let after = crash_copy(&fs, mode);
+        assert_eq!(
+            attrs(&after, f),
+            [pair("security.s", "lbl"), pair("user.a", "1")],
+            "{mode:?}"
+        );
+        assert_eq!(attrs(&after, g), [], "{mode:?}: g's attributes leaked");
+
+        // A removal and a replacement, and a new file with attributes.
+        fs.set_xattr(f, b"user.a", None, Either).unwrap();
+        fs.set_xattr(f, b"security.s", Some(b"new"), Replace)
+            .unwrap();
+        let h = fs
+            .mknod(r, b"h", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap()
+            .ino;
+        fs.set_xattr(h, b"user.h", Some(b"born"), Either).unwrap();
+        fs.sync().unwrap();
+        let after = crash_copy(&fs, mode);
+        assert_eq!(attrs(&after, f), [pair("security.s", "new")], "{mode:?}");
+        assert_eq!(attrs(&after, g), [pair("user.g", "not yet")], "{mode:?}");
+        assert_eq!(attrs(&after, h), [pair("user.h", "born")], "{mode:?}");
+        // More than one block holds is refused, and changes nothing.
+        let big = vec![b'x'; 3000];
+        fs.set_xattr(f, b"user.big1", Some(&big), Either).unwrap();
+        assert!(matches!(
+            fs.set_xattr(f, b"user.big2", Some(&big), Either),
+            Err(stitch_memfs::MemError::NoSpace)
+        ));
+        assert_eq!(attrs(&fs, f).len(), 2, "{mode:?}");
+    }
+}

@@ -17,7 +17,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs, Xattrs};
+use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs, XattrSet, Xattrs};
 
 /// Open files keep the kernel's page cache across opens: every change goes
 /// through this mount, so the cache is never stale.
@@ -583,22 +583,39 @@ impl fuser::Filesystem for StitchFuse {
         reply.error(Errno::EOPNOTSUPP);
     }
 
-    // Extended attributes: those the image already has (the kernel or
-    // another tool wrote them) are read; none can be set or removed yet.
-    // POSIX ACLs stay hidden, as on an ext2 mount without `acl`: the
-    // kernel would not enforce them for us.
+    // Extended attributes, as ext2 keeps them: `user.`, `trusted.` and
+    // `security.` names, all of a file's in one block. POSIX ACLs stay
+    // hidden and cannot be set, as on an ext2 mount without `acl`: the
+    // kernel would not enforce them for us. (The kernel checks who may
+    // touch which namespace before the request reaches us.)
 
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOTSUP);
+        let name = name.as_bytes();
+        on_inode(
+            "setxattr",
+            ino,
+            reply,
+            |i| -> OpResult<()> {
+                check_xattr(name, Some(value), self.fs.block_size())?;
+                let how = match flags {
+                    0 => XattrSet::Either,
+                    libc::XATTR_CREATE => XattrSet::Create,
+                    libc::XATTR_REPLACE => XattrSet::Replace,
+                    _ => return Err(Errno::EINVAL.into()),
+                };
+                Ok(self.fs.set_xattr(i, name, Some(value), how)?)
+            },
+            |r, ()| r.ok(),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -632,9 +649,38 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOTSUP);
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes();
+        on_inode(
+            "removexattr",
+            ino,
+            reply,
+            |i| -> OpResult<()> {
+                check_xattr(name, None, self.fs.block_size())?;
+                Ok(self.fs.set_xattr(i, name, None, XattrSet::Either)?)
+            },
+            |r, ()| r.ok(),
+        );
     }
+}
+
+/// Refuses what ext2's setxattr refuses before looking at the file: a
+/// namespace it does not store (`system.`, ACLs, unknown prefixes:
+/// EOPNOTSUPP), a name past 255 bytes after its prefix or a value longer
+/// than a block (ERANGE).
+fn check_xattr(name: &[u8], value: Option<&[u8]>, block_size: u64) -> OpResult<()> {
+    const STORED: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+    let Some(prefix) = STORED.iter().find(|p| name.starts_with(p)) else {
+        return Err(Errno::EOPNOTSUPP.into());
+    };
+    let rest = name.len() - prefix.len();
+    if rest == 0 {
+        return Err(Errno::EINVAL.into());
+    }
+    if rest > 255 || value.is_some_and(|v| v.len() as u64 > block_size) {
+        return Err(Errno::ERANGE.into());
+    }
+    Ok(())
 }
 
 /// Is `name` a POSIX ACL (`system.posix_acl_access` or `_default`)?
@@ -672,6 +718,32 @@ fn sized_reply(r: ReplyXattr, size: u32, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_names_ext2_stores_can_be_set() {
+        let errno = |r: OpResult<()>| r.map_err(|f| f.errno());
+        assert_eq!(errno(check_xattr(b"user.k", Some(b"v"), 4096)), Ok(()));
+        assert_eq!(errno(check_xattr(b"security.selinux", None, 4096)), Ok(()));
+        for bad in [
+            &b"system.posix_acl_access"[..],
+            b"system.x",
+            b"other.k",
+            b"user",
+        ] {
+            assert_eq!(
+                errno(check_xattr(bad, None, 4096)),
+                Err(Errno::EOPNOTSUPP),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(errno(check_xattr(b"user.", None, 4096)), Err(Errno::EINVAL));
+        let long = [b"user.".to_vec(), vec![b'n'; 256]].concat();
+        assert_eq!(errno(check_xattr(&long, None, 4096)), Err(Errno::ERANGE));
+        assert_eq!(
+            errno(check_xattr(b"user.k", Some(&[0; 4097]), 4096)),
+            Err(Errno::ERANGE)
+        );
+    }
 
     #[test]
     fn xattr_lists_hide_acls_and_show_trusted_names_to_root() {
