@@ -91,25 +91,30 @@ fn assert_clean(path: &Path, what: &str) {
     assert!(ours.is_clean(), "{what}: our fsck:\n{ours}");
 }
 
-/// The kernel's attribute image (ext2) mounted in soft-updates mode over
-/// a recording device.
-fn recorded_soft_updates(dir: &Path) -> (Arc<RecordingDevice<MemDevice>>, DiskFs) {
-    let base = stitch_testkit::kernel_xattr_image(dir, "ext2");
+/// The kernel's attribute image (ext2 for soft updates, ext3 for the
+/// journal) mounted in `mode` over a recording device.
+fn recorded(dir: &Path, mode: Consistency) -> (Arc<RecordingDevice<MemDevice>>, DiskFs) {
+    let ext = if matches!(mode, Consistency::Journal(_)) {
+        "ext3"
+    } else {
+        "ext2"
+    };
+    let base = stitch_testkit::kernel_xattr_image(dir, ext);
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
     let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    (
-        rec.clone(),
-        DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap(),
-    )
+    (rec.clone(), DiskFs::mount(cache, mode, NOW).unwrap())
 }
 
-/// Builds up to 64 crash images of what `rec` recorded (enumeration
-/// `seed`), requires each to have leaks at worst (our fsck) and e2fsck to
-/// exit 0 or 4, hands it to `check` with e2fsck's output and our report,
-/// and returns how many there were (failing under 11).
+/// Builds up to 64 crash images of what `rec` recorded in `mode`
+/// (enumeration `seed`) and judges each: in soft updates as it stands,
+/// leaks at worst (our fsck) and e2fsck exiting 0 or 4; in journal mode
+/// after stitchfs recovers it, clean for both. Hands `check` the judged
+/// image with e2fsck's output and our report, and returns how many there
+/// were (failing under 11).
 fn each_crash_image(
     rec: &RecordingDevice<MemDevice>,
+    mode: Consistency,
     seed: u64,
     dir: &Path,
     mut check: impl FnMut(&CrashState, Vec<u8>, &str, &stitch_fsck::Report),
@@ -122,18 +127,24 @@ fn each_crash_image(
         torn: None,
     };
     let path = dir.join("crash.img");
+    let journal = matches!(mode, Consistency::Journal(_));
     let mut images = 0;
     for state in crash_states(&log, &opts).unwrap() {
-        let image = builder.build(&state).unwrap();
+        let mut image = builder.build(&state).unwrap();
+        if journal {
+            let (dev, fs) = common::mount(image, mode);
+            fs.unmount(NOW).unwrap();
+            image = dev.snapshot();
+        }
         std::fs::write(&path, &image).unwrap();
         let (code, out, ours) = judges(&path);
         assert!(
-            ours.is_clean() || ours.only_leaks(),
-            "{state:?}: corruption:\n{ours}"
+            ours.is_clean() || (!journal && ours.only_leaks()),
+            "{state:?}: {mode}:\n{ours}"
         );
         assert!(
-            matches!(code, 0 | 4),
-            "{state:?}: e2fsck exit {code}:\n{out}"
+            code == 0 || (!journal && code == 4),
+            "{state:?}: {mode}: e2fsck exit {code}:\n{out}"
         );
         check(&state, image, &out, &ours);
         images += 1;
@@ -199,7 +210,7 @@ fn deleting_files_frees_or_releases_their_attribute_blocks() {
 #[test]
 fn a_crash_never_leaves_an_attribute_count_too_low() {
     let Some(tmp) = root_tmp() else { return };
-    let (rec, mut fs) = recorded_soft_updates(tmp.path());
+    let (rec, mut fs) = recorded(tmp.path(), Consistency::SoftUpdates);
     let root = fs.root();
     for n in ["a", "c", "b"] {
         fs.unlink(root, n.as_bytes(), NOW).unwrap();
@@ -209,13 +220,19 @@ fn a_crash_never_leaves_an_attribute_count_too_low() {
     }
     fs.unmount(NOW).unwrap();
     let mut leaky = 0;
-    let images = each_crash_image(&rec, 1, tmp.path(), |state, _, out, ours| {
-        assert!(
+    let images = each_crash_image(
+        &rec,
+        Consistency::SoftUpdates,
+        1,
+        tmp.path(),
+        |state, _, out, ours| {
+            assert!(
             !out.contains("has reference count") || ours.findings.iter().any(|f| matches!(f.kind, stitch_fsck::FindingKind::XattrRefcountWrong { refcount, should_be, .. } if refcount > should_be)),
             "{state:?}: e2fsck sees a count our fsck does not call high:\n{out}\n{ours}"
         );
-        leaky += usize::from(!ours.is_clean());
-    });
+            leaky += usize::from(!ours.is_clean());
+        },
+    );
     println!("{images} crash images, {leaky} with leaks only");
 }
 
@@ -363,49 +380,61 @@ fn attribute_sets_written_are_the_kernels_to_read() {
     }
 }
 
-/// Soft updates: in every crash image of replacing attribute sets, each
-/// file has its old set or its new one, and nothing worse than leaks.
+/// In every crash image of replacing attribute sets (soft updates, and
+/// the journal after recovery), each file has its old set or its new one,
+/// and nothing worse than leaks (none at all with the journal).
 #[test]
 fn a_crash_leaves_the_old_attribute_set_or_the_new_one() {
     let Some(tmp) = root_tmp() else { return };
-    let (rec, mut fs) = recorded_soft_updates(tmp.path());
-    let root = fs.root();
-    let a = fs.lookup(root, b"a").unwrap().unwrap().ino;
-    let c = fs.lookup(root, b"c").unwrap().unwrap().ino;
-    let steps: [(stitch_diskfs::InodeNo, Vec<Xattr>); 4] = [
-        (a, vec![set("user.k", b"first")]),
-        (c, vec![set("user.k", b"second"), set("user.x", b"x")]),
-        (a, vec![set("user.k", b"third")]),
-        (c, vec![]),
-    ];
-    for (ino, attrs) in &steps {
-        fs.set_xattrs(*ino, attrs, NOW).unwrap();
-        fs.modes_mut().cache_mut().write_round(2).unwrap();
-    }
-    fs.unmount(NOW).unwrap();
-    // What each file may show: any set it had, in order.
-    let history = |ino| {
-        let mut h = vec![vec![set(
-            "user.k",
-            if ino == a { b"shared" } else { b"own" },
-        )]];
-        h.extend(
-            steps
-                .iter()
-                .filter(|(i, _)| *i == ino)
-                .map(|(_, s)| s.clone()),
-        );
-        h
-    };
-    let images = each_crash_image(&rec, 2, tmp.path(), |state, image, _, _| {
-        let (_, mut fs) = common::mount(image, Consistency::SoftUpdates);
-        for ino in [a, c] {
-            let now = fs.xattrs(ino).unwrap();
-            assert!(
-                history(ino).contains(&now),
-                "{state:?}: inode {ino} has {now:?}"
-            );
+    for mode in [
+        Consistency::SoftUpdates,
+        Consistency::Journal(DataMode::Ordered),
+    ] {
+        let (rec, mut fs) = recorded(tmp.path(), mode);
+        let root = fs.root();
+        let a = fs.lookup(root, b"a").unwrap().unwrap().ino;
+        let c = fs.lookup(root, b"c").unwrap().unwrap().ino;
+        let steps: [(stitch_diskfs::InodeNo, Vec<Xattr>); 4] = [
+            (a, vec![set("user.k", b"first")]),
+            (c, vec![set("user.k", b"second"), set("user.x", b"x")]),
+            (a, vec![set("user.k", b"third")]),
+            (c, vec![]),
+        ];
+        for (ino, attrs) in &steps {
+            fs.set_xattrs(*ino, attrs, NOW).unwrap();
+            // One transaction per step with the journal; some write-back
+            // between steps in soft updates.
+            if matches!(mode, Consistency::Journal(_)) {
+                fs.modes_mut().commit().unwrap();
+            } else {
+                fs.modes_mut().cache_mut().write_round(2).unwrap();
+            }
         }
-    });
-    println!("{images} crash images");
+        fs.unmount(NOW).unwrap();
+        // What each file may show: any set it had, in order.
+        let history = |ino| {
+            let mut h = vec![vec![set(
+                "user.k",
+                if ino == a { b"shared" } else { b"own" },
+            )]];
+            h.extend(
+                steps
+                    .iter()
+                    .filter(|(i, _)| *i == ino)
+                    .map(|(_, s)| s.clone()),
+            );
+            h
+        };
+        let images = each_crash_image(&rec, mode, 2, tmp.path(), |state, image, _, _| {
+            let (_, mut fs) = common::mount(image, mode);
+            for ino in [a, c] {
+                let now = fs.xattrs(ino).unwrap();
+                assert!(
+                    history(ino).contains(&now),
+                    "{state:?}: {mode}: inode {ino} has {now:?}"
+                );
+            }
+        });
+        println!("{mode}: {images} crash images");
+    }
 }
