@@ -264,7 +264,7 @@ impl MemFs {
         how: XattrSet,
     ) -> Result<()> {
         self.writable()?;
-        if !self.disk_op(|d| Ok(d.supports_xattrs()))? {
+        if !self.inner.xattrs {
             return Err(MemError::Unsupported("the image has no ext_attr feature"));
         }
         let stored = |n: &[u8], v: &[u8]| {

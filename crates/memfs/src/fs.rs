@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     pub total_inodes: u64,
     pub reserved_root_blocks: u64,
     pub block_size: u64,
+    /// The image has the `ext_attr` feature (extended attributes can be set).
+    pub xattrs: bool,
     /// Pages in memory, and the bound.
     pub pages: AtomicU64,
     pub opts: Options,
@@ -104,6 +106,7 @@ impl MemFs {
             disk_free_blocks: AtomicU64::new(u64::from(sb.free_blocks_count_lo)),
             disk_free_inodes: AtomicU64::new(u64::from(sb.free_inodes_count)),
             block_size: disk.block_size() as u64,
+            xattrs: disk.supports_xattrs(),
             disk: Mutex::new(Some(disk)),
             nodes: RwLock::new(HashMap::new()),
             gate: RwLock::new(()),

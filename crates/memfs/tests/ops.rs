@@ -263,3 +263,38 @@ fn a_replaced_file_that_was_open_during_an_fsync_is_freed() {
         assert_eq!(code, 0, "{mode:?}: {out}");
     }
 }
+
+/// An image without the `ext_attr` feature takes no attributes (and says
+/// so), and nothing about the file changes.
+#[test]
+fn an_image_without_ext_attr_refuses_attributes() {
+    let mut image = fresh_image(64 << 20, false);
+    // s_feature_compat, at byte 0x5C of the superblock (which starts at 1024).
+    let at = 1024 + 0x5C;
+    let compat = u32::from_le_bytes(image[at..at + 4].try_into().unwrap());
+    assert_ne!(compat & 0x8, 0, "our mkfs sets ext_attr");
+    image[at..at + 4].copy_from_slice(&(compat & !0x8).to_le_bytes());
+    let fs = mount_on(
+        device(image),
+        stitch_diskfs::Consistency::SoftUpdates,
+        opts(),
+    );
+    let f = fs
+        .mknod(
+            fs.root(),
+            b"f",
+            stitch_memfs::Kind::File,
+            0o644,
+            (0, 0),
+            0,
+            0,
+        )
+        .unwrap()
+        .ino;
+    let r = fs.set_xattr(f, b"user.a", Some(b"1"), stitch_memfs::XattrSet::Either);
+    assert!(
+        matches!(r, Err(stitch_memfs::MemError::Unsupported(_))),
+        "{r:?}"
+    );
+    assert!(fs.xattrs(f).unwrap().is_empty());
+}
