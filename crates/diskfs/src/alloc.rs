@@ -223,6 +223,13 @@ impl DiskFs {
         Ok(p)
     }
 
+    /// The first block of `ino`'s group: where its blocks go when nothing
+    /// better is known.
+    pub(crate) fn inode_group_start(&self, ino: InodeNo) -> u32 {
+        let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
+        self.geo.group_first_block(GroupNo(g)).0
+    }
+
     fn group_first(&self, g: usize) -> u32 {
         self.geo.group_first_block(GroupNo(g as u32)).0
     }

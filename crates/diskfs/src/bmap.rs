@@ -248,8 +248,7 @@ impl DiskFs {
                 return Ok(prev + 1);
             }
         }
-        let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
-        Ok(self.geo.group_first_block(stitch_format::GroupNo(g)).0)
+        Ok(self.inode_group_start(ino))
     }
 
     /// Points logical blocks `logical..` at `run` (pointers side by side:

@@ -98,13 +98,7 @@ impl DiskFs {
         if target.len() < FAST_MAX {
             symlink::set_fast_target(&mut inode, target)?;
         } else {
-            let goal = self
-                .geo
-                .group_first_block(stitch_format::GroupNo(
-                    self.geo.inode_group(ino).map_or(0, |g| g.0 .0),
-                ))
-                .0;
-            let (blk, bb) = self.alloc_block(goal)?;
+            let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
             let data = self.m.byte(
                 BlockNo(u64::from(blk)),
                 0,

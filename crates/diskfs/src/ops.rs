@@ -116,15 +116,7 @@ impl DiskFs {
         // The new ".." is a reference to the parent: count it first.
         pinode.core.links_count += 1;
         let plink = self.write_inode(parent, &pinode, &[])?;
-        let (blk, bb) = self.alloc_block(
-            self.geo
-                .group_first_block(
-                    self.geo
-                        .inode_group(ino)
-                        .map_or(stitch_format::GroupNo(0), |g| g.0),
-                )
-                .0,
-        )?;
+        let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
         let contents = new_dir_block(self.bs, ino, parent);
         let mut deps = vec![bb];
         deps.extend(&plink);
@@ -273,21 +265,7 @@ impl DiskFs {
         block: u32,
         cleared: &[PatchId],
     ) -> Result<PatchId> {
-        let corrupt = |why: String| {
-            DiskError::Corrupt(format!(
-                "inode {ino}: extended-attribute block {block}: {why}"
-            ))
-        };
-        if self
-            .geo
-            .group_of_block(stitch_format::BlockNo(block))
-            .is_none()
-        {
-            return Err(corrupt("beyond the file system".into()));
-        }
-        let mut h =
-            stitch_format::xattr::XattrHeader::parse(self.m.read(BlockNo(u64::from(block)))?)
-                .map_err(|e| corrupt(e.to_string()))?;
+        let mut h = self.xattr_block(ino, block, stitch_format::xattr::XattrHeader::parse)?;
         if h.refcount == 1 {
             return self.free_block(block, cleared);
         }

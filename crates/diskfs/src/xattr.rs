@@ -13,6 +13,7 @@
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::features::compat;
+use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
 use stitch_format::xattr::{self, Xattr};
 use stitch_format::{Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -27,33 +28,49 @@ impl DiskFs {
     /// its slot past its fields, then those in its attribute block. A
     /// malformed list or block is a corruption error naming both.
     pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
-        let corrupt = |where_: String, why: String| {
-            DiskError::Corrupt(format!("inode {ino}: {where_}: {why}"))
-        };
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
         let slot =
             self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
         let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
         let mut out = match &inode.extra {
-            Some(x) => xattr::parse_in_inode(&slot[128 + usize::from(x.extra_isize)..])
-                .map_err(|e| corrupt("in-inode attributes".into(), e.to_string()))?,
+            Some(x) => {
+                let from = usize::from(GOOD_OLD_INODE_SIZE + x.extra_isize);
+                xattr::parse_in_inode(&slot[from..]).map_err(|e| {
+                    DiskError::Corrupt(format!("inode {ino}: in-inode attributes: {e}"))
+                })?
+            }
             None => Vec::new(),
         };
         let block = inode.file_acl();
         if block != 0 {
-            let where_ = || format!("extended-attribute block {block}");
-            if self
-                .geo
-                .group_of_block(stitch_format::BlockNo(block))
-                .is_none()
-            {
-                return Err(corrupt(where_(), "beyond the file system".into()));
-            }
-            let buf = self.m.read(BlockNo(u64::from(block)))?;
-            out.extend(xattr::parse_block(buf).map_err(|e| corrupt(where_(), e.to_string()))?);
+            out.extend(self.xattr_block(ino, block, xattr::parse_block)?);
         }
         Ok(out)
+    }
+
+    /// Reads `ino`'s attribute block `block` through `parse`; a block
+    /// outside the file system or one `parse` refuses is a corruption
+    /// error naming both.
+    pub(crate) fn xattr_block<T>(
+        &mut self,
+        ino: InodeNo,
+        block: u32,
+        parse: impl FnOnce(&[u8]) -> stitch_format::Result<T>,
+    ) -> Result<T> {
+        let corrupt = |why: String| {
+            DiskError::Corrupt(format!(
+                "inode {ino}: extended-attribute block {block}: {why}"
+            ))
+        };
+        if self
+            .geo
+            .group_of_block(stitch_format::BlockNo(block))
+            .is_none()
+        {
+            return Err(corrupt("beyond the file system".into()));
+        }
+        parse(self.m.read(BlockNo(u64::from(block)))?).map_err(|e| corrupt(e.to_string()))
     }
 
     /// Replaces the extended attributes of `ino` with `attrs` (the whole
@@ -72,15 +89,7 @@ impl DiskFs {
             let data = xattr::encode_block(attrs, self.bs).ok_or(DiskError::NoSpace(
                 "extended attributes do not fit one block",
             ))?;
-            let goal = self
-                .geo
-                .group_first_block(
-                    self.geo
-                        .inode_group(ino)
-                        .map_or(stitch_format::GroupNo(0), |g| g.0),
-                )
-                .0;
-            let (blk, bb) = self.alloc_block(goal)?;
+            let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
             let init = self
                 .m
                 .byte(BlockNo(u64::from(blk)), 0, &data, &[bb], META)?;
