@@ -11,6 +11,13 @@ mod repair;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc rather than glibc's malloc: the server allocates and frees a 4 KiB
+/// page or block buffer for every block written, and glibc hands freed heap
+/// back to the kernel and faults it in again (zeroed) on the next write —
+/// about 40% of the server's CPU in a 100 MB write + fsync (`perf`, session 8).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "stitchfs", version, about, long_about = None)]
 struct Cli {
