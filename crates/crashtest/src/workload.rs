@@ -285,6 +285,7 @@ pub fn named() -> Vec<Workload> {
         mcorefs_rmrf(),
         ccfs_journal_update(),
         maildelivery(),
+        large_write(),
     ]
 }
 
@@ -561,6 +562,49 @@ fn maildelivery() -> Workload {
             Action::Mkdir(s("cur")),
         ],
         steps,
+    }
+}
+
+/// A file larger than the dirty bound of one flush (`Modes::split_point`
+/// writes back past an eighth of these small images): its fsync streams it
+/// to the device in slices with flushes between, so crash states fall in
+/// the middle of one fsync's data. Then an overwrite in place of part of
+/// it, and a sync.
+fn large_write() -> Workload {
+    Workload {
+        name: s("large-write"),
+        setup: vec![
+            Action::Creat(s("small")),
+            Action::Append {
+                path: s("small"),
+                len: 3000,
+            },
+        ],
+        steps: vec![
+            step(Action::Creat(s("big")), Persist::None),
+            step(
+                Action::Append {
+                    path: s("big"),
+                    len: 1536 << 10,
+                },
+                fsync("big"),
+            ),
+            step(
+                Action::Append {
+                    path: s("small"),
+                    len: 2000,
+                },
+                Persist::None,
+            ),
+            step(
+                Action::Write {
+                    path: s("big"),
+                    offset: 100_000,
+                    len: 600_000,
+                },
+                Persist::Sync,
+            ),
+        ],
     }
 }
 

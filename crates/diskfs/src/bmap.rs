@@ -198,8 +198,16 @@ impl DiskFs {
                 }
                 Err(e) => return Err(e),
             };
-            let mut full = vec![0u8; self.bs];
-            full[at..at + len].copy_from_slice(&data[pos..pos + len]);
+            // A new block's bytes past the write are zeros.
+            let padded;
+            let full = if len == self.bs {
+                &data[pos..pos + len]
+            } else {
+                let mut b = vec![0u8; self.bs];
+                b[at..at + len].copy_from_slice(&data[pos..pos + len]);
+                padded = b;
+                &padded[..]
+            };
             // The data need not wait for the bitmap: nothing points at the
             // block yet, and no earlier owner can (allocation never takes a
             // block whose free is not durable: `pending_frees`). Only the
@@ -208,7 +216,7 @@ impl DiskFs {
             let d = self.m.byte(
                 BlockNo(u64::from(phys)),
                 0,
-                &full,
+                full,
                 &[],
                 contents_flags(inode),
             )?;

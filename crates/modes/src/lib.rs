@@ -71,14 +71,27 @@ pub struct Modes {
     cache: PatchCache,
     consistency: Consistency,
     journal: Option<Journal>,
+    /// Dirty blocks a batch may leave in the cache at a split point before
+    /// the cache writes back: [`STREAM_BYTES`], or an eighth of a small
+    /// device (so tests on small images stream too).
+    stream_dirty: usize,
 }
+
+/// Bytes of dirty blocks a batch may leave in the cache at a split point
+/// before the cache writes back.
+pub const STREAM_BYTES: usize = 16 << 20;
 
 impl Modes {
     pub fn new(cache: PatchCache, consistency: Consistency) -> Self {
+        let dev = cache.device();
+        let stream_dirty = (STREAM_BYTES / dev.block_size())
+            .min(usize::try_from(dev.num_blocks() / 8).unwrap_or(usize::MAX))
+            .max(16);
         Modes {
             cache,
             consistency,
             journal: None,
+            stream_dirty,
         }
     }
 
@@ -228,12 +241,17 @@ impl Modes {
 
     /// Between two whole operations of an atomic section: the journal
     /// commits here only if the transaction has reached half the log, so a
-    /// batch too large for the log is split at an operation boundary.
+    /// batch too large for the log is split at an operation boundary. In
+    /// every mode, once more than [`STREAM_BYTES`] of blocks are dirty the
+    /// cache writes what it may and flushes, so a large file goes to the
+    /// device in slices rather than all of it being copied into the cache
+    /// first.
     pub fn split_point(&mut self) -> Result<()> {
-        match &mut self.journal {
-            Some(j) => j.split_point(&mut self.cache),
-            None => Ok(()),
+        if let Some(j) = &mut self.journal {
+            j.split_point(&mut self.cache)?;
         }
+        self.cache.write_back_over(self.stream_dirty)?;
+        Ok(())
     }
 
     /// Commits the running transaction now (journal mode; otherwise nothing).

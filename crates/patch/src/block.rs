@@ -14,8 +14,11 @@
 //!   everything, §4.1).
 //! - A block with a version in flight (`writing`) is not written again until
 //!   that version commits (at most one version in flight, §3.2).
-//! - Only clean blocks (no patches, not writing) sit in the LRU and may be
-//!   evicted.
+//! - Only clean blocks (no patches, not writing) sit in an LRU and may be
+//!   evicted. Clean blocks whose last patch was file data sit in their own
+//!   LRU, evicted first and kept to a few: the layer above (memfs) caches
+//!   file contents itself, so holding them here too would only double the
+//!   memory a large write takes.
 
 use crate::id::PatchId;
 use crate::patch::BlockIdx;
@@ -37,6 +40,12 @@ pub(crate) struct CachedBlock {
     pub writing: bool,
     pub in_fifo: bool,
     pub picked: bool,
+    /// The block's newest patch changed file data ([`PatchFlags::data`]).
+    /// Changes only while the block is dirty, so never while it sits in an
+    /// LRU (which of the two it is in follows from it).
+    ///
+    /// [`PatchFlags::data`]: crate::PatchFlags::data
+    pub file_data: bool,
     pub lru_key: Option<u64>,
 }
 
@@ -129,15 +138,22 @@ pub(crate) struct Blocks {
     free: Vec<BlockIdx>,
     map: HashMap<BlockNo, BlockIdx>,
     lru: BTreeMap<u64, BlockIdx>,
+    /// Clean file-data blocks, least recently used first.
+    data_lru: BTreeMap<u64, BlockIdx>,
     tick: u64,
     /// Blocks with a non-empty `patches` list.
     pub dirty: usize,
     /// Buffers of evicted blocks, reused for the next blocks loaded (at most
-    /// `POOL` kept), so a steady cache allocates nothing.
+    /// `POOL` kept), so a steady cache allocates nothing — nor does a large
+    /// file written in slices of [`DATA_KEEP`] blocks or fewer.
     pool: Vec<Box<[u8]>>,
 }
 
-const POOL: usize = 256;
+const POOL: usize = 4096;
+/// Clean file-data blocks kept once written (the rest are evicted at the
+/// next flush): enough for the read-modify-write of a file's partial last
+/// blocks, while memfs keeps the contents.
+pub const DATA_KEEP: usize = 256;
 
 impl Blocks {
     pub fn new() -> Self {
@@ -146,6 +162,7 @@ impl Blocks {
             free: Vec::new(),
             map: HashMap::new(),
             lru: BTreeMap::new(),
+            data_lru: BTreeMap::new(),
             tick: 0,
             dirty: 0,
             pool: Vec::new(),
@@ -189,6 +206,7 @@ impl Blocks {
             writing: false,
             in_fifo: false,
             picked: false,
+            file_data: false,
             lru_key: None,
         };
         let idx = match self.free.pop() {
@@ -206,20 +224,31 @@ impl Blocks {
         idx
     }
 
-    /// Marks a use: a clean block moves to the young end of the LRU.
-    pub fn touch(&mut self, idx: BlockIdx) {
-        if let Some(key) = self.get(idx).lru_key {
-            self.lru.remove(&key);
-            self.tick += 1;
-            self.lru.insert(self.tick, idx);
-            self.get_mut(idx).lru_key = Some(self.tick);
+    /// The LRU a clean block belongs in.
+    fn lru_of(&mut self, idx: BlockIdx) -> &mut BTreeMap<u64, BlockIdx> {
+        if self.get(idx).file_data {
+            &mut self.data_lru
+        } else {
+            &mut self.lru
         }
     }
 
-    /// The block got its first uncommitted patch: it leaves the LRU.
+    /// Marks a use: a clean block moves to the young end of its LRU.
+    pub fn touch(&mut self, idx: BlockIdx) {
+        if let Some(key) = self.get(idx).lru_key {
+            self.tick += 1;
+            let tick = self.tick;
+            let lru = self.lru_of(idx);
+            lru.remove(&key);
+            lru.insert(tick, idx);
+            self.get_mut(idx).lru_key = Some(tick);
+        }
+    }
+
+    /// The block got its first uncommitted patch: it leaves its LRU.
     pub fn make_dirty(&mut self, idx: BlockIdx) {
         if let Some(key) = self.get_mut(idx).lru_key.take() {
-            self.lru.remove(&key);
+            self.lru_of(idx).remove(&key);
         }
         self.dirty += 1;
     }
@@ -228,17 +257,34 @@ impl Blocks {
     pub fn make_clean(&mut self, idx: BlockIdx) {
         self.tick += 1;
         let tick = self.tick;
-        let b = self.get_mut(idx);
-        debug_assert!(b.lru_key.is_none());
-        b.lru_key = Some(tick);
-        self.lru.insert(tick, idx);
+        debug_assert!(self.get(idx).lru_key.is_none());
+        self.get_mut(idx).lru_key = Some(tick);
+        self.lru_of(idx).insert(tick, idx);
     }
 
-    /// Evicts the least recently used clean block; false if there is none.
+    /// Evicts the least recently used clean block, file data first; false if
+    /// there is none.
     pub fn evict_one(&mut self) -> bool {
-        let Some((_, idx)) = self.lru.pop_first() else {
+        let Some((_, idx)) = self.data_lru.pop_first().or_else(|| self.lru.pop_first()) else {
             return false;
         };
+        self.evict(idx);
+        true
+    }
+
+    /// Evicts clean file-data blocks, oldest first, down to `keep`.
+    pub fn evict_data_to(&mut self, keep: usize) -> usize {
+        let mut evicted = 0;
+        while self.data_lru.len() > keep {
+            let (_, idx) = self.data_lru.pop_first().expect("longer than keep");
+            self.evict(idx);
+            evicted += 1;
+        }
+        evicted
+    }
+
+    /// Drops a block just taken off its LRU; its buffer goes to the pool.
+    fn evict(&mut self, idx: BlockIdx) {
         let block = self.table[idx as usize]
             .take()
             .expect("LRU names a free slot");
@@ -252,7 +298,6 @@ impl Blocks {
         if self.pool.len() < POOL {
             self.pool.push(block.data);
         }
-        true
     }
 
     /// A block-sized buffer for a block about to be loaded; its contents are

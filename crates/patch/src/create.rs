@@ -227,6 +227,7 @@ impl PatchCache {
         if !was_dirty {
             self.became_dirty(b);
         }
+        self.blocks.get_mut(b).file_data = flags.data;
         self.apply_backpressure()?;
         Ok(id)
     }

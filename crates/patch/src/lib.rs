@@ -32,6 +32,7 @@ mod patch;
 mod stats;
 mod writeout;
 
+pub use block::DATA_KEEP;
 pub use config::{CacheConfig, Optimizations, CHAIN_DEPTH_LIMIT, CHAIN_NODE_LIMIT};
 pub use id::PatchId;
 pub use patch::{Kind, PatchFlags};

@@ -384,6 +384,19 @@ impl PatchCache {
         // of them can be evicted and its slot reused.
         self.compact_fifo();
         self.evict_to(self.cfg.max_blocks);
+        self.stats.evictions += self.blocks.evict_data_to(crate::DATA_KEEP) as u64;
+        Ok(())
+    }
+
+    /// If more than `max_dirty` blocks are dirty, writes what can be written
+    /// now and flushes, so a large write streams to the device in slices
+    /// and its buffers are reused (clean file data is evicted at the flush)
+    /// instead of the whole of it sitting in the cache. Safe at any moment:
+    /// a write round only writes what every dependency allows.
+    pub fn write_back_over(&mut self, max_dirty: usize) -> Result<()> {
+        if self.blocks.dirty > max_dirty && self.write_round(usize::MAX)? > 0 {
+            self.flush()?;
+        }
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_patch::{
-    BlockNo, CacheConfig, Optimizations, PatchCache, PatchError, PatchFlags, PatchState,
+    BlockNo, CacheConfig, Optimizations, PatchCache, PatchError, PatchFlags, PatchState, DATA_KEEP,
 };
 
 const BS: usize = 4096;
@@ -143,6 +143,60 @@ fn dirty_blocks_are_never_evicted() {
     for n in 0..10u64 {
         assert_eq!(dev.snapshot()[n as usize * BS], 7, "block {n} lost");
     }
+}
+
+/// File contents are cached above the patch cache (memfs), so once written
+/// they are not kept beyond a few: a 100 MB file must not leave 100 MB of
+/// copies here. Metadata blocks stay cached as before.
+#[test]
+fn written_file_data_is_evicted_and_metadata_kept() {
+    const DATA: PatchFlags = PatchFlags { data: true };
+    let n = DATA_KEEP as u64 + 100;
+    let (dev, mut c) = cache(n + 64, CacheConfig::default());
+    for b in 0..n {
+        c.create_byte(BlockNo(b), 0, &[9; BS], &[], DATA).unwrap();
+    }
+    for b in n..n + 10 {
+        c.create_byte(BlockNo(b), 0, &[5; 4], &[], META).unwrap();
+    }
+    c.sync().unwrap();
+    let s = c.stats();
+    assert_eq!(s.cached_blocks, DATA_KEEP as u64 + 10, "{s:?}");
+    assert_eq!(s.evictions, 100, "{s:?}");
+    let reads = s.blocks_read;
+    for b in n..n + 10 {
+        c.read(BlockNo(b)).unwrap();
+    }
+    assert_eq!(c.stats().blocks_read, reads, "metadata stayed cached");
+    // The most recently written data stayed; the oldest is read back intact.
+    c.read(BlockNo(n - 1)).unwrap();
+    assert_eq!(c.stats().blocks_read, reads);
+    assert_eq!(c.read(BlockNo(0)).unwrap(), &[9; BS][..]);
+    assert_eq!(c.stats().blocks_read, reads + 1);
+    assert_eq!(dev.snapshot()[(n as usize - 1) * BS], 9);
+}
+
+/// `write_back_over` streams: past the bound it writes what it may and
+/// flushes; under it, it does nothing; what must wait still waits.
+#[test]
+fn write_back_over_writes_only_past_the_bound_and_only_what_may_go() {
+    let (dev, mut c) = cache(64, CacheConfig::default());
+    let held = c.create_held(&[]).unwrap();
+    let free = c.create_byte(BlockNo(1), 0, &[1; 4], &[], META).unwrap();
+    let waits = c
+        .create_byte(BlockNo(2), 0, &[2; 4], &[held], META)
+        .unwrap();
+    c.write_back_over(2).unwrap();
+    assert_eq!(dev.stats().write_batches, 0, "two dirty blocks, bound 2");
+    c.write_back_over(1).unwrap();
+    assert_eq!(c.state(free), PatchState::Committed);
+    assert_eq!(c.state(waits), PatchState::Uncommitted);
+    assert_eq!(
+        dev.snapshot()[2 * BS],
+        0,
+        "block 2 waits for the held patch"
+    );
+    assert_eq!(c.dirty_blocks(), 1);
 }
 
 #[test]

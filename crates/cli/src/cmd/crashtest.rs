@@ -24,8 +24,8 @@ pub struct Args {
     pub data: String,
     /// Workloads: all (named and generated), named, generated, one named
     /// workload (featherstitch, mcorefs-rename, mcorefs-loop, mcorefs-rmrf,
-    /// ccfs-journal-update, maildelivery), or a spec `gen:STEPS` as printed
-    /// in a violation.
+    /// ccfs-journal-update, maildelivery, large-write), or a spec
+    /// `gen:STEPS` as printed in a violation.
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
