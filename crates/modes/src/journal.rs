@@ -761,10 +761,16 @@ impl Journal {
             Some(e) => self.closed.iter().find(|c| c.epoch == e),
             None => self.closed.back(),
         };
-        match target.map(|c| c.durable) {
-            Some(d) => cache.sync_patch(d)?,
-            None => cache.sync_patch(p)?,
+        let goal = target.map_or(p, |c| c.durable);
+        // The first round writes everything writable, not only what `goal`
+        // needs: that takes the home blocks of transactions already
+        // committed (checkpointing them in the same device flush as this
+        // commit's log), so their patches do not pile up on the bitmaps
+        // and inode blocks every later change must scan.
+        if !cache.is_committed(goal) && cache.write_round(usize::MAX)? > 0 {
+            cache.flush()?;
         }
+        cache.sync_patch(goal)?;
         Ok(())
     }
 
