@@ -97,6 +97,16 @@ impl PatchCache {
                     return Err(format!("{r:?} ← {id:?} has no forward edge"));
                 }
             }
+            // Liveness (§4.4): a patch with nothing left to wait for is on
+            // its block's ready list, or write-back would never pick it.
+            if self.cfg.optimizations.ready_lists
+                && p.state == State::Uncommitted
+                && !p.is_empty()
+                && p.is_ready()
+                && !(p.in_ready && self.blocks.get(p.block).ready.contains(&id))
+            {
+                return Err(format!("{id:?} is ready but not on its block's ready list"));
+            }
             self.check_patch_data(id)?;
         }
         if held != self.held {

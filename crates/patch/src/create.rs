@@ -288,6 +288,12 @@ impl PatchCache {
                 }
             }
         }
+        // Collapsing dropped the edges between the merged patches: a target
+        // that waited only on patches of its own block may be ready now, and
+        // nothing else would put it on the ready list (write-back stalled
+        // with it as the only writable patch; proptest seed in the
+        // regressions file).
+        self.settle(target);
         self.stats.merged_hard += 1;
         target
     }
