@@ -11,6 +11,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
+use std::borrow::Cow;
 use stitch_format::indirect::{map_path, pointer, set_pointer};
 use stitch_format::{Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -198,15 +199,14 @@ impl DiskFs {
                 }
                 Err(e) => return Err(e),
             };
-            // A new block's bytes past the write are zeros.
-            let padded;
-            let full = if len == self.bs {
-                &data[pos..pos + len]
+            // A whole block is patched from `data` as it is; a partial one
+            // is padded with zeros (a new block has no old bytes to keep).
+            let full: Cow<[u8]> = if len == self.bs {
+                Cow::Borrowed(&data[pos..pos + len])
             } else {
                 let mut b = vec![0u8; self.bs];
                 b[at..at + len].copy_from_slice(&data[pos..pos + len]);
-                padded = b;
-                &padded[..]
+                Cow::Owned(b)
             };
             // The data need not wait for the bitmap: nothing points at the
             // block yet, and no earlier owner can (allocation never takes a
@@ -216,7 +216,7 @@ impl DiskFs {
             let d = self.m.byte(
                 BlockNo(u64::from(phys)),
                 0,
-                full,
+                &full,
                 &[],
                 contents_flags(inode),
             )?;

@@ -384,12 +384,11 @@ impl fuser::Filesystem for StitchFuse {
         on_inode("write", ino, reply, work, |r, n| r.written(n));
     }
 
-    /// Called at every `close`: nothing becomes durable here (that is
-    /// fsync's job), and write errors were already answered.
-    /// `close` has nothing to flush (no kernel writeback cache: every write
-    /// already reached memfs). `ENOSYS` tells the kernel so once; it then
-    /// stops sending FLUSH and `close` returns 0 without a round trip (one
-    /// of smallfile's seven requests per file). Durability is fsync's.
+    /// Sent at `close`, with nothing to do: there is no kernel writeback
+    /// cache, so every write already reached memfs and its errors were
+    /// answered, and durability is fsync's job. `ENOSYS` tells the kernel
+    /// so once; it then stops sending FLUSH and `close` returns 0 without a
+    /// round trip (one of smallfile's seven requests per file).
     fn flush(
         &self,
         _req: &Request,
