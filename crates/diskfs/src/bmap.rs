@@ -422,7 +422,7 @@ impl DiskFs {
             let n = ((bs - in_block as u64).min(end - at)) as usize;
             match self.bmap(&inode, logical)? {
                 Some(p) => out.extend_from_slice(
-                    &self.m.read(BlockNo(u64::from(p)))?[in_block..in_block + n],
+                    &self.m.read_data(BlockNo(u64::from(p)))?[in_block..in_block + n],
                 ),
                 None => out.resize(out.len() + n, 0),
             }

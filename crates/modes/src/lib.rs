@@ -291,6 +291,11 @@ impl Modes {
         self.cache.read(block)
     }
 
+    /// A block of file data; see [`PatchCache::read_data`].
+    pub fn read_data(&mut self, block: BlockNo) -> Result<&[u8]> {
+        self.cache.read_data(block)
+    }
+
     pub fn cache(&self) -> &PatchCache {
         &self.cache
     }

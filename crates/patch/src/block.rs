@@ -262,6 +262,20 @@ impl Blocks {
         self.lru_of(idx).insert(tick, idx);
     }
 
+    /// Counts a clean block as file data from now on: it moves to the data
+    /// LRU, keeping its age. A dirty block is left alone (its next patch
+    /// says what it holds).
+    pub fn mark_file_data(&mut self, idx: BlockIdx) {
+        if self.get(idx).file_data {
+            return;
+        }
+        if let Some(key) = self.get(idx).lru_key {
+            self.lru.remove(&key);
+            self.get_mut(idx).file_data = true;
+            self.data_lru.insert(key, idx);
+        }
+    }
+
     /// Evicts the least recently used clean block, file data first; false if
     /// there is none.
     pub fn evict_one(&mut self) -> bool {

@@ -169,6 +169,28 @@ impl PatchCache {
         Ok(&self.blocks.get(idx).data)
     }
 
+    /// A block of file data, as [`read`](Self::read), for a reader that
+    /// wants the bytes once: a block loaded for it joins the clean
+    /// file-data LRU, which is cut to [`DATA_KEEP`] blocks first, so reading
+    /// a large file neither evicts the metadata the next operations need nor
+    /// keeps a second copy of what memfs caches.
+    pub fn read_data(&mut self, block: BlockNo) -> Result<&[u8]> {
+        let idx = match self.blocks.lookup(block) {
+            Some(idx) => {
+                self.blocks.touch(idx);
+                idx
+            }
+            None => {
+                self.stats.evictions +=
+                    self.blocks.evict_data_to(DATA_KEEP.saturating_sub(1)) as u64;
+                let idx = self.load_block(block, false)?;
+                self.blocks.mark_file_data(idx);
+                idx
+            }
+        };
+        Ok(&self.blocks.get(idx).data)
+    }
+
     /// Where `id` is in its life. A handle to a merged patch reports the
     /// state of the patch it merged into.
     pub fn state(&self, id: PatchId) -> PatchState {

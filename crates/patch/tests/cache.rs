@@ -176,6 +176,38 @@ fn written_file_data_is_evicted_and_metadata_kept() {
     assert_eq!(dev.snapshot()[(n as usize - 1) * BS], 9);
 }
 
+/// File data read once stays out of the way: `read_data` keeps at most
+/// `DATA_KEEP` such blocks and never evicts metadata for them.
+#[test]
+fn data_read_once_is_bounded_and_leaves_metadata_cached() {
+    let n = DATA_KEEP as u64 + 300;
+    let (_dev, mut c) = cache(n + 64, CacheConfig::default());
+    for b in n..n + 10 {
+        c.create_byte(BlockNo(b), 0, &[5; 4], &[], META).unwrap();
+    }
+    c.sync().unwrap();
+    for b in 0..n {
+        assert_eq!(c.read_data(BlockNo(b)).unwrap(), &[0; BS][..]);
+    }
+    let s = c.stats();
+    assert_eq!(s.cached_blocks, DATA_KEEP as u64 + 10, "{s:?}");
+    let reads = s.blocks_read;
+    for b in n..n + 10 {
+        assert_eq!(&c.read(BlockNo(b)).unwrap()[..4], &[5; 4]);
+    }
+    assert_eq!(c.stats().blocks_read, reads, "metadata stayed cached");
+    // The latest data is still cached; a read of it is no read of the device.
+    c.read_data(BlockNo(n - 1)).unwrap();
+    assert_eq!(c.stats().blocks_read, reads);
+    // A metadata block read as data stays where it was, and stays cached.
+    c.read_data(BlockNo(n)).unwrap();
+    for b in 0..DATA_KEEP as u64 {
+        c.read_data(BlockNo(b)).unwrap();
+    }
+    c.read(BlockNo(n)).unwrap();
+    assert_eq!(c.stats().blocks_read, reads + DATA_KEEP as u64);
+}
+
 /// `write_back_over` streams: past the bound it writes what it may and
 /// flushes; under it, it does nothing; what must wait still waits.
 #[test]
