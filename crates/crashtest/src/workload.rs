@@ -569,7 +569,7 @@ fn maildelivery() -> Workload {
 /// writes back past an eighth of these small images): its fsync streams it
 /// to the device in slices with flushes between, so crash states fall in
 /// the middle of one fsync's data. Then an overwrite in place of part of
-/// it, and a sync.
+/// it, and a sync; then a truncate into the indirect map, and an fsync.
 fn large_write() -> Workload {
     Workload {
         name: s("large-write"),
@@ -603,6 +603,16 @@ fn large_write() -> Workload {
                     len: 600_000,
                 },
                 Persist::Sync,
+            ),
+            // A cut inside the indirect map: the truncate copies the kept
+            // part of the indirect block, switches the inode to it and
+            // frees the old blocks, three soft-updates steps in one fsync.
+            step(
+                Action::Truncate {
+                    path: s("big"),
+                    size: 1_000_000,
+                },
+                fsync("big"),
             ),
         ],
     }

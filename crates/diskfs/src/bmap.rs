@@ -285,9 +285,12 @@ impl DiskFs {
         for (depth, &index) in levels.iter().enumerate() {
             if ptr == 0 {
                 let (ind, ib) = self.alloc_block(self.indirect_goal(phys))?;
+                // Like a data block, a new block's contents need not wait
+                // for its bitmap bit (see `write_new_run`); the pointer to
+                // it waits for both.
                 let init =
                     self.m
-                        .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[ib], META)?;
+                        .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[], META)?;
                 out.extend([ib, init]);
                 let counted = self.count_blocks(ino, inode, 1, parent.is_some())?;
                 let mut after = vec![ib, init];

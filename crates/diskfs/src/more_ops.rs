@@ -103,7 +103,7 @@ impl DiskFs {
                 BlockNo(u64::from(blk)),
                 0,
                 &symlink::slow_block(target, self.bs)?,
-                &[bb],
+                &[],
                 // A target is part of the namespace, not file data: the
                 // journal journals it in every data mode (as e2fsck checks
                 // it like any metadata).
@@ -334,7 +334,6 @@ impl DiskFs {
             set_pointer(&mut bytes, i as u32, stitch_format::BlockNo(replacement));
         }
         let (copy, ab) = self.alloc_block(block)?;
-        deps.push(ab);
         let w = self
             .m
             .byte(BlockNo(u64::from(copy)), 0, &bytes, &deps, META)?;

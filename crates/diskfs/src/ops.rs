@@ -118,11 +118,9 @@ impl DiskFs {
         let plink = self.write_inode(parent, &pinode, &[])?;
         let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
         let contents = new_dir_block(self.bs, ino, parent);
-        let mut deps = vec![bb];
-        deps.extend(&plink);
         let data = self
             .m
-            .byte(BlockNo(u64::from(blk)), 0, &contents, &deps, META)?;
+            .byte(BlockNo(u64::from(blk)), 0, &contents, &plink, META)?;
         let mut inode = Inode::new(FileType::Directory, perm, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
         inode.core.links_count = 2;

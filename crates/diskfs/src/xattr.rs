@@ -90,9 +90,7 @@ impl DiskFs {
                 "extended attributes do not fit one block",
             ))?;
             let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
-            let init = self
-                .m
-                .byte(BlockNo(u64::from(blk)), 0, &data, &[bb], META)?;
+            let init = self.m.byte(BlockNo(u64::from(blk)), 0, &data, &[], META)?;
             made.extend([bb, init]);
             new = blk;
         }

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use stitch_diskfs::Consistency;
-use stitch_memfs::{Kind, MemFs, RenameFlags};
+use stitch_memfs::{Kind, MemFs, RenameFlags, SetAttrs};
 
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
@@ -265,5 +265,54 @@ fn repeated_fsyncs_do_not_pile_up_patches() {
             live < 100,
             "{mode:?}: {live} live patches, busiest {busiest:?}"
         );
+    }
+}
+
+/// Device flushes one soft-updates fsync needs are the length of its
+/// longest write-before chain, and no longer: an overwrite is one write;
+/// an append is data and bitmap bit, then the inode; a one-block truncate
+/// through an indirect block is the indirect copy and its bitmap bit, then
+/// the inode switching to it, then the bitmap freeing the old blocks. (A
+/// new block's contents waiting on its own bitmap bit made that four.)
+/// Every journal mode commits each in one flush.
+#[test]
+fn fsync_flushes_follow_the_dependency_chain() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let f = fs
+            .mknod(fs.root(), b"f", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        let n = 100u64; // past the 12 direct blocks
+        for i in 0..n {
+            fs.write(f.ino, i * 4096, &[0x46; 4096], false).unwrap();
+        }
+        fs.fsync(f.ino, false).unwrap();
+        let su = mode == Consistency::SoftUpdates;
+        for (case, want) in [("overwrite", 1), ("append", 2), ("truncate", 3)] {
+            for i in 0..5u64 {
+                let before = dev.stats().flushes;
+                match case {
+                    "overwrite" => fs.write(f.ino, i * 7 * 4096, &[2; 4096], false).map(drop),
+                    "append" => fs.write(f.ino, (n + i) * 4096, &[1; 4096], false).map(drop),
+                    _ => {
+                        let size = Some((n + 4 - i) * 4096);
+                        fs.setattr(
+                            f.ino,
+                            SetAttrs {
+                                size,
+                                ..Default::default()
+                            },
+                        )
+                        .map(drop)
+                    }
+                }
+                .unwrap();
+                fs.fsync(f.ino, false).unwrap();
+                let flushes = dev.stats().flushes - before;
+                let want = if su { want } else { 1 };
+                assert_eq!(flushes, want, "{mode:?} {case} #{i}");
+            }
+        }
     }
 }
