@@ -402,6 +402,7 @@ impl MemFs {
             self.inner
                 .disk_free_inodes
                 .store(u64::from(sb.free_inodes_count), Ordering::Release);
+            self.note_reserved(disk);
             r.map(|()| sectors)
         };
         self.inner

@@ -49,6 +49,10 @@ pub(crate) struct Inner {
     /// Free blocks and inodes on disk after the last flush.
     pub disk_free_blocks: AtomicU64,
     pub disk_free_inodes: AtomicU64,
+    /// Inode numbers diskfs holds reserved (`DiskFs::reserved_inodes`),
+    /// as of the last reservation or flush: `statfs` reads it without
+    /// waiting for the disk, which a long flush may hold for seconds.
+    pub disk_reserved_inodes: AtomicU64,
     pub total_blocks: u64,
     pub total_inodes: u64,
     pub reserved_root_blocks: u64,
@@ -105,6 +109,7 @@ impl MemFs {
             reserved_root_blocks: u64::from(sb.r_blocks_count_lo),
             disk_free_blocks: AtomicU64::new(u64::from(sb.free_blocks_count_lo)),
             disk_free_inodes: AtomicU64::new(u64::from(sb.free_inodes_count)),
+            disk_reserved_inodes: AtomicU64::new(disk.reserved_inodes() as u64),
             block_size: disk.block_size() as u64,
             xattrs: disk.supports_xattrs(),
             disk: Mutex::new(Some(disk)),
@@ -343,6 +348,7 @@ impl MemFs {
                     Err(e) => return Err(e),
                 }
             }
+            self.note_reserved(d);
             Ok(v)
         });
         let mut got = match got {
@@ -350,8 +356,12 @@ impl MemFs {
             Err(MemError::NoSpace) => {
                 // Frees may be waiting in the logs: flush and try once more.
                 self.sync()?;
-                self.disk_op(|d| d.reserve_inode(InodeNo(parent as u32), dir))
-                    .map(|i| vec![u64::from(i.0)])?
+                self.disk_op(|d| {
+                    let ino = d.reserve_inode(InodeNo(parent as u32), dir);
+                    self.note_reserved(d);
+                    ino
+                })
+                .map(|i| vec![u64::from(i.0)])?
             }
             Err(e) => return Err(e),
         };
@@ -359,6 +369,13 @@ impl MemFs {
         let ino = got.pop().ok_or(MemError::NoSpace)?;
         self.inner.pool.lock()[i].extend(got);
         Ok(ino)
+    }
+
+    /// Records how many inode numbers `disk` holds reserved, for `statfs`.
+    pub(crate) fn note_reserved(&self, disk: &DiskFs) {
+        self.inner
+            .disk_reserved_inodes
+            .store(disk.reserved_inodes() as u64, Ordering::Release);
     }
 
     /// Gives back the number of an inode that will never reach the disk.
@@ -461,7 +478,7 @@ impl MemFs {
             let p = i.pool.lock();
             (p[0].len() + p[1].len()) as u64
         };
-        let unflushed = self.with_disk(|d| d.reserved_inodes() as u64)?;
+        let unflushed = i.disk_reserved_inodes.load(Ordering::Acquire);
         let ffree = i
             .disk_free_inodes
             .load(Ordering::Acquire)

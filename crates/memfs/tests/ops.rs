@@ -298,3 +298,28 @@ fn an_image_without_ext_attr_refuses_attributes() {
     );
     assert!(fs.xattrs(f).unwrap().is_empty());
 }
+
+/// `statfs` counts what memory will take (an unflushed file's inode and
+/// block) and answers while the disk is held, as a long flush holds it: a
+/// `df` must not stall behind someone's 100 MB fsync.
+#[test]
+fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
+    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[0], opts());
+    let r = fs.root();
+    let empty = fs.statfs().unwrap();
+    let f = fs.mknod(r, b"a", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.write(f.ino, 0, &[1; 4096], false).unwrap();
+    let unflushed = fs.statfs().unwrap();
+    assert_eq!(unflushed.ffree, empty.ffree - 1);
+    assert!(unflushed.bfree < empty.bfree);
+    fs.sync().unwrap();
+    let flushed = fs.statfs().unwrap();
+    assert_eq!(flushed.ffree, empty.ffree - 1);
+    let fs2 = fs.clone();
+    let during = fs
+        .with_disk(move |_| bounded(std::time::Duration::from_secs(20), move || fs2.statfs()))
+        .unwrap()
+        .expect("statfs waited for the disk")
+        .unwrap();
+    assert_eq!(during, flushed);
+}
