@@ -368,6 +368,20 @@ impl MemFs {
         let t = self.now();
         let n_ops = plan.ops.len();
         let n_pages: usize = plan.files.iter().map(|f| f.pages.len()).sum();
+        // Directories the plan adds to or removes from: diskfs decides how
+        // their blocks grow, so their size is read back after.
+        let dirs: Vec<u64> = {
+            let nodes = self.inner.nodes.read();
+            let mut v: Vec<u64> = plan
+                .ops
+                .iter()
+                .flat_map(|e| e.op.objects())
+                .filter(|i| nodes.get(i).is_some_and(|n| n.s.read().kind == Kind::Dir))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
         let result = {
             let mut d = self.inner.disk.lock();
             let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
@@ -385,14 +399,16 @@ impl MemFs {
                     .map_err(stitch_diskfs::DiskError::from)?;
                 disk.sync_patch(g)
             });
-            let sectors: Vec<(u64, u64)> = plan
+            let written = plan
                 .files
                 .iter()
                 .filter(|f| f.write)
-                .filter_map(|f| {
-                    disk.getattr(InodeNo(f.ino as u32))
-                        .ok()
-                        .map(|a| (f.ino, u64::from(a.sectors)))
+                .map(|f| (f.ino, false));
+            let sectors: Vec<(u64, Option<u64>, u64)> = written
+                .chain(dirs.iter().map(|&ino| (ino, true)))
+                .filter_map(|(ino, dir)| {
+                    let a = disk.getattr(InodeNo(ino as u32)).ok()?;
+                    Some((ino, dir.then_some(a.size), u64::from(a.sectors)))
                 })
                 .collect();
             let sb = disk.superblock();
@@ -422,9 +438,13 @@ impl MemFs {
             }
         };
         let nodes = self.inner.nodes.read().clone();
-        for (ino, sec) in sectors {
+        for (ino, dir_size, sec) in sectors {
             if let Some(n) = nodes.get(&ino) {
-                n.s.write().disk_sectors = sec;
+                let mut s = n.s.write();
+                s.disk_sectors = sec;
+                if let Some(size) = dir_size {
+                    s.size = size;
+                }
             }
         }
         // Inodes whose removal reached the disk leave memory. Their

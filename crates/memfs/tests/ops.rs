@@ -323,3 +323,26 @@ fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
         .unwrap();
     assert_eq!(during, flushed);
 }
+
+/// A directory's size and blocks in `stat` are what the disk holds once its
+/// entries are flushed (diskfs decides when a directory grows a block), as
+/// they are after a remount.
+#[test]
+fn directory_size_follows_the_disk_after_a_flush() {
+    let dev = device(fresh_image(64 << 20, true));
+    let fs = mount_on(dev.clone(), MODES[0], opts());
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap();
+    assert_eq!(fs.getattr(d.ino).unwrap().size, 4096);
+    for i in 0..500 {
+        let name = format!("a-name-long-enough-to-fill-blocks-{i}");
+        fs.mknod(d.ino, name.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+    }
+    fs.sync().unwrap();
+    let live = fs.getattr(d.ino).unwrap();
+    assert!(live.size > 4096, "{live:?}");
+    fs.unmount().unwrap();
+    let again = mount_on(dev, MODES[0], opts());
+    let remounted = again.getattr(d.ino).unwrap();
+    assert_eq!((live.size, live.blocks), (remounted.size, remounted.blocks));
+}
