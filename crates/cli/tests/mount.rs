@@ -904,6 +904,42 @@ fn readdir_offsets_stay_stable_while_the_directory_changes() {
     m.stop(Stop::Sigterm);
 }
 
+/// The kernel may cache that a name is absent (negative entries); every
+/// way of making the name, right after the failed lookup, still shows it.
+#[test]
+fn a_name_looked_up_absent_appears_once_made() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::write(m.path("src"), b"x").unwrap();
+    let absent = |name: &str| {
+        let err = fs::symlink_metadata(m.path(name)).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{name}");
+        // Twice: the second may be answered from the kernel's cache.
+        assert!(fs::symlink_metadata(m.path(name)).is_err(), "{name}");
+    };
+    absent("created");
+    fs::write(m.path("created"), b"made").unwrap();
+    assert_eq!(fs::read(m.path("created")).unwrap(), b"made");
+    absent("dir");
+    fs::create_dir(m.path("dir")).unwrap();
+    assert!(m.path("dir").is_dir());
+    absent("linked");
+    fs::hard_link(m.path("src"), m.path("linked")).unwrap();
+    assert_eq!(fs::read(m.path("linked")).unwrap(), b"x");
+    absent("sym");
+    std::os::unix::fs::symlink("src", m.path("sym")).unwrap();
+    assert_eq!(fs::read(m.path("sym")).unwrap(), b"x");
+    absent("renamed");
+    fs::rename(m.path("created"), m.path("renamed")).unwrap();
+    assert_eq!(fs::read(m.path("renamed")).unwrap(), b"made");
+    absent("created");
+    absent("dir/inside");
+    fs::write(m.path("dir/inside"), b"in").unwrap();
+    assert_eq!(fs::read_dir(m.path("dir")).unwrap().count(), 1);
+    assert_eq!(fs::read(m.path("dir/inside")).unwrap(), b"in");
+    m.stop(Stop::Sigterm);
+}
+
 #[test]
 fn parallel_writers_on_many_threads() {
     let (_dir, img, mnt) = fresh(true);

@@ -7,17 +7,17 @@ use super::{
     OpResult, StitchFuse, MAX_WRITE, TTL,
 };
 use fuser::{
-    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, Kind, RenameFlags, SetAttrs, XattrSet, Xattrs};
+use stitch_memfs::{Attr, Kind, MemError, RenameFlags, SetAttrs, XattrSet, Xattrs};
 
 /// Open files keep the kernel's page cache across opens: every change goes
 /// through this mount, so the cache is never stale.
@@ -31,6 +31,25 @@ const WANTED: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_CACHE_SYMLINKS);
+
+/// The entry of a name that does not exist: node id 0.
+const NEGATIVE: FileAttr = FileAttr {
+    ino: INodeNo(0),
+    size: 0,
+    blocks: 0,
+    atime: UNIX_EPOCH,
+    mtime: UNIX_EPOCH,
+    ctime: UNIX_EPOCH,
+    crtime: UNIX_EPOCH,
+    kind: FileType::RegularFile,
+    perm: 0,
+    nlink: 0,
+    uid: 0,
+    gid: 0,
+    rdev: 0,
+    blksize: 0,
+    flags: 0,
+};
 
 fn ok(reply: ReplyEmpty, _: ()) {
     reply.ok();
@@ -159,14 +178,27 @@ impl fuser::Filesystem for StitchFuse {
         Ok(())
     }
 
+    /// A name that is not there is answered as a negative entry (node id
+    /// 0) the kernel may cache for `TTL`, as it caches names that are:
+    /// every create, link and rename reaches memfs through this kernel,
+    /// which turns the cached absence into the new entry itself. A `git
+    /// add` looks each object's name up twice before writing it, and each
+    /// new fan-out directory three times.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         on_name(
             "lookup",
             parent,
             name,
             reply,
-            |d, n| self.lookup_name(d, n),
-            |r, a| self.entry(r, a, false),
+            |d, n| match self.lookup_name(d, n) {
+                Ok(a) => Ok(Some(a)),
+                Err(Failure::Mem(MemError::NotFound)) => Ok(None),
+                Err(e) => Err(e),
+            },
+            |r, a| match a {
+                Some(a) => self.entry(r, a, false),
+                None => r.entry(&TTL, &NEGATIVE, Generation(0)),
+            },
         );
     }
 
