@@ -371,12 +371,20 @@ impl MemFs {
         // Directories the plan adds to or removes from: diskfs decides how
         // their blocks grow, so their size is read back after.
         let dirs: Vec<u64> = {
-            let nodes = self.inner.nodes.read();
-            let mut v: Vec<u64> = plan
-                .ops
-                .iter()
-                .flat_map(|e| e.op.objects())
-                .filter(|i| nodes.get(i).is_some_and(|n| n.s.read().kind == Kind::Dir))
+            // Nodes first, table lock released: a create holds its
+            // directory's state while it takes the table to insert.
+            let found: Vec<(u64, std::sync::Arc<crate::node::Node>)> = {
+                let nodes = self.inner.nodes.read();
+                plan.ops
+                    .iter()
+                    .flat_map(|e| e.op.objects())
+                    .filter_map(|i| nodes.get(&i).map(|n| (i, n.clone())))
+                    .collect()
+            };
+            let mut v: Vec<u64> = found
+                .into_iter()
+                .filter(|(_, n)| n.s.read().kind == Kind::Dir)
+                .map(|(i, _)| i)
                 .collect();
             v.sort_unstable();
             v.dedup();

@@ -532,3 +532,65 @@ fn lookups_and_renames() {
         panic!("after unmount: {report}");
     }
 }
+
+/// Creates in one directory racing flushes: a create holds its directory's
+/// state while it takes the node table to insert the new node, so a flush
+/// must never hold the table while it waits for a node's state (it did,
+/// reading which of its objects were directories, and hung `tar`).
+#[test]
+fn creates_racing_flushes_do_not_deadlock() {
+    watched("creates and flushes", || {
+        let fs = mount_on(
+            device(image_for(Consistency::SoftUpdates)),
+            Consistency::SoftUpdates,
+            opts(),
+        );
+        let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+        let stop = Arc::new(AtomicBool::new(false));
+        let syncer = {
+            let (fs, stop) = (fs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    ok("sync", fs.sync());
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let fs = fs.clone();
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while Instant::now() < deadline {
+                        let name = format!("t{t}-{i}");
+                        let f = ok(
+                            "mknod",
+                            fs.mknod(d, name.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0),
+                        );
+                        ok(
+                            "setattr",
+                            fs.setattr(
+                                f.ino,
+                                SetAttrs {
+                                    perm: Some(0o600),
+                                    ..Default::default()
+                                },
+                            ),
+                        );
+                        // The previous one goes: the image's inodes last.
+                        if i > 0 {
+                            let prev = format!("t{t}-{}", i - 1);
+                            ok("unlink", fs.unlink(d, prev.as_bytes()));
+                        }
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        syncer.join().unwrap();
+    });
+}
