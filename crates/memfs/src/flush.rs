@@ -446,14 +446,29 @@ impl MemFs {
             }
         };
         let nodes = self.inner.nodes.read().clone();
+        let bs = self.inner.block_size;
+        let mut changed = Vec::new();
         for (ino, dir_size, sec) in sectors {
             if let Some(n) = nodes.get(&ino) {
                 let mut s = n.s.write();
+                let before = s.attr(ino, bs);
                 s.disk_sectors = sec;
                 if let Some(size) = dir_size {
                     s.size = size;
                 }
+                let after = s.attr(ino, bs);
+                // A written file's blocks may have shown a guess, or (between
+                // the cut and now) only the old blocks: always tell. A
+                // directory's size moves only here.
+                if dir_size.is_none() || (before.size, before.blocks) != (after.size, after.blocks)
+                {
+                    changed.push(ino);
+                }
             }
+        }
+        let hook = self.inner.attr_changed.read().clone();
+        if let Some(hook) = hook {
+            changed.iter().for_each(|&ino| hook(ino));
         }
         // Inodes whose removal reached the disk leave memory. Their
         // numbers are free on disk now, and a create may already have

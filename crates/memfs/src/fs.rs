@@ -31,6 +31,9 @@ pub struct MemFs {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// See [`MemFs::on_attr_change`].
+pub type AttrHook = Arc<dyn Fn(u64) + Send + Sync>;
+
 pub(crate) struct Inner {
     pub disk: Mutex<Option<DiskFs>>,
     pub nodes: RwLock<HashMap<u64, Arc<Node>>>,
@@ -67,6 +70,11 @@ pub(crate) struct Inner {
     pub stats: Mutex<Stats>,
     /// Stops the background flusher.
     pub stop: (Mutex<bool>, Condvar),
+    /// Told the inode number of every inode whose attributes a flush
+    /// changed on its own (blocks read back from the disk, a directory's
+    /// size): no request changed them, so a kernel caching attributes must
+    /// be told.
+    pub attr_changed: RwLock<Option<AttrHook>>,
     pub flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -126,6 +134,7 @@ impl MemFs {
             read_only: AtomicBool::new(false),
             stats: Mutex::new(Stats::default()),
             stop: (Mutex::new(false), Condvar::new()),
+            attr_changed: RwLock::new(None),
             flusher: Mutex::new(None),
         });
         let fs = MemFs { inner };
@@ -369,6 +378,14 @@ impl MemFs {
         let ino = got.pop().ok_or(MemError::NoSpace)?;
         self.inner.pool.lock()[i].extend(got);
         Ok(ino)
+    }
+
+    /// Calls `hook` with the inode number of every inode whose attributes
+    /// (`stat`'s blocks, a directory's size) a flush changed without any
+    /// request changing them. Called on the flushing thread; it must not
+    /// wait for other memfs calls.
+    pub fn on_attr_change(&self, hook: impl Fn(u64) + Send + Sync + 'static) {
+        *self.inner.attr_changed.write() = Some(Arc::new(hook));
     }
 
     /// Records how many inode numbers `disk` holds reserved, for `statfs`.
