@@ -40,6 +40,9 @@ enum Command {
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
     /// `fusermount3 -u MOUNTPOINT` (or SIGTERM) unmounts it cleanly.
     Mount(cmd::mount::Args),
+    /// Make everything a stitchfs mount holds durable (sync(1) does not
+    /// reach FUSE servers): [PATH] is any file or directory on the mount.
+    Sync(cmd::sync::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
     Crashtest(cmd::crashtest::Args),
@@ -55,6 +58,7 @@ fn main() {
         },
         Command::Bench(args) => cmd::bench::run(args),
         Command::Mount(args) => cmd::mount::run(args),
+        Command::Sync(args) => cmd::sync::run(args),
         Command::Crashtest(args) => match cmd::crashtest::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

@@ -940,6 +940,90 @@ fn a_name_looked_up_absent_appears_once_made() {
     m.stop(Stop::Sigterm);
 }
 
+/// The kernel caches attributes for long (`TTL`), so what a flush changes
+/// on its own (blocks read back from the disk, a directory grown by a
+/// block) must reach it: `stat` after an fsync shows what a remount shows.
+#[test]
+fn stat_after_a_flush_shows_what_the_disk_holds() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..500 {
+        File::create(m.path(&format!("d/a-name-long-enough-to-fill-blocks-{i}"))).unwrap();
+    }
+    fs::write(m.path("big"), pattern(1 << 20, 3)).unwrap();
+    // Cached before the flush: the directory's first block, the file's
+    // data blocks without the indirect block the disk will add.
+    let (d0, f0) = (
+        fs::metadata(m.path("d")).unwrap(),
+        fs::metadata(m.path("big")).unwrap(),
+    );
+    // A flush that applies both (the kernel sends no syncfs to FUSE).
+    File::open(m.path("big")).unwrap().sync_all().unwrap();
+    File::open(m.path("d")).unwrap().sync_all().unwrap();
+    let (d1, f1) = (
+        fs::metadata(m.path("d")).unwrap(),
+        fs::metadata(m.path("big")).unwrap(),
+    );
+    m.stop(Stop::Fusermount);
+    let m = Mounted::start(&img, &mnt, &[]);
+    let (d2, f2) = (
+        fs::metadata(m.path("d")).unwrap(),
+        fs::metadata(m.path("big")).unwrap(),
+    );
+    assert_eq!(
+        (d1.size(), d1.blocks()),
+        (d2.size(), d2.blocks()),
+        "directory"
+    );
+    assert_eq!(f1.blocks(), f2.blocks(), "file");
+    assert!(
+        d2.size() > d0.size() && f2.blocks() > f0.blocks(),
+        "the flush changed both"
+    );
+    m.stop(Stop::Sigterm);
+}
+
+/// `stitchfs sync` makes what the mount holds durable (the kernel's
+/// `sync(1)` never reaches a FUSE server): a file written without fsync is
+/// in the image after it, not before; a path elsewhere is refused.
+#[test]
+fn stitchfs_sync_makes_the_mount_durable() {
+    let (dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &["--flush-interval", "3600"]);
+    fs::write(m.path("f"), b"written, not fsynced").unwrap();
+    let cat = |copy: &Path| -> String {
+        // Replay the journal as a recovery would, then read the file.
+        Command::new("e2fsck")
+            .arg("-fy")
+            .arg(copy)
+            .output()
+            .unwrap();
+        let out = Command::new("debugfs")
+            .args(["-R", "cat /f"])
+            .arg(copy)
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    };
+    let before = dir.path().join("before.img");
+    fs::copy(&img, &before).unwrap();
+    let out = stitchfs(&["sync", m.path("").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let after = dir.path().join("after.img");
+    fs::copy(&img, &after).unwrap();
+    assert_eq!(cat(&before), "", "the write was on disk before the sync");
+    assert_eq!(cat(&after), "written, not fsynced");
+    let out = stitchfs(&["sync", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not on a stitchfs mount"),
+        "{}",
+        text(&out.stderr)
+    );
+    m.stop(Stop::Sigterm);
+}
+
 #[test]
 fn parallel_writers_on_many_threads() {
     let (_dir, img, mnt) = fresh(true);

@@ -31,9 +31,10 @@
 //!   PostMark's default sizes 500 B–10 KB).
 //!
 //! McoreFS's workloads are `bench mount`'s. Every timed phase ends with a
-//! `syncfs` of the mount, inside the timing: a phase is done when what it
-//! wrote is durable, whatever the system defers. See [`super::session`] for
-//! what the counts cover.
+//! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
+//! stitchfs's sync ioctl), inside the timing: a phase is done when what it
+//! wrote is durable, whatever the system defers; fuse2fs alone cannot be
+//! asked. See [`super::session`] for what the counts cover.
 
 #[cfg(test)]
 use super::session::Sample;

@@ -5,3 +5,4 @@ pub mod crashtest;
 pub mod fsck;
 pub mod mkfs;
 pub mod mount;
+pub mod sync;

@@ -99,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 return Finisher::new(fs).finish(Some(err));
             }
         };
+    crate::fuse::tell_kernel_of_attr_changes(&fs, session.notifier());
     let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
     diag::info(&format!(
         "mounted {} on {} ({}, {} threads)",

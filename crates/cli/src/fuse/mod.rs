@@ -36,8 +36,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stitch_memfs::{Attr, Kind, MemError, MemFs};
 
-/// How long the kernel may cache attributes and entries.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache attributes, entries and absent names.
+/// Every change but two reaches memfs through this kernel, which drops
+/// what it cached for what it changed; the two a flush makes on its own
+/// (blocks read back from the disk, a directory's size) are sent to it by
+/// [`tell_kernel_of_attr_changes`]. So caching is exact, and one hour
+/// only bounds how long the kernel keeps what nobody asks for again.
+pub const TTL: Duration = Duration::from_secs(3600);
+/// The ioctl that makes everything the mount holds durable, as `sync(2)`
+/// would if the kernel sent `syncfs` to FUSE servers (it does not):
+/// `_IO(0xF5, 1)`, no argument. `stitchfs sync` and the benchmarks send it.
+pub const IOC_SYNC: u32 = 0xF501;
 /// The largest write the kernel sends in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
 /// ext2's longest name.
@@ -72,6 +81,17 @@ fn ext_ino(n: INodeNo) -> u64 {
 }
 
 /// The FUSE node id of an ext2 inode.
+/// Has memfs tell the kernel, through `notifier`, of attributes a flush
+/// changed on its own, so that its cached attributes are dropped. The
+/// notification only marks attributes stale (no page cache is touched),
+/// so it never waits and may be sent from a request's own thread. An
+/// inode the kernel does not hold answers ENOENT, which is fine.
+pub fn tell_kernel_of_attr_changes(fs: &MemFs, notifier: fuser::Notifier) {
+    fs.on_attr_change(move |ino| {
+        let _ = notifier.inval_inode(node_id(ino), -1, 0);
+    });
+}
+
 fn node_id(ino: u64) -> INodeNo {
     if ino == EXT2_ROOT {
         INodeNo::ROOT
@@ -191,6 +211,7 @@ macro_rules! error_reply {
 
 error_reply!(
     fuser::ReplyEmpty,
+    fuser::ReplyIoctl,
     fuser::ReplyData,
     fuser::ReplyEntry,
     fuser::ReplyAttr,

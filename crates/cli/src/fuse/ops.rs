@@ -4,7 +4,7 @@
 use super::dirs::{self, Slot};
 use super::{
     check_name, entry_attr, ext_ino, file_type, node_id, serve, stat_attr, ErrorReply, Failure,
-    OpResult, StitchFuse, MAX_WRITE, TTL,
+    OpResult, StitchFuse, IOC_SYNC, MAX_WRITE, TTL,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -454,6 +454,32 @@ impl fuser::Filesystem for StitchFuse {
         reply: ReplyEmpty,
     ) {
         on_inode("fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+    }
+
+    /// [`IOC_SYNC`] on any open file or directory of the mount: a flush of
+    /// everything, durable before the answer. Any other command is not
+    /// ours (`ENOTTY`).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        if cmd != IOC_SYNC {
+            return reply.error(Errno::ENOTTY);
+        }
+        on_inode(
+            "sync",
+            ino,
+            reply,
+            |_| self.fs.sync(),
+            |r, ()| r.ioctl(0, &[]),
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
