@@ -97,6 +97,17 @@ impl PatchCache {
                     return Err(format!("{r:?} ← {id:?} has no forward edge"));
                 }
             }
+            let on_blocks = p
+                .rdeps
+                .iter()
+                .filter(|&&r| self.arena.get(r).block != NO_BLOCK)
+                .count();
+            if on_blocks != p.block_rdeps as usize {
+                return Err(format!(
+                    "{id:?} counts {} reverse edges from blocks but has {on_blocks}",
+                    p.block_rdeps
+                ));
+            }
             // Liveness (§4.4): a patch with nothing left to wait for is on
             // its block's ready list, or write-back would never pick it.
             if self.cfg.optimizations.ready_lists

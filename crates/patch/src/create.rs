@@ -551,12 +551,7 @@ impl PatchCache {
         // A patch others wait on takes no new waits by a merge: they would
         // all wait longer (a directory entry's removal, waited on by the
         // inode it frees, would wait for the next file's inode too).
-        let waited_on = self
-            .arena
-            .get(t)
-            .rdeps
-            .iter()
-            .any(|&r| self.arena.get(r).block != NO_BLOCK);
+        let waited_on = self.arena.get(t).block_rdeps > 0;
         let adds_wait = new.iter().any(|&d| {
             let p = self.arena.get(d);
             p.state == State::Uncommitted && p.block != NO_BLOCK

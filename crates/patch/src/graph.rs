@@ -49,9 +49,11 @@ impl PatchCache {
         if a == b || self.has_edge(a, b) {
             return;
         }
+        let a_on_block = self.arena.get(a).block != NO_BLOCK;
         let (b_block, b_state) = {
             let pb = self.arena.get_mut(b);
             pb.rdeps.push(a);
+            pb.block_rdeps += u32::from(a_on_block);
             (pb.block, pb.state)
         };
         let pa = self.arena.get_mut(a);
@@ -70,9 +72,11 @@ impl PatchCache {
 
     /// Removes `a → b` and updates counts; `b` is still live.
     pub(crate) fn remove_edge(&mut self, a: PatchId, b: PatchId) {
+        let a_on_block = self.arena.get(a).block != NO_BLOCK;
         let (b_block, b_state) = {
             let pb = self.arena.get_mut(b);
             remove_one(&mut pb.rdeps, a);
+            pb.block_rdeps -= u32::from(a_on_block);
             (pb.block, pb.state)
         };
         let pa = self.arena.get_mut(a);
@@ -119,6 +123,7 @@ impl PatchCache {
             for d in &patch.ddeps {
                 if let Some(pd) = self.arena.resolve(*d).map(|d| self.arena.get_mut(d)) {
                     remove_one(&mut pd.rdeps, id);
+                    pd.block_rdeps -= u32::from(patch.block != NO_BLOCK);
                 }
             }
             for &r in &patch.rdeps {

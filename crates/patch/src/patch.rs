@@ -85,6 +85,11 @@ pub(crate) struct Patch {
     pub undo: Option<Box<[u8]>>,
     pub ddeps: Deps,
     pub rdeps: Deps,
+    /// How many of `rdeps` are patches on a block (not empty patches): a
+    /// patch that ends up waited on by every operation's empty group patch
+    /// has thousands of reverse edges, and overlap merging asks this on
+    /// every change.
+    pub block_rdeps: u32,
     pub n_unc: u32,
     pub n_infl: u32,
     /// Scratch for the same-block closure of §4.4 and for graph searches.
@@ -110,6 +115,7 @@ impl Patch {
             undo: None,
             ddeps: Deps::new(),
             rdeps: Deps::new(),
+            block_rdeps: 0,
             n_unc: 0,
             n_infl: 0,
             scratch: 0,
