@@ -110,6 +110,8 @@ pub struct PatchCache {
     mark_epoch: u32,
     /// Patches are created in this merge epoch (see [`PatchCache::set_merge_epoch`]).
     merge_epoch: u32,
+    /// Dirty blocks left by `write_back_over`'s last try (see there).
+    stream_left: Option<usize>,
     stats: Stats,
     /// Set by the first device failure or violated invariant.
     stopped: Option<String>,
@@ -125,6 +127,7 @@ impl PatchCache {
             arena: Arena::new(),
             blocks: Blocks::new(),
             fifo: VecDeque::new(),
+            stream_left: None,
             inflight_blocks: Vec::new(),
             held: 0,
             mark_epoch: 0,

@@ -393,10 +393,28 @@ impl PatchCache {
     /// and its buffers are reused (clean file data is evicted at the flush)
     /// instead of the whole of it sitting in the cache. Safe at any moment:
     /// a write round only writes what every dependency allows.
+    ///
+    /// What stays dirty after a try could not go (a running transaction's
+    /// metadata, held patches): unless some of it has gone since, the next
+    /// try waits until another quarter of the bound has become dirty.
+    /// Trying at every call scanned every dirty block, and wrote and flushed
+    /// each new file's data alone, once per operation of a large journal
+    /// transaction.
     pub fn write_back_over(&mut self, max_dirty: usize) -> Result<()> {
-        if self.blocks.dirty > max_dirty && self.write_round(usize::MAX)? > 0 {
+        let dirty = self.blocks.dirty;
+        if dirty <= max_dirty {
+            return Ok(());
+        }
+        let step = (max_dirty / 4).max(1);
+        if let Some(left) = self.stream_left {
+            if dirty >= left && dirty < left + step {
+                return Ok(());
+            }
+        }
+        if self.write_round(usize::MAX)? > 0 {
             self.flush()?;
         }
+        self.stream_left = Some(self.blocks.dirty);
         Ok(())
     }
 

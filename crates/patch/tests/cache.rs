@@ -231,6 +231,42 @@ fn write_back_over_writes_only_past_the_bound_and_only_what_may_go() {
     assert_eq!(c.dirty_blocks(), 1);
 }
 
+/// After a try that left more than the bound dirty (what stayed could not
+/// go), `write_back_over` does not scan and write again at the very next
+/// call: it waits until another quarter of the bound has become dirty.
+#[test]
+fn write_back_over_waits_for_another_slice_before_trying_again() {
+    let (dev, mut c) = cache(64, CacheConfig::default());
+    let held = c.create_held(&[]).unwrap();
+    for b in 0..20 {
+        c.create_byte(BlockNo(b), 0, &[1; 4], &[held], META)
+            .unwrap();
+    }
+    c.write_back_over(16).unwrap();
+    assert_eq!(dev.stats().write_batches, 0, "nothing could go");
+    let first = c.create_byte(BlockNo(30), 0, &[2; 4], &[], META).unwrap();
+    c.write_back_over(16).unwrap();
+    assert_eq!(
+        c.state(first),
+        PatchState::Uncommitted,
+        "21 dirty: not 20 + 16/4 yet"
+    );
+    for b in 31..34 {
+        c.create_byte(BlockNo(b), 0, &[2; 4], &[], META).unwrap();
+    }
+    c.write_back_over(16).unwrap();
+    assert_eq!(c.state(first), PatchState::Committed, "24 dirty: a try");
+    assert_eq!(c.dirty_blocks(), 20);
+    // Under the bound, the next excess is tried at once.
+    c.release(held).unwrap();
+    c.sync().unwrap();
+    for b in 0..17 {
+        c.create_byte(BlockNo(b), 0, &[3; 4], &[], META).unwrap();
+    }
+    c.write_back_over(16).unwrap();
+    assert_eq!(c.dirty_blocks(), 0);
+}
+
 #[test]
 fn a_round_follows_fifo_order_extended_by_n_plus_1() {
     let (dev, mut c) = cache(64, CacheConfig::default());
