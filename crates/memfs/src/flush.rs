@@ -371,21 +371,7 @@ impl MemFs {
         // Directories the plan adds to or removes from: diskfs decides how
         // their blocks grow, so their size is read back after.
         let dirs: Vec<u64> = {
-            // Nodes first, table lock released: a create holds its
-            // directory's state while it takes the table to insert.
-            let found: Vec<(u64, std::sync::Arc<crate::node::Node>)> = {
-                let nodes = self.inner.nodes.read();
-                plan.ops
-                    .iter()
-                    .flat_map(|e| e.op.objects())
-                    .filter_map(|i| nodes.get(&i).map(|n| (i, n.clone())))
-                    .collect()
-            };
-            let mut v: Vec<u64> = found
-                .into_iter()
-                .filter(|(_, n)| n.s.read().kind == Kind::Dir)
-                .map(|(i, _)| i)
-                .collect();
+            let mut v: Vec<u64> = plan.ops.iter().flat_map(|e| e.op.dirs_edited()).collect();
             v.sort_unstable();
             v.dedup();
             v
@@ -446,24 +432,24 @@ impl MemFs {
             }
         };
         let nodes = self.inner.nodes.read().clone();
-        let bs = self.inner.block_size;
         let mut changed = Vec::new();
         for (ino, dir_size, sec) in sectors {
             if let Some(n) = nodes.get(&ino) {
                 let mut s = n.s.write();
-                let before = s.attr(ino, bs);
+                match dir_size {
+                    // A written file's blocks may have shown a guess, or
+                    // (between the cut and now) only the old blocks: always
+                    // tell.
+                    None => changed.push(ino),
+                    // A directory's size and blocks move only here.
+                    Some(size) => {
+                        if (s.size, s.disk_sectors) != (size, sec) {
+                            changed.push(ino);
+                        }
+                        s.size = size;
+                    }
+                }
                 s.disk_sectors = sec;
-                if let Some(size) = dir_size {
-                    s.size = size;
-                }
-                let after = s.attr(ino, bs);
-                // A written file's blocks may have shown a guess, or (between
-                // the cut and now) only the old blocks: always tell. A
-                // directory's size moves only here.
-                if dir_size.is_none() || (before.size, before.blocks) != (after.size, after.blocks)
-                {
-                    changed.push(ino);
-                }
             }
         }
         let hook = self.inner.attr_changed.read().clone();

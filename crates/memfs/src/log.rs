@@ -109,6 +109,19 @@ impl LogOp {
         }
     }
 
+    /// The directories whose entries the operation changes.
+    pub fn dirs_edited(&self) -> Vec<u64> {
+        match self {
+            LogOp::Create { parent, .. }
+            | LogOp::Link { parent, .. }
+            | LogOp::Unlink { parent, .. } => vec![*parent],
+            LogOp::Rename {
+                from_dir, to_dir, ..
+            } => vec![*from_dir, *to_dir],
+            LogOp::Dirty { .. } | LogOp::Release { .. } => Vec::new(),
+        }
+    }
+
     /// The inodes the operation is about (not the directories it edits):
     /// it may be absorbed only if every one of them is.
     pub fn subjects(&self) -> Vec<u64> {
