@@ -203,16 +203,7 @@ pub(super) fn syncfs(dir: &Path) -> anyhow::Result<()> {
     // The kernel sends no syncfs to a FUSE server: stitchfs is asked
     // directly (other systems answer ENOTTY and have nothing more to do,
     // or, like fuse2fs, no way to be asked).
-    // SAFETY: an argument-less ioctl on a descriptor we own.
-    if unsafe { libc::ioctl(f.as_raw_fd(), crate::fuse::IOC_SYNC as _) } != 0 {
-        let err = std::io::Error::last_os_error();
-        if !matches!(
-            err.raw_os_error(),
-            Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP)
-        ) {
-            return Err(err).context("stitchfs sync ioctl");
-        }
-    }
+    crate::fuse::request_sync(&f).context("stitchfs sync ioctl")?;
     Ok(())
 }
 

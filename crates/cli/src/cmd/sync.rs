@@ -5,7 +5,6 @@
 //! the mount), and returns once the flush is on the disk.
 
 use anyhow::{bail, Context};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -23,16 +22,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// an error that says so.
 pub fn sync_mount(path: &Path) -> anyhow::Result<()> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: an argument-less ioctl on a descriptor we own.
-    let rc = unsafe { libc::ioctl(f.as_raw_fd(), crate::fuse::IOC_SYNC as _) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL) => {
-            bail!("{} is not on a stitchfs mount", path.display())
-        }
-        _ => Err(err).with_context(|| format!("syncing the mount of {}", path.display())),
+    match crate::fuse::request_sync(&f) {
+        Ok(true) => Ok(()),
+        Ok(false) => bail!("{} is not on a stitchfs mount", path.display()),
+        Err(e) => Err(e).with_context(|| format!("syncing the mount of {}", path.display())),
     }
 }

@@ -81,6 +81,22 @@ fn ext_ino(n: INodeNo) -> u64 {
 }
 
 /// The FUSE node id of an ext2 inode.
+/// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
+/// mount holds is durable, `Ok(false)` if `f` is on another file system
+/// (which does not know the ioctl).
+pub fn request_sync(f: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an argument-less ioctl on a descriptor the caller owns.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SYNC as _) } == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(err),
+    }
+}
+
 /// Has memfs tell the kernel, through `notifier`, of attributes a flush
 /// changed on its own, so that its cached attributes are dropped. The
 /// notification only marks attributes stale (no page cache is touched),
