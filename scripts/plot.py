@@ -114,14 +114,16 @@ def seeds(data, out):
     for ax, seed in zip(axes[:, 0], seeds_):
         phases = list(dict.fromkeys(c["phase"] for c in cells if c["seed"] == seed))
         for i, s in enumerate(systems):
-            row = [next(c for c in cells if c["seed"] == seed and c["phase"] == p
-                        and c["label"] == s) for p in phases]
+            # A merged report may not have run every system on every phase.
+            row = [next((c for c in cells if c["seed"] == seed and c["phase"] == p
+                         and c["label"] == s), None) for p in phases]
             xs = [x + i * width for x in range(len(phases))]
-            vals = [c["vs_ext4"] for c in row]
+            vals = [c and c["vs_ext4"] for c in row]
             ax.bar(xs, [v or 0 for v in vals], width, label=s, color=cmap(i))
             for x, c, v in zip(xs, row, vals):
                 if v is None:
-                    why = "skipped" if c["skipped"] else "failed" if c["error"] else "–"
+                    why = ("not run" if c is None else "skipped" if c["skipped"]
+                           else "failed" if c["error"] else "–")
                     ax.text(x, 1.0, why, rotation=90, ha="center", va="bottom", fontsize=6)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")

@@ -43,7 +43,7 @@ use super::session::{self, median, syncfs, Ctx, Outcome, Run};
 use super::systems::Usage;
 use super::systems::{DeviceLimits, Machine, Place, System};
 use anyhow::{ensure, Context};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -53,7 +53,7 @@ use std::time::Duration;
 
 mod report;
 
-pub use report::{table, Report};
+pub use report::{known_name, merge, table, Name, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
 /// image on the disk).
@@ -162,7 +162,7 @@ pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
 }
 
 /// One PostMark configuration.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PostMark {
     pub files: usize,
     pub transactions: usize,
@@ -171,7 +171,7 @@ pub struct PostMark {
 }
 
 /// Sizes of one run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Scale {
     pub image_bytes: u64,
     /// seltzer-micro: per size, this many files, at most `micro_bytes` in
@@ -294,7 +294,7 @@ pub struct Config {
 }
 
 /// What was run, for the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Settings {
     pub runs: usize,
     #[serde(flatten)]

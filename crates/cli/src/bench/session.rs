@@ -228,10 +228,12 @@ pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// A system of a report, and why it did not run, if it did not.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SystemRow {
-    pub id: &'static str,
-    pub label: &'static str,
+    #[serde(deserialize_with = "crate::bench::seeds::known_name")]
+    pub id: crate::bench::seeds::Name,
+    #[serde(deserialize_with = "crate::bench::seeds::known_name")]
+    pub label: crate::bench::seeds::Name,
     pub skipped: Option<String>,
 }
 

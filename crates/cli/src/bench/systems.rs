@@ -452,7 +452,7 @@ struct DiskStat {
 }
 
 /// What happened between two [`Counters`].
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Usage {
     /// CPU seconds of the benchmark process and the tools it ran (the
     /// workload, and the kernel's file system work done in its system
@@ -839,7 +839,7 @@ fn proc_write_bytes(pid: i32) -> Option<u64> {
 
 /// The device's own limits, measured on a raw file in the scratch
 /// directory before the systems run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct DeviceLimits {
     /// Median and 90th percentile of a 4 KiB `pwrite` + `fdatasync` over
     /// already allocated blocks.
@@ -852,6 +852,16 @@ pub struct DeviceLimits {
 }
 
 impl DeviceLimits {
+    /// Round figures for tests: 1 ms an fsync, 100 MB/s.
+    #[cfg(test)]
+    pub const EXAMPLE: DeviceLimits = DeviceLimits {
+        fsync_latency_s: 0.001,
+        fsync_latency_p90_s: 0.002,
+        latency_samples: 1,
+        seq_write_bytes_per_s: 1e8,
+        seq_bytes: 1,
+    };
+
     pub fn measure(dir: &Path, samples: usize, seq_bytes: u64) -> anyhow::Result<DeviceLimits> {
         let path = dir.join("device-probe");
         let f = File::options()
@@ -900,7 +910,7 @@ impl DeviceLimits {
 }
 
 /// The machine, for the top of a report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Machine {
     pub cpu: String,
     pub cores: usize,

@@ -163,6 +163,12 @@ struct SeedsArgs {
     /// Seconds a phase may take before the system counts as hung.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// Measure nothing: make one report (table, JSON, plot) from the
+    /// seeds.json of earlier runs of different workloads, for a suite too
+    /// long to run at one sitting. They must come from one machine, with
+    /// the same sizes and number of runs.
+    #[arg(long, value_name = "JSON", value_delimiter = ',', num_args = 1..)]
+    merge: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -307,6 +313,12 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
 fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
     use crate::bench::seeds;
     let out = &a.output;
+    if !a.merge.is_empty() {
+        let report = seeds::merge(&a.merge)?;
+        let table = seeds::table(&report);
+        out.show(&report, &table)?;
+        return out.write("seeds", &report, &table);
+    }
     let mut scale = if out.quick {
         seeds::Scale::QUICK
     } else {

@@ -358,13 +358,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        let device = DeviceLimits {
-            fsync_latency_s: 0.001,
-            fsync_latency_p90_s: 0.002,
-            latency_samples: 1,
-            seq_write_bytes_per_s: 1e8,
-            seq_bytes: 1,
-        };
+        let device = DeviceLimits::EXAMPLE;
         let settings = Settings {
             runs: 3,
             scale: Scale::QUICK,

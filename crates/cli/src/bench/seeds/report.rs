@@ -2,13 +2,15 @@
 //! the runs, ratios to ext4 data=ordered taken run by run), and the
 //! Markdown report.
 
-use super::{paired_ratio, Figure, Settings, PHASES};
+use super::{paired_ratio, Figure, Scale, Settings, PHASES};
 use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
-use crate::bench::systems::{DeviceLimits, Machine, System, Usage};
-use serde::Serialize;
+use crate::bench::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
+use anyhow::{bail, Context};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::path::Path;
 
 /// Everything a run of the benchmark found.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Report {
     pub settings: Settings,
     pub machine: Machine,
@@ -19,14 +21,19 @@ pub struct Report {
 }
 
 /// One phase on one system.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cell {
-    pub seed: &'static str,
-    pub phase: &'static str,
+    #[serde(deserialize_with = "known_name")]
+    pub seed: Name,
+    #[serde(deserialize_with = "known_name")]
+    pub phase: Name,
     /// The figure's unit: a rate's, or "s" for a time.
-    pub unit: &'static str,
-    pub system: &'static str,
-    pub label: &'static str,
+    #[serde(deserialize_with = "known_name")]
+    pub unit: Name,
+    #[serde(deserialize_with = "known_name")]
+    pub system: Name,
+    #[serde(deserialize_with = "known_name")]
+    pub label: Name,
     /// The median over the runs that succeeded (a rate, or seconds), and
     /// each run's (null: failed).
     pub figure: Option<f64>,
@@ -45,6 +52,104 @@ pub struct Cell {
     pub error: Option<String>,
     /// Why it did not run (a tool or input missing).
     pub skipped: Option<String>,
+}
+
+/// A name of the benchmark's own. Spelled as an alias so that serde, which
+/// would borrow a field typed `&str` from its input, reads it with
+/// [`known_name`] instead.
+pub type Name = &'static str;
+
+/// Reads a name a report holds (a seed, phase, unit, system id or label)
+/// back as the benchmark's own: a report names nothing else.
+pub fn known_name<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    let name = String::deserialize(d)?;
+    let phases = PHASES.iter().flat_map(|p| [p.seed, p.name, unit(p)]);
+    let systems = SYSTEMS.iter().flat_map(|s| [s.id, s.label]);
+    phases
+        .chain(systems)
+        .find(|&known| known == name)
+        .ok_or_else(|| serde::de::Error::custom(format!("not a name of this benchmark: {name:?}")))
+}
+
+fn unit(p: &super::Phase) -> &'static str {
+    match p.figure {
+        Figure::Rate(u) => u,
+        Figure::Time => "s",
+    }
+}
+
+/// One report from the reports of runs of different workloads, as if one
+/// run had measured them all: for a suite too long to run in one sitting.
+/// They must come from the same machine, sizes and number of runs, and
+/// measure no phase twice. The device probes of all runs are kept.
+pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
+    let mut merged: Option<Report> = None;
+    for file in files {
+        let file = file.as_ref();
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let r: Report = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a seeds report", file.display()))?;
+        let Some(m) = merged.as_mut() else {
+            merged = Some(r);
+            continue;
+        };
+        let again = r.cells.iter().find(|c| {
+            m.cells
+                .iter()
+                .any(|d| d.phase == c.phase && d.system == c.system)
+        });
+        let why = if r.machine != m.machine {
+            format!("another machine ({:?}, not {:?})", r.machine, m.machine)
+        } else if r.settings.runs != m.settings.runs {
+            format!("{} runs, not {}", r.settings.runs, m.settings.runs)
+        } else if !same_sizes(&r.settings.scale, &m.settings.scale) {
+            "other sizes".to_string()
+        } else if let Some(c) = again {
+            format!("{} on {} measured again", c.phase, c.label)
+        } else {
+            String::new()
+        };
+        if !why.is_empty() {
+            bail!("cannot merge {}: {why}", file.display());
+        }
+        let s = &mut m.settings;
+        s.tree = s.tree.take().or(r.settings.tree);
+        s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
+        s.project = s.project.take().or(r.settings.project);
+        s.caches_dropped &= r.settings.caches_dropped;
+        for t in r.settings.tools {
+            if !s.tools.contains(&t) {
+                s.tools.push(t);
+            }
+        }
+        m.device.extend(r.device);
+        for sys in r.systems {
+            if !m.systems.iter().any(|x| x.id == sys.id) {
+                m.systems.push(sys);
+            }
+        }
+        m.cells.extend(r.cells);
+    }
+    let Some(mut m) = merged else {
+        bail!("no reports to merge");
+    };
+    // Phases in the benchmark's order, systems in the order first met.
+    let systems: Vec<&str> = m.systems.iter().map(|s| s.id).collect();
+    m.cells.sort_by_key(|c| {
+        let p = PHASES.iter().position(|p| p.name == c.phase);
+        (p, systems.iter().position(|&s| s == c.system))
+    });
+    Ok(m)
+}
+
+/// Equal but for the tree's size, which only untar and git use.
+fn same_sizes(a: &Scale, b: &Scale) -> bool {
+    let all_trees = |s: &Scale| Scale {
+        tree_files: None,
+        ..s.clone()
+    };
+    all_trees(a) == all_trees(b)
 }
 
 /// `samples[system][phase][run]`, `None` where a system was skipped;
@@ -104,10 +209,7 @@ pub(super) fn build(
             cells.push(Cell {
                 seed: phase.seed,
                 phase: phase.name,
-                unit: match phase.figure {
-                    Figure::Rate(u) => u,
-                    Figure::Time => "s",
-                },
+                unit: unit(phase),
                 system: sys.id,
                 label: sys.label,
                 figure: mid.as_ref().map(to_figure),
@@ -289,6 +391,106 @@ mod tests {
     use crate::bench::seeds::{sample, Scale};
     use crate::bench::systems::select;
 
+    /// A report of `systems` where only `phase` ran, once, at 1 s a run.
+    fn one_phase(systems: &str, phase: usize, runs: usize) -> Report {
+        let systems = select(systems).unwrap();
+        let samples = systems
+            .iter()
+            .map(|_| {
+                (0..PHASES.len())
+                    .map(|p| match p == phase {
+                        true => (0..runs)
+                            .map(|_| Some(Ok(sample(10.0, 1.0, Usage::default()))))
+                            .collect(),
+                        false => Vec::new(),
+                    })
+                    .collect()
+            })
+            .collect();
+        let device = DeviceLimits::EXAMPLE;
+        let settings = Settings {
+            runs,
+            scale: Scale::QUICK,
+            caches_dropped: true,
+            scratch: "/tmp".into(),
+            tree: None,
+            project: None,
+            tools: vec![format!("tool of phase {phase}")],
+        };
+        build(
+            settings,
+            Machine::probe(Path::new("/")),
+            vec![device; runs],
+            &systems,
+            &vec![None; systems.len()],
+            &vec![None; PHASES.len()],
+            samples,
+        )
+    }
+
+    #[test]
+    fn reports_of_separate_workloads_merge_into_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, r: &dyn Fn() -> String| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, r()).unwrap();
+            p
+        };
+        let json = |r: Report| move || serde_json::to_string(&r).unwrap();
+        // Given in the benchmark's reverse order, with ext4-sync in one only.
+        let sqlite = write(
+            "sqlite.json",
+            &json(one_phase("stitchfs,ext4,ext4-sync", 15, 3)),
+        );
+        let micro = write("micro.json", &json(one_phase("stitchfs,ext4", 0, 3)));
+        let m = merge(&[&sqlite, &micro]).unwrap();
+        let order: Vec<(&str, &str)> = m.cells.iter().map(|c| (c.phase, c.system)).collect();
+        assert_eq!(
+            order,
+            [
+                (PHASES[0].name, "stitchfs"),
+                (PHASES[0].name, "ext4"),
+                (PHASES[15].name, "stitchfs"),
+                (PHASES[15].name, "ext4"),
+                (PHASES[15].name, "ext4-sync"),
+            ]
+        );
+        assert_eq!(m.device.len(), 6);
+        assert_eq!(m.settings.tools.len(), 2);
+        let text = table(&m);
+        assert!(
+            text.contains("| Seltzer | create 4 KB | stitchfs journal | 10.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ccfs | SQLite insert | ext4 -o sync |"),
+            "{text}"
+        );
+
+        // What cannot be one run's report is refused, saying why.
+        let again = write("again.json", &json(one_phase("ext4", 0, 3)));
+        let err = format!("{:#}", merge(&[&micro, &again]).unwrap_err());
+        assert!(err.contains("measured again"), "{err}");
+        let two = write("two.json", &json(one_phase("ext4", 1, 2)));
+        let err = format!("{:#}", merge(&[&micro, &two]).unwrap_err());
+        assert!(err.contains("2 runs, not 3"), "{err}");
+        let mut other = one_phase("ext4", 1, 3);
+        other.machine.cores += 1;
+        let other = write("other.json", &json(other));
+        let err = format!("{:#}", merge(&[&micro, &other]).unwrap_err());
+        assert!(err.contains("another machine"), "{err}");
+        let bad = write("bad.json", &|| r#"{ "settings": {} }"#.to_string());
+        assert!(merge(&[&bad]).is_err());
+        let mut renamed = serde_json::to_value(one_phase("ext4", 1, 3)).unwrap();
+        renamed["cells"][0]["system"] = "ext5".into();
+        let renamed = write("renamed.json", &|| renamed.to_string());
+        let err = format!("{:#}", merge(&[&renamed]).unwrap_err());
+        assert!(
+            err.contains("not a name of this benchmark: \"ext5\""),
+            "{err}"
+        );
+    }
+
     #[test]
     fn figures_ratios_and_floor() {
         let systems = select("stitchfs,ext4").unwrap();
@@ -311,13 +513,7 @@ mod tests {
                 .collect()
         };
         let samples = vec![mk(0), mk(1)];
-        let device = DeviceLimits {
-            fsync_latency_s: 0.001,
-            fsync_latency_p90_s: 0.002,
-            latency_samples: 1,
-            seq_write_bytes_per_s: 1e8,
-            seq_bytes: 1,
-        };
+        let device = DeviceLimits::EXAMPLE;
         let settings = Settings {
             runs: 2,
             scale: Scale::QUICK,
