@@ -108,7 +108,7 @@ impl MemFs {
                 data = &data[..((fit - 1) * bs) as usize - (offset % bs) as usize];
             }
         }
-        let written = {
+        let (written, dirty_pages) = {
             let _g = self.inner.gate.read();
             let n = self.node(ino)?;
             let mut s = n.s.write();
@@ -139,8 +139,9 @@ impl MemFs {
             s.mtime = t;
             s.ctime = t;
             self.mark_dirty(ino, &mut s, t);
-            data.len() as u32
+            (data.len() as u32, s.dirty_pages.len())
         };
+        self.behind(ino, dirty_pages);
         self.relieve_pressure();
         Ok(written)
     }

@@ -34,7 +34,7 @@ use crate::node::Page;
 use crate::types::Kind;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
 use stitch_patch::PatchId;
 
@@ -135,6 +135,16 @@ struct Plan {
 enum Scope {
     All,
     Inode(u64),
+}
+
+/// What the background flusher is asked to do.
+#[derive(Default)]
+pub(crate) struct Orders {
+    /// Unmounting: stop.
+    pub stop: bool,
+    /// Files to flush now (write-behind); a file stays here until its
+    /// flush is done, so a writer does not ask twice.
+    pub behind: BTreeSet<u64>,
 }
 
 impl MemFs {
@@ -490,17 +500,50 @@ impl MemFs {
 
     // ---- background work ----------------------------------------------
 
+    /// The background flusher: everything every `every`, and in between
+    /// the files write-behind names.
     pub(crate) fn background(&self, every: Duration) {
-        let (lock, cv) = &self.inner.stop;
-        let mut stop = lock.lock();
-        while !*stop {
-            if cv.wait_for(&mut stop, every).timed_out() && !*stop {
-                drop(stop);
+        let (lock, cv) = &self.inner.bg;
+        let mut orders = lock.lock();
+        let mut due = Instant::now() + every;
+        while !orders.stop {
+            if let Some(&ino) = orders.behind.first() {
+                drop(orders);
+                // As an fsync would, so only this file's closure goes.
+                let flushed = self.fsync(ino, true);
+                orders = lock.lock();
+                orders.behind.remove(&ino);
+                if let Err(e) = flushed {
+                    eprintln!("stitchfs: write-behind flush failed: {e}");
+                }
+                continue;
+            }
+            if cv.wait_until(&mut orders, due).timed_out() && !orders.stop {
+                drop(orders);
                 if let Err(e) = self.sync() {
                     eprintln!("stitchfs: background flush failed: {e}");
                 }
-                stop = lock.lock();
+                due = Instant::now() + every;
+                orders = lock.lock();
             }
+        }
+    }
+
+    /// After a write: a file holding `write_behind` bytes of dirty pages
+    /// is handed to the background flusher, once until it has flushed it.
+    pub(crate) fn behind(&self, ino: u64, dirty_pages: usize) {
+        let limit = self.inner.opts.write_behind;
+        if limit == 0
+            || self.inner.opts.flush_interval.is_none()
+            || (dirty_pages as u64) * self.inner.block_size < limit
+        {
+            return;
+        }
+        let (lock, cv) = &self.inner.bg;
+        let mut orders = lock.lock();
+        if orders.behind.insert(ino) {
+            self.inner.stats.lock().write_behinds += 1;
+            cv.notify_all();
         }
     }
 
@@ -555,8 +598,8 @@ impl MemFs {
     /// image is marked clean). Later calls fail.
     pub fn unmount(&self) -> Result<stitch_patch::PatchCache> {
         {
-            let (lock, cv) = &self.inner.stop;
-            *lock.lock() = true;
+            let (lock, cv) = &self.inner.bg;
+            lock.lock().stop = true;
             cv.notify_all();
         }
         if let Some(h) = self.inner.flusher.lock().take() {

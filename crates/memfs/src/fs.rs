@@ -8,7 +8,7 @@
 //! the gate while it holds the disk lock.
 
 use crate::error::{MemError, Result};
-use crate::flush::Merged;
+use crate::flush::{Merged, Orders};
 use crate::log::{LogOp, Logs, Made};
 use crate::node::{Node, NodeState, Xattrs};
 use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
@@ -68,8 +68,8 @@ pub(crate) struct Inner {
     /// A device error was latched: no more changes.
     pub read_only: AtomicBool,
     pub stats: Mutex<Stats>,
-    /// Stops the background flusher.
-    pub stop: (Mutex<bool>, Condvar),
+    /// The background flusher's orders, and its bell.
+    pub bg: (Mutex<Orders>, Condvar),
     /// Told the inode number of every inode whose attributes a flush
     /// changed on its own (blocks read back from the disk, a directory's
     /// size): no request changed them, so a kernel caching attributes must
@@ -133,7 +133,7 @@ impl MemFs {
             opts,
             read_only: AtomicBool::new(false),
             stats: Mutex::new(Stats::default()),
-            stop: (Mutex::new(false), Condvar::new()),
+            bg: (Mutex::new(Orders::default()), Condvar::new()),
             attr_changed: RwLock::new(None),
             flusher: Mutex::new(None),
         });

@@ -74,8 +74,14 @@ pub struct Options {
     /// Bytes of file pages kept in memory before a flush and eviction.
     pub memory_limit: u64,
     /// How often everything is flushed in the background; `None` never
-    /// (tests drive flushes themselves).
+    /// (tests drive flushes themselves), and no write-behind either.
     pub flush_interval: Option<Duration>,
+    /// Write-behind: once a file holds this many bytes of dirty pages, the
+    /// background flusher flushes it (as an fsync would, but nobody waits),
+    /// so a large file reaches the disk while it is still being written
+    /// rather than all at its fsync or close. 0: never. Needs the
+    /// background flusher (`flush_interval`).
+    pub write_behind: u64,
     /// Stamp every change with this time instead of the clock (tests that
     /// compare with a model).
     pub fixed_time: Option<u32>,
@@ -86,6 +92,7 @@ impl Default for Options {
         Options {
             memory_limit: 1 << 30,
             flush_interval: Some(Duration::from_secs(5)),
+            write_behind: 16 << 20,
             fixed_time: None,
         }
     }
@@ -106,6 +113,8 @@ pub struct Stats {
     pub fsync_noops: u64,
     /// Pages dropped from memory by eviction.
     pub pages_evicted: u64,
+    /// Files handed to the background flusher by write-behind.
+    pub write_behinds: u64,
 }
 
 /// How `set_xattr` treats an attribute that is (not) there already:

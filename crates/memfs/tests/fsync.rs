@@ -316,3 +316,66 @@ fn fsync_flushes_follow_the_dependency_chain() {
         }
     }
 }
+
+/// Write-behind: a file holding more dirty bytes than the bound reaches
+/// the disk while it is written, with nobody calling fsync; a small file
+/// written before it stays in memory.
+#[test]
+fn a_large_file_is_written_behind_and_a_small_one_is_not() {
+    let chunk: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+    for mode in MODES {
+        let o = stitch_memfs::Options {
+            flush_interval: Some(std::time::Duration::from_secs(3600)),
+            write_behind: 1 << 20,
+            ..opts()
+        };
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, o);
+        let r = fs.root();
+        let small = fs
+            .mknod(r, b"small", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        fs.write(small.ino, 0, &chunk, false).unwrap();
+        assert_eq!(
+            fs.stats().write_behinds,
+            0,
+            "{mode:?}: 64 KiB is under the bound"
+        );
+        let big = fs
+            .mknod(r, b"big", Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap();
+        for i in 0..32u64 {
+            fs.write(big.ino, i * chunk.len() as u64, &chunk, false)
+                .unwrap();
+        }
+        assert!(fs.stats().write_behinds >= 1, "{mode:?}: {:?}", fs.stats());
+        let waited = std::time::Instant::now();
+        while fs.stats().flushes == 0 {
+            assert!(waited.elapsed().as_secs() < 60, "{mode:?}: no flush came");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let after = crash_copy(&fs, mode);
+        let b = after.lookup(r, b"big").unwrap();
+        assert!(b.size >= 1 << 20, "{mode:?}: only {} bytes of big", b.size);
+        let on_disk = after.read(big.ino, 0, b.size as u32).unwrap();
+        for (i, piece) in on_disk.chunks(chunk.len()).enumerate() {
+            assert_eq!(piece, &chunk[..piece.len()], "{mode:?}: chunk {i}");
+        }
+        // small's entry came with the directory's, its data did not.
+        assert_eq!(after.lookup(r, b"small").unwrap().size, 0, "{mode:?}");
+    }
+}
+
+#[test]
+fn write_behind_off_hands_nothing_to_the_flusher() {
+    let o = stitch_memfs::Options {
+        flush_interval: Some(std::time::Duration::from_secs(3600)),
+        write_behind: 0,
+        ..opts()
+    };
+    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[1], o);
+    let f = fs
+        .mknod(fs.root(), b"f", Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    fs.write(f.ino, 0, &vec![7; 4 << 20], false).unwrap();
+    assert_eq!(fs.stats().write_behinds, 0);
+}

@@ -48,6 +48,11 @@ pub struct Args {
     /// Seconds between background flushes of memory to disk; 0 never.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub flush_interval: u64,
+    /// Write-behind: a file with this many MiB not yet on disk is flushed
+    /// in the background while it is written, not all at its fsync; 0
+    /// never. Needs the background flush (--flush-interval above 0).
+    #[arg(long, value_name = "MIB", default_value_t = 16)]
+    pub write_behind: u64,
     /// File data kept in memory before it is flushed and evicted, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub memory: u64,
@@ -419,6 +424,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
+        write_behind: args.write_behind.saturating_mul(1 << 20),
         fixed_time: None,
     };
     let fs = MemFs::mount(disk, opts).context("starting memfs")?;
