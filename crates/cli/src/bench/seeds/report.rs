@@ -94,10 +94,12 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
             merged = Some(r);
             continue;
         };
+        // Phases are named within their seed (Featherstitch's and
+        // xsyncfs's are both "PostMark").
         let again = r.cells.iter().find(|c| {
             m.cells
                 .iter()
-                .any(|d| d.phase == c.phase && d.system == c.system)
+                .any(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, c.system))
         });
         let why = if r.machine != m.machine {
             format!("another machine ({:?}, not {:?})", r.machine, m.machine)
@@ -137,7 +139,9 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
     // Phases in the benchmark's order, systems in the order first met.
     let systems: Vec<&str> = m.systems.iter().map(|s| s.id).collect();
     m.cells.sort_by_key(|c| {
-        let p = PHASES.iter().position(|p| p.name == c.phase);
+        let p = PHASES
+            .iter()
+            .position(|p| (p.seed, p.name) == (c.seed, c.phase));
         (p, systems.iter().position(|&s| s == c.system))
     });
     Ok(m)
@@ -443,6 +447,20 @@ mod tests {
             &json(one_phase("stitchfs,ext4,ext4-sync", 15, 3)),
         );
         let micro = write("micro.json", &json(one_phase("stitchfs,ext4", 0, 3)));
+        // Two seeds' phases of one name are two phases.
+        let postmark = |seed: &str| {
+            PHASES
+                .iter()
+                .position(|p| (p.seed, p.name) == (seed, "PostMark"))
+                .unwrap()
+        };
+        let fst = postmark("Featherstitch");
+        let xsyncfs = postmark("xsyncfs");
+        let fst_json = write("fst.json", &json(one_phase("ext4", fst, 3)));
+        let xsyncfs_json = write("xsyncfs.json", &json(one_phase("ext4", xsyncfs, 3)));
+        let both = merge(&[&xsyncfs_json, &fst_json]).unwrap();
+        let seeds: Vec<&str> = both.cells.iter().map(|c| c.seed).collect();
+        assert_eq!(seeds, ["Featherstitch", "xsyncfs"]);
         let m = merge(&[&sqlite, &micro]).unwrap();
         let order: Vec<(&str, &str)> = m.cells.iter().map(|c| (c.phase, c.system)).collect();
         assert_eq!(
