@@ -1237,3 +1237,43 @@ fn fsynced_data_survives_a_killed_daemon() {
     assert_eq!(fs::read(m.path("dir/f")).unwrap(), b"named");
     m.stop(Stop::Sigterm);
 }
+
+/// Write-behind: a file past the bound reaches the image while it is still
+/// open and unsynced, so a daemon killed then leaves a whole prefix of it,
+/// never bytes it did not write, on an image e2fsck passes.
+#[test]
+fn written_behind_data_survives_a_killed_daemon() {
+    use std::os::unix::fs::MetadataExt;
+    let (_dir, img, mnt) = fresh(true);
+    let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
+    let before = allocated();
+    let mut m = Mounted::start(
+        &img,
+        &mnt,
+        &["--flush-interval", "3600", "--write-behind", "1"],
+    );
+    let data = pattern(8 << 20, 3);
+    let mut f = File::create(m.path("big")).unwrap();
+    f.write_all(&data).unwrap();
+    // No fsync: only write-behind can put the data in the image.
+    wait_until(
+        "write-behind to reach the image",
+        Duration::from_secs(60),
+        || allocated() >= before + (4 << 20),
+    );
+    let mut child = m.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(f);
+    fusermount_u(&mnt);
+    let m = Mounted::start(&img, &mnt, &[]);
+    let found = fs::read(m.path("big")).unwrap();
+    assert!(
+        found.len() >= 1 << 20,
+        "only {} bytes survived",
+        found.len()
+    );
+    assert!(found == data[..found.len()], "bytes the file never held");
+    m.stop(Stop::Sigterm);
+    assert_e2fsck_clean(&img);
+}

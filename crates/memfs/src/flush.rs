@@ -512,9 +512,15 @@ impl MemFs {
                 // As an fsync would, so only this file's closure goes.
                 let flushed = self.fsync(ino, true);
                 orders = lock.lock();
-                orders.behind.remove(&ino);
                 if let Err(e) = flushed {
                     eprintln!("stitchfs: write-behind flush failed: {e}");
+                    orders.behind.remove(&ino);
+                } else if !self.over_write_behind(ino) {
+                    // Writes that came during the flush found the file
+                    // still ordered and did not ask again: it stays
+                    // ordered while they left the bound's worth. Checked
+                    // under the orders' lock, so no later write is missed.
+                    orders.behind.remove(&ino);
                 }
                 continue;
             }
@@ -532,11 +538,7 @@ impl MemFs {
     /// After a write: a file holding `write_behind` bytes of dirty pages
     /// is handed to the background flusher, once until it has flushed it.
     pub(crate) fn behind(&self, ino: u64, dirty_pages: usize) {
-        let limit = self.inner.opts.write_behind;
-        if limit == 0
-            || self.inner.opts.flush_interval.is_none()
-            || (dirty_pages as u64) * self.inner.block_size < limit
-        {
+        if self.inner.opts.flush_interval.is_none() || !self.write_behind_due(dirty_pages) {
             return;
         }
         let (lock, cv) = &self.inner.bg;
@@ -545,6 +547,17 @@ impl MemFs {
             self.inner.stats.lock().write_behinds += 1;
             cv.notify_all();
         }
+    }
+
+    fn write_behind_due(&self, dirty_pages: usize) -> bool {
+        let limit = self.inner.opts.write_behind;
+        limit > 0 && (dirty_pages as u64) * self.inner.block_size >= limit
+    }
+
+    /// `ino` holds the write-behind bound's worth of dirty pages.
+    fn over_write_behind(&self, ino: u64) -> bool {
+        let node = self.inner.nodes.read().get(&ino).cloned();
+        node.is_some_and(|n| self.write_behind_due(n.s.read().dirty_pages.len()))
     }
 
     /// Over the memory bound: flush, then drop clean pages (and clean,
