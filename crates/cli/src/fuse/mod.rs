@@ -80,7 +80,6 @@ fn ext_ino(n: INodeNo) -> u64 {
     }
 }
 
-/// The FUSE node id of an ext2 inode.
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
 /// mount holds is durable, `Ok(false)` if `f` is on another file system
 /// (which does not know the ioctl).
@@ -108,6 +107,7 @@ pub fn tell_kernel_of_attr_changes(fs: &MemFs, notifier: fuser::Notifier) {
     });
 }
 
+/// The FUSE node id of an ext2 inode.
 fn node_id(ino: u64) -> INodeNo {
     if ino == EXT2_ROOT {
         INodeNo::ROOT
