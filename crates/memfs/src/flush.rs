@@ -501,13 +501,21 @@ impl MemFs {
     // ---- background work ----------------------------------------------
 
     /// The background flusher: everything every `every`, and in between
-    /// the files write-behind names.
+    /// the files write-behind names. The periodic flush comes first when
+    /// due, so a file written without pause cannot hold it off.
     pub(crate) fn background(&self, every: Duration) {
         let (lock, cv) = &self.inner.bg;
         let mut orders = lock.lock();
         let mut due = Instant::now() + every;
         while !orders.stop {
-            if let Some(&ino) = orders.behind.first() {
+            if Instant::now() >= due {
+                drop(orders);
+                if let Err(e) = self.sync() {
+                    eprintln!("stitchfs: background flush failed: {e}");
+                }
+                due = Instant::now() + every;
+                orders = lock.lock();
+            } else if let Some(&ino) = orders.behind.first() {
                 drop(orders);
                 // As an fsync would, so only this file's closure goes.
                 let flushed = self.fsync(ino, true);
@@ -522,15 +530,8 @@ impl MemFs {
                     // under the orders' lock, so no later write is missed.
                     orders.behind.remove(&ino);
                 }
-                continue;
-            }
-            if cv.wait_until(&mut orders, due).timed_out() && !orders.stop {
-                drop(orders);
-                if let Err(e) = self.sync() {
-                    eprintln!("stitchfs: background flush failed: {e}");
-                }
-                due = Instant::now() + every;
-                orders = lock.lock();
+            } else {
+                cv.wait_until(&mut orders, due);
             }
         }
     }
