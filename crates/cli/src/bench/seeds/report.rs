@@ -395,7 +395,20 @@ mod tests {
     use crate::bench::seeds::{sample, Scale};
     use crate::bench::systems::select;
 
-    /// A report of `systems` where only `phase` ran, once, at 1 s a run.
+    fn quick_settings(runs: usize) -> Settings {
+        Settings {
+            runs,
+            scale: Scale::QUICK,
+            caches_dropped: true,
+            scratch: "/tmp".into(),
+            tree: None,
+            project: None,
+            tools: Vec::new(),
+        }
+    }
+
+    /// A report of `systems` where only `phase` ran, `runs` times, each
+    /// doing 10 units of work in 1 s.
     fn one_phase(systems: &str, phase: usize, runs: usize) -> Report {
         let systems = select(systems).unwrap();
         let samples = systems
@@ -413,13 +426,8 @@ mod tests {
             .collect();
         let device = DeviceLimits::EXAMPLE;
         let settings = Settings {
-            runs,
-            scale: Scale::QUICK,
-            caches_dropped: true,
-            scratch: "/tmp".into(),
-            tree: None,
-            project: None,
             tools: vec![format!("tool of phase {phase}")],
+            ..quick_settings(runs)
         };
         build(
             settings,
@@ -532,15 +540,7 @@ mod tests {
         };
         let samples = vec![mk(0), mk(1)];
         let device = DeviceLimits::EXAMPLE;
-        let settings = Settings {
-            runs: 2,
-            scale: Scale::QUICK,
-            caches_dropped: true,
-            scratch: "/tmp".into(),
-            tree: None,
-            project: None,
-            tools: Vec::new(),
-        };
+        let settings = quick_settings(2);
         let mut not_run = vec![None; n];
         not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
         let r = build(
