@@ -38,7 +38,7 @@ impl Geometry {
         if block_size == 0 {
             return Err(bad("block size is zero"));
         }
-        if len % block_size as u64 != 0 {
+        if !len.is_multiple_of(block_size as u64) {
             return Err(bad(format!(
                 "{len} bytes is not a whole number of {block_size}-byte blocks"
             )));

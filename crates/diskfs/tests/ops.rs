@@ -179,7 +179,7 @@ fn a_full_disk_says_enospc() {
     assert!(matches!(err, DiskError::NoSpace(_)), "{err}");
     assert_eq!(fs.getattr(f).unwrap().size, written);
     assert!(
-        written % (1 << 20) != 0,
+        !written.is_multiple_of(1 << 20),
         "the last successful write was short"
     );
     // Freeing space makes room again.

@@ -54,7 +54,7 @@ impl<'a> Bitmap<'a> {
         let mut i = start;
         while i < end {
             // Whole bytes with every bit set are passed over at once.
-            if i % 8 == 0 && self.bytes[i / 8] == 0xff {
+            if i.is_multiple_of(8) && self.bytes[i / 8] == 0xff {
                 i += 8;
                 continue;
             }

@@ -92,7 +92,7 @@ pub fn entry_at(block: &[u8], offset: usize) -> Result<DirEntry<'_>> {
     );
     let rec_len = rec_len_from_disk(raw_rec, block.len());
     let (name_len, file_type) = (usize::from(header[6]), header[7]);
-    if rec_len < rec_len_for(1) || rec_len % 4 != 0 {
+    if rec_len < rec_len_for(1) || !rec_len.is_multiple_of(4) {
         return Err(bad(
             offset,
             format!("rec_len {rec_len} is too small or not a multiple of 4"),

@@ -69,7 +69,7 @@ pub struct InodeLocation {
 
 /// Is `n` a power of `base` (1 counts)?
 fn is_power_of(mut n: u32, base: u32) -> bool {
-    while n > 1 && n % base == 0 {
+    while n > 1 && n.is_multiple_of(base) {
         n /= base;
     }
     n == 1

@@ -213,7 +213,7 @@ impl Inode {
     fn decode_extra(rest: &[u8]) -> Result<InodeExtra> {
         let isize = u16::from_le_bytes([rest[0], rest[1]]);
         ensure(
-            usize::from(isize) <= rest.len() && isize % 4 == 0,
+            usize::from(isize) <= rest.len() && isize.is_multiple_of(4),
             Structure::Inode,
             || {
                 format!(

@@ -250,9 +250,11 @@ impl Superblock {
             )
         })?;
         let bpg = self.blocks_per_group;
-        ensure(bpg >= 8 && bpg <= 8 * bs.bytes() && bpg % 8 == 0, s, || {
-            format!("blocks_per_group {bpg} out of range")
-        })?;
+        ensure(
+            bpg >= 8 && bpg <= 8 * bs.bytes() && bpg.is_multiple_of(8),
+            s,
+            || format!("blocks_per_group {bpg} out of range"),
+        )?;
         ensure(self.clusters_per_group == bpg, s, || {
             format!(
                 "clusters_per_group {} != blocks_per_group {bpg}",

@@ -317,7 +317,7 @@ fn size_is_bad(fs: &Fs, acc: &Acc) -> bool {
     if acc.is_dir {
         let nblock = acc.size / bs;
         let prealloc = u64::from(fs.sb.prealloc_dir_blocks);
-        return acc.size % bs != 0
+        return !acc.size.is_multiple_of(bs)
             || nblock > blocks
             || blocks - nblock.min(blocks) > prealloc && nblock < blocks;
     }

@@ -193,7 +193,7 @@ impl MemFs {
                     self.inner.reserved_blocks.fetch_sub(1, Ordering::AcqRel);
                 }
             }
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 let idx = size / bs;
                 if idx * bs < s.size {
                     let page = self.page_for_write(ino, s, idx, false)?;

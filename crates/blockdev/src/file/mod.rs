@@ -83,7 +83,7 @@ impl FileDevice {
     /// Opens an existing image or block device and locks it.
     pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self, DevError> {
         let path = path.as_ref();
-        if opts.block_size == 0 || (opts.direct && opts.block_size % 512 != 0) {
+        if opts.block_size == 0 || (opts.direct && !opts.block_size.is_multiple_of(512)) {
             return Err(DevError::BadGeometry {
                 reason: format!(
                     "block size {} (O_DIRECT needs a multiple of 512)",

@@ -206,7 +206,7 @@ pub fn crash_states(log: &Log, opts: &Enumerate) -> Result<CrashStates, CrashErr
 fn torn_masks(model: TornModel, block_size: usize) -> Result<Vec<SectorMask>, CrashError> {
     let sectors = block_size / SECTOR;
     let bad = || CrashError::TornUnsupported { block_size, model };
-    if block_size % SECTOR != 0 || sectors < 2 {
+    if !block_size.is_multiple_of(SECTOR) || sectors < 2 {
         return Err(bad());
     }
     match model {

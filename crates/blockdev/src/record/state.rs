@@ -128,7 +128,10 @@ fn check_torn(
     block_size: usize,
 ) -> Result<(), CrashError> {
     let Some(mask) = torn else { return Ok(()) };
-    if block_size % SECTOR != 0 || sectors > 64 || (sectors < 64 && mask.0 >> sectors != 0) {
+    if !block_size.is_multiple_of(SECTOR)
+        || sectors > 64
+        || (sectors < 64 && mask.0 >> sectors != 0)
+    {
         return Err(CrashError::BadTear { mask, block_size });
     }
     Ok(())

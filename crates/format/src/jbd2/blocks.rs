@@ -375,7 +375,7 @@ impl RevokeBlock {
                 )
             },
         )?;
-        ensure((count - REVOKE_HEADER) % rec == 0, s, || {
+        ensure((count - REVOKE_HEADER).is_multiple_of(rec), s, || {
             format!("r_count {count} not a whole number of records")
         })?;
         let blocks = buf[REVOKE_HEADER..count]
