@@ -6,7 +6,7 @@ use crate::error::{MemError, Result};
 use crate::fs::MemFs;
 use crate::log::LogOp;
 use crate::node::{NodeState, Page, Xattrs};
-use crate::types::{Attr, Kind, SetAttrs, XattrSet};
+use crate::types::{Attr, DropSetId, Kind, SetAttrs, XattrSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Xattr};
@@ -88,6 +88,22 @@ impl MemFs {
     /// Writes `data` at `offset` (or at the end, for `append`); returns the
     /// bytes written, short only when the disk is nearly full.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8], append: bool) -> Result<u32> {
+        self.write_as(ino, offset, data, append, None)
+    }
+
+    /// [`MemFs::write`] by a caller who, if `drop_setid` says so, takes
+    /// the file's set-ID bits away with it. The write's reply does not
+    /// carry the new mode, so a drop is told to the attribute hook: a
+    /// kernel that cached the old mode would otherwise still run the file
+    /// set-user-ID.
+    pub fn write_as(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        append: bool,
+        drop_setid: Option<DropSetId>,
+    ) -> Result<u32> {
         self.writable()?;
         if data.is_empty() {
             return Ok(0);
@@ -108,7 +124,7 @@ impl MemFs {
                 data = &data[..((fit - 1) * bs) as usize - (offset % bs) as usize];
             }
         }
-        let (written, dirty_pages) = {
+        let (written, dirty_pages, dropped) = {
             let _g = self.inner.gate.read();
             let n = self.node(ino)?;
             let mut s = n.s.write();
@@ -117,6 +133,11 @@ impl MemFs {
                 Kind::Dir => return Err(MemError::IsDir),
                 _ => return Err(MemError::Invalid("write to a special file")),
             }
+            let perm = s.perm;
+            if let Some(who) = drop_setid {
+                s.perm = who.apply(perm, s.gid);
+            }
+            let dropped = s.perm != perm;
             let offset = if append { s.size } else { offset };
             let end = offset
                 .checked_add(data.len() as u64)
@@ -139,8 +160,11 @@ impl MemFs {
             s.mtime = t;
             s.ctime = t;
             self.mark_dirty(ino, &mut s, t);
-            (data.len() as u32, s.dirty_pages.len())
+            (data.len() as u32, s.dirty_pages.len(), dropped)
         };
+        if dropped {
+            self.attr_changed(ino);
+        }
         self.behind(ino, dirty_pages);
         self.relieve_pressure();
         Ok(written)
@@ -220,6 +244,11 @@ impl MemFs {
             return Err(MemError::Stale(ino));
         }
         let t = self.now();
+        if let Some(who) = set.drop_setid {
+            if s.kind == Kind::File {
+                s.perm = who.apply(s.perm, s.gid);
+            }
+        }
         if let Some(size) = set.size {
             match s.kind {
                 Kind::File => {}

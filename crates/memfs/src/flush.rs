@@ -462,10 +462,7 @@ impl MemFs {
                 s.disk_sectors = sec;
             }
         }
-        let hook = self.inner.attr_changed.read().clone();
-        if let Some(hook) = hook {
-            changed.iter().for_each(|&ino| hook(ino));
-        }
+        changed.iter().for_each(|&ino| self.attr_changed(ino));
         // Inodes whose removal reached the disk leave memory. Their
         // numbers are free on disk now, and a create may already have
         // taken one for a new inode: remove only the node looked at, never

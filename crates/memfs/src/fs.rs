@@ -381,11 +381,20 @@ impl MemFs {
     }
 
     /// Calls `hook` with the inode number of every inode whose attributes
-    /// (`stat`'s blocks, a directory's size) a flush changed without any
-    /// request changing them. Called on the flushing thread; it must not
-    /// wait for other memfs calls.
+    /// changed without a request that changes them saying so: `stat`'s
+    /// blocks and a directory's size after a flush, set-ID bits a write
+    /// dropped ([`MemFs::write_as`]). Called on the flushing or writing
+    /// thread; it must not wait for other memfs calls.
     pub fn on_attr_change(&self, hook: impl Fn(u64) + Send + Sync + 'static) {
         *self.inner.attr_changed.write() = Some(Arc::new(hook));
+    }
+
+    /// Tells the [`MemFs::on_attr_change`] hook that `ino` changed.
+    pub(crate) fn attr_changed(&self, ino: u64) {
+        let hook = self.inner.attr_changed.read().clone();
+        if let Some(hook) = hook {
+            hook(ino);
+        }
     }
 
     /// Records how many inode numbers `disk` holds reserved, for `statfs`.

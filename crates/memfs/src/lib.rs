@@ -28,4 +28,4 @@ pub use error::{MemError, Result};
 pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::RenameFlags;
-pub use types::{Attr, DirEntry, Kind, Options, SetAttrs, StatFs, Stats, XattrSet};
+pub use types::{Attr, DirEntry, DropSetId, Kind, Options, SetAttrs, StatFs, Stats, XattrSet};

@@ -46,6 +46,36 @@ pub struct SetAttrs {
     pub size: Option<u64>,
     pub atime: Option<u32>,
     pub mtime: Option<u32>,
+    /// Drop the file's set-ID bits first (a truncate or a change of owner
+    /// by this caller), as [`DropSetId`] says.
+    pub drop_setid: Option<DropSetId>,
+}
+
+/// A caller whose write, truncate or change of owner takes a regular
+/// file's set-user-ID bit away, and its set-group-ID bit when the group
+/// may execute the file or the caller is neither in the file's group nor
+/// privileged: the kernel's rule for local file systems
+/// (`setattr_should_drop_suidgid`), which FUSE leaves to the file system
+/// once it takes `HANDLE_KILLPRIV_V2`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropSetId {
+    /// The caller's group.
+    pub gid: u32,
+    /// The caller may keep the set-group-ID bit of a file whose group it
+    /// is not in (it has `CAP_FSETID`).
+    pub privileged: bool,
+}
+
+impl DropSetId {
+    /// `perm` (a file's permission bits) once this caller changed it.
+    pub fn apply(self, perm: u16, file_gid: u32) -> u16 {
+        let mut perm = perm & !0o4000;
+        let group_exec = perm & 0o010 != 0;
+        if group_exec || (!self.privileged && self.gid != file_gid) {
+            perm &= !0o2000;
+        }
+        perm
+    }
 }
 
 /// One directory entry (never `.` or `..`).

@@ -346,3 +346,44 @@ fn directory_size_follows_the_disk_after_a_flush() {
     let remounted = again.getattr(d.ino).unwrap();
     assert_eq!((live.size, live.blocks), (remounted.size, remounted.blocks));
 }
+
+/// A write that drops set-ID bits says so to the attribute hook (the
+/// kernel caches the mode, and a write's reply does not carry it); one
+/// that drops nothing, or is not asked to, says nothing.
+#[test]
+fn a_write_that_drops_set_id_bits_tells_the_attribute_hook() {
+    use std::sync::{Arc, Mutex};
+    use stitch_memfs::DropSetId;
+    let dev = device(fresh_image(16 << 20, true));
+    let fs = mount_on(dev, MODES[0], opts());
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let t = told.clone();
+    fs.on_attr_change(move |ino| t.lock().unwrap().push(ino));
+    let r = fs.root();
+    let f = fs
+        .mknod(r, b"prog", Kind::File, 0o6755, (0, 0), 0, 0)
+        .unwrap();
+    let caller = |gid| DropSetId {
+        gid,
+        privileged: false,
+    };
+    let nobody = caller(65534);
+    fs.write_as(f.ino, 0, b"a", false, None).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().perm, 0o6755);
+    assert!(told.lock().unwrap().is_empty());
+    fs.write_as(f.ino, 1, b"b", false, Some(nobody)).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().perm, 0o755);
+    assert_eq!(*told.lock().unwrap(), vec![f.ino]);
+    fs.write_as(f.ino, 2, b"c", false, Some(nobody)).unwrap();
+    assert_eq!(told.lock().unwrap().len(), 1, "nothing left to drop");
+    // Set-group-ID without group execute: a caller in the group keeps it.
+    let g = fs
+        .mknod(r, b"locked", Kind::File, 0o2666, (0, 0), 0, 100)
+        .unwrap();
+    fs.write_as(g.ino, 0, b"a", false, Some(caller(100)))
+        .unwrap();
+    assert_eq!(fs.getattr(g.ino).unwrap().perm, 0o2666);
+    fs.write_as(g.ino, 0, b"a", false, Some(nobody)).unwrap();
+    assert_eq!(fs.getattr(g.ino).unwrap().perm, 0o666);
+    fs.unmount().unwrap();
+}

@@ -59,6 +59,9 @@ pub struct StitchFuse {
     fs: MemFs,
     dirs: dirs::DirHandles,
     nodes: nodes::Nodes,
+    /// The kernel took `HANDLE_KILLPRIV_V2`: dropping set-ID bits on write,
+    /// truncate and change of owner is ours (see `ops::WANTED`).
+    drops_setid: bool,
 }
 
 impl StitchFuse {
@@ -67,6 +70,7 @@ impl StitchFuse {
             fs,
             dirs: dirs::DirHandles::default(),
             nodes: nodes::Nodes::default(),
+            drops_setid: false,
         }
     }
 }
