@@ -30,6 +30,14 @@ if ! have cargo; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
   exit 1
 fi
+# The workspace's rust-version (crc-fast needs 1.89): update an older
+# toolchain through rustup.
+want=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$(dirname "$0")/../Cargo.toml")
+have_rustc=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$want" "$have_rustc" | sort -V | head -1)" != "$want" ]; then
+  echo "setup: rustc $have_rustc is older than $want; updating with rustup" >&2
+  rustup update stable >/dev/null && rustup default stable >/dev/null
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 # pjdfstest and fsx (pinned, from crates.io) and pjdfstest's dummy user.
