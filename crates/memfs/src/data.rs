@@ -133,11 +133,6 @@ impl MemFs {
                 Kind::Dir => return Err(MemError::IsDir),
                 _ => return Err(MemError::Invalid("write to a special file")),
             }
-            let perm = s.perm;
-            if let Some(who) = drop_setid {
-                s.perm = who.apply(perm, s.gid);
-            }
-            let dropped = s.perm != perm;
             let offset = if append { s.size } else { offset };
             let end = offset
                 .checked_add(data.len() as u64)
@@ -155,6 +150,13 @@ impl MemFs {
                 src = &src[take..];
                 pos += take as u64;
             }
+            // Only a write that happened drops the bits (and marks them
+            // for the flush, with the rest).
+            let perm = s.perm;
+            if let Some(who) = drop_setid {
+                s.perm = who.apply(perm, s.gid);
+            }
+            let dropped = s.perm != perm;
             let t = self.now();
             s.size = s.size.max(end);
             s.mtime = t;
@@ -244,11 +246,6 @@ impl MemFs {
             return Err(MemError::Stale(ino));
         }
         let t = self.now();
-        if let Some(who) = set.drop_setid {
-            if s.kind == Kind::File {
-                s.perm = who.apply(s.perm, s.gid);
-            }
-        }
         if let Some(size) = set.size {
             match s.kind {
                 Kind::File => {}
@@ -259,6 +256,13 @@ impl MemFs {
                 self.truncate_locked(ino, &mut s, size)?;
             }
             s.mtime = t;
+        }
+        // After the truncate (which may fail), before the owner changes
+        // (the rule looks at the group the caller found).
+        if let Some(who) = set.drop_setid {
+            if s.kind == Kind::File {
+                s.perm = who.apply(s.perm, s.gid);
+            }
         }
         if let Some(p) = set.perm {
             s.perm = p & 0o7777;
