@@ -1332,7 +1332,6 @@ fn fsynced_data_survives_a_killed_daemon() {
 /// never bytes it did not write, on an image e2fsck passes.
 #[test]
 fn written_behind_data_survives_a_killed_daemon() {
-    use std::os::unix::fs::MetadataExt;
     let (_dir, img, mnt) = fresh(true);
     let allocated = || fs::metadata(&img).unwrap().blocks() * 512;
     let before = allocated();
@@ -1363,6 +1362,6 @@ fn written_behind_data_survives_a_killed_daemon() {
         found.len()
     );
     assert!(found == data[..found.len()], "bytes the file never held");
+    // Stopping judges the image with e2fsck.
     m.stop(Stop::Sigterm);
-    assert_e2fsck_clean(&img);
 }

@@ -165,7 +165,7 @@ impl MemFs {
             (data.len() as u32, s.dirty_pages.len(), dropped)
         };
         if dropped {
-            self.attr_changed(ino);
+            self.attrs_changed([ino]);
         }
         self.behind(ino, dirty_pages);
         self.relieve_pressure();

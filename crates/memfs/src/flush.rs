@@ -462,7 +462,7 @@ impl MemFs {
                 s.disk_sectors = sec;
             }
         }
-        changed.iter().for_each(|&ino| self.attr_changed(ino));
+        self.attrs_changed(changed);
         // Inodes whose removal reached the disk leave memory. Their
         // numbers are free on disk now, and a create may already have
         // taken one for a new inode: remove only the node looked at, never

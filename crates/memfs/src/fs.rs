@@ -389,11 +389,11 @@ impl MemFs {
         *self.inner.attr_changed.write() = Some(Arc::new(hook));
     }
 
-    /// Tells the [`MemFs::on_attr_change`] hook that `ino` changed.
-    pub(crate) fn attr_changed(&self, ino: u64) {
+    /// Tells the [`MemFs::on_attr_change`] hook that `inos` changed.
+    pub(crate) fn attrs_changed(&self, inos: impl IntoIterator<Item = u64>) {
         let hook = self.inner.attr_changed.read().clone();
         if let Some(hook) = hook {
-            hook(ino);
+            inos.into_iter().for_each(|ino| hook(ino));
         }
     }
 
