@@ -187,7 +187,13 @@ impl MemFs {
             } else {
                 self.page_for_read(ino, s, idx)?
             };
-            let p = p.unwrap_or_else(|| Arc::new(vec![0; self.block_size() as usize]));
+            let p = p.unwrap_or_else(|| {
+                Arc::new(
+                    self.inner
+                        .page_pool
+                        .take(self.block_size() as usize, !whole),
+                )
+            });
             s.pages.insert(idx, p);
             self.inner.pages.fetch_add(1, Ordering::AcqRel);
         }
@@ -213,7 +219,9 @@ impl MemFs {
             let keep = size.div_ceil(bs);
             let gone: Vec<u64> = s.pages.range(keep..).map(|(k, _)| *k).collect();
             for k in gone {
-                s.pages.remove(&k);
+                if let Some(p) = s.pages.remove(&k) {
+                    self.inner.page_pool.give(p);
+                }
                 self.inner.pages.fetch_sub(1, Ordering::AcqRel);
                 if s.dirty_pages.remove(&k) {
                     self.inner.reserved_blocks.fetch_sub(1, Ordering::AcqRel);

@@ -30,7 +30,7 @@
 use crate::error::{MemError, Result};
 use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made};
-use crate::node::Page;
+use crate::node::{NodeState, Page};
 use crate::types::Kind;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -510,12 +510,16 @@ impl MemFs {
                 if let Err(e) = self.sync() {
                     eprintln!("stitchfs: background flush failed: {e}");
                 }
+                self.inner.page_pool.trim_idle();
                 due = Instant::now() + every;
                 orders = lock.lock();
             } else if let Some(&ino) = orders.behind.first() {
                 drop(orders);
                 // As an fsync would, so only this file's closure goes.
                 let flushed = self.fsync(ino, true);
+                if flushed.is_ok() {
+                    self.shed_clean_pages(ino);
+                }
                 orders = lock.lock();
                 if let Err(e) = flushed {
                     eprintln!("stitchfs: write-behind flush failed: {e}");
@@ -558,6 +562,45 @@ impl MemFs {
         node.is_some_and(|n| self.write_behind_due(n.s.read().dirty_pages.len()))
     }
 
+    /// After write-behind put a file's pages on disk, its clean pages leave
+    /// memory and their buffers go to the page pool for the pages still
+    /// coming: a file written behind is being streamed, its readers have
+    /// the kernel's page cache (files are opened `KEEP_CACHE`) and then the
+    /// disk, and without this every page of a large write was memory never
+    /// touched before. The locks are eviction's: no cut or apply in progress,
+    /// so a clean page is one diskfs holds.
+    fn shed_clean_pages(&self, ino: u64) {
+        let _m = self.inner.merged.lock();
+        let _a = self.inner.apply_lock.lock();
+        let _w = self.inner.gate.write();
+        let Some(n) = self.inner.nodes.read().get(&ino).cloned() else {
+            return;
+        };
+        let shed = self.drop_clean_pages(&mut n.s.write(), true);
+        self.inner.stats.lock().pages_evicted += shed;
+    }
+
+    /// Drops a file's clean pages (the caller holds eviction's locks);
+    /// their buffers go to the page pool if `recycle`, else are freed.
+    /// Returns how many went.
+    fn drop_clean_pages(&self, s: &mut NodeState, recycle: bool) -> u64 {
+        let clean: Vec<u64> = s
+            .pages
+            .keys()
+            .filter(|k| !s.dirty_pages.contains(k))
+            .copied()
+            .collect();
+        for k in &clean {
+            if let Some(p) = s.pages.remove(k) {
+                if recycle {
+                    self.inner.page_pool.give(p);
+                }
+            }
+            self.inner.pages.fetch_sub(1, Ordering::AcqRel);
+        }
+        clean.len() as u64
+    }
+
     /// Over the memory bound: flush, then drop clean pages (and clean,
     /// unused inodes) until a quarter of the bound is free.
     pub(crate) fn relieve_pressure(&self) {
@@ -580,18 +623,7 @@ impl MemFs {
             if self.inner.pages.load(Ordering::Acquire) <= target {
                 break;
             }
-            let mut s = n.s.write();
-            let clean: Vec<u64> = s
-                .pages
-                .keys()
-                .filter(|k| !s.dirty_pages.contains(k))
-                .copied()
-                .collect();
-            for k in clean {
-                s.pages.remove(&k);
-                evicted += 1;
-                self.inner.pages.fetch_sub(1, Ordering::AcqRel);
-            }
+            evicted += self.drop_clean_pages(&mut n.s.write(), false);
         }
         // Inodes nobody uses and memory agrees with the disk about.
         let mut table = self.inner.nodes.write();

@@ -10,7 +10,7 @@
 use crate::error::{MemError, Result};
 use crate::flush::{Merged, Orders};
 use crate::log::{LogOp, Logs, Made};
-use crate::node::{Node, NodeState, Xattrs};
+use crate::node::{Node, NodeState, PagePool, Xattrs};
 use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use std::collections::HashMap;
@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     pub xattrs: bool,
     /// Pages in memory, and the bound.
     pub pages: AtomicU64,
+    /// Buffers of pages written behind, for the next pages written.
+    pub page_pool: PagePool,
     pub opts: Options,
     /// A device error was latched: no more changes.
     pub read_only: AtomicBool,
@@ -76,6 +78,12 @@ pub(crate) struct Inner {
     /// be told.
     pub attr_changed: RwLock<Option<AttrHook>>,
     pub flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Room for two write-behind rounds of buffers: one being filled while
+/// the other's pages are on their way to disk.
+fn page_pool_cap(opts: &Options, block_size: u64) -> usize {
+    (2 * opts.write_behind / block_size) as usize
 }
 
 fn wall_clock() -> u32 {
@@ -111,6 +119,7 @@ impl MemFs {
     /// flusher (if `opts.flush_interval` is set).
     pub fn mount(disk: DiskFs, opts: Options) -> Result<MemFs> {
         let sb = disk.superblock();
+        let disk_bs = disk.block_size() as u64;
         let inner = Arc::new(Inner {
             total_blocks: u64::from(sb.blocks_count()),
             total_inodes: u64::from(sb.inodes_count),
@@ -130,6 +139,7 @@ impl MemFs {
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
             pages: AtomicU64::new(0),
+            page_pool: PagePool::new(page_pool_cap(&opts, disk_bs)),
             opts,
             read_only: AtomicBool::new(false),
             stats: Mutex::new(Stats::default()),
@@ -160,7 +170,10 @@ impl MemFs {
     }
 
     pub fn stats(&self) -> Stats {
-        *self.inner.stats.lock()
+        Stats {
+            pages_reused: self.inner.page_pool.reused(),
+            ..*self.inner.stats.lock()
+        }
     }
 
     /// Runs `f` on diskfs (tests and tools: the device, the journal).

@@ -145,6 +145,9 @@ pub struct Stats {
     pub pages_evicted: u64,
     /// Files handed to the background flusher by write-behind.
     pub write_behinds: u64,
+    /// New pages given the buffer of a page written behind and let go,
+    /// rather than memory never touched before.
+    pub pages_reused: u64,
 }
 
 /// How `set_xattr` treats an attribute that is (not) there already:

@@ -321,6 +321,29 @@ fn fsync_flushes_follow_the_dependency_chain() {
     }
 }
 
+/// A fresh 64 MiB image mounted with write-behind at 1 MiB and a
+/// background flusher that only write-behind wakes.
+fn mount_writing_behind(mode: Consistency) -> MemFs {
+    let o = stitch_memfs::Options {
+        flush_interval: Some(std::time::Duration::from_secs(3600)),
+        write_behind: 1 << 20,
+        ..opts()
+    };
+    mount_on(device(fresh_image(64 << 20, true)), mode, o)
+}
+
+/// A new file `name` in the root holding `n` copies of `chunk`.
+fn write_chunks(fs: &MemFs, name: &[u8], chunk: &[u8], n: u64) -> stitch_memfs::Attr {
+    let f = fs
+        .mknod(fs.root(), name, Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    for i in 0..n {
+        fs.write(f.ino, i * chunk.len() as u64, chunk, false)
+            .unwrap();
+    }
+    f
+}
+
 /// Write-behind: a file holding more dirty bytes than the bound reaches
 /// the disk while it is written, with nobody calling fsync; a small file
 /// written before it stays in memory.
@@ -328,12 +351,7 @@ fn fsync_flushes_follow_the_dependency_chain() {
 fn a_large_file_is_written_behind_and_a_small_one_is_not() {
     let chunk: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
     for mode in MODES {
-        let o = stitch_memfs::Options {
-            flush_interval: Some(std::time::Duration::from_secs(3600)),
-            write_behind: 1 << 20,
-            ..opts()
-        };
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, o);
+        let fs = mount_writing_behind(mode);
         let r = fs.root();
         let small = fs
             .mknod(r, b"small", Kind::File, 0o644, (0, 0), 0, 0)
@@ -344,13 +362,7 @@ fn a_large_file_is_written_behind_and_a_small_one_is_not() {
             0,
             "{mode:?}: 64 KiB is under the bound"
         );
-        let big = fs
-            .mknod(r, b"big", Kind::File, 0o644, (0, 0), 0, 0)
-            .unwrap();
-        for i in 0..32u64 {
-            fs.write(big.ino, i * chunk.len() as u64, &chunk, false)
-                .unwrap();
-        }
+        let big = write_chunks(&fs, b"big", &chunk, 32);
         assert!(fs.stats().write_behinds >= 1, "{mode:?}: {:?}", fs.stats());
         let waited = std::time::Instant::now();
         while fs.stats().flushes == 0 {
@@ -369,6 +381,46 @@ fn a_large_file_is_written_behind_and_a_small_one_is_not() {
         }
         // small's entry came with the directory's, its data did not.
         assert_eq!(after.lookup(r, b"small").unwrap().size, 0, "{mode:?}");
+    }
+}
+
+/// Once written behind, a file's clean pages leave memory and their
+/// buffers become the next pages written: the data reads back the same
+/// (now from the disk), and a reused buffer is zeroed wherever a partial
+/// write does not cover it.
+#[test]
+fn written_behind_pages_leave_memory_and_their_buffers_are_reused() {
+    let chunk: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8 | 1).collect();
+    for mode in MODES {
+        let fs = mount_writing_behind(mode);
+        let big = write_chunks(&fs, b"big", &chunk, 32);
+        let waited = std::time::Instant::now();
+        while fs.stats().pages_evicted == 0 {
+            assert!(waited.elapsed().as_secs() < 60, "{mode:?}: nothing shed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let all = fs.read(big.ino, 0, 32 * chunk.len() as u32).unwrap();
+        for (i, piece) in all.chunks(chunk.len()).enumerate() {
+            assert_eq!(piece, &chunk[..], "{mode:?}: chunk {i} after shedding");
+        }
+        // A few bytes in the middle of a page never written: the rest of
+        // its (reused) buffer must read as zeros.
+        let far = 8 << 20;
+        fs.write(big.ino, far + 1000, b"middle", false).unwrap();
+        assert!(fs.stats().pages_reused > 0, "{mode:?}: {:?}", fs.stats());
+        fs.write(big.ino, far + 4090, b"ending", false).unwrap();
+        let page = fs.read(big.ino, far, 4096).unwrap();
+        let mut want = vec![0u8; 4096];
+        want[1000..1006].copy_from_slice(b"middle");
+        want[4090..].copy_from_slice(b"ending");
+        assert_eq!(page, want, "{mode:?}: a reused page kept old bytes");
+        fs.sync().unwrap();
+        let image = disk_image(&fs);
+        check_image(&image, true).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let after = mount_on(device(image), mode, opts());
+        let on_disk = after.read(big.ino, 0, 32 * chunk.len() as u32).unwrap();
+        assert_eq!(on_disk, all, "{mode:?}: after remount");
+        assert_eq!(after.read(big.ino, far, 4096).unwrap(), want, "{mode:?}");
     }
 }
 
