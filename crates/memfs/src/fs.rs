@@ -81,9 +81,13 @@ pub(crate) struct Inner {
 }
 
 /// Room for two write-behind rounds of buffers: one being filled while
-/// the other's pages are on their way to disk.
+/// the other's pages are on their way to disk. None without the background
+/// flusher: nothing would empty the pool once it went idle.
 fn page_pool_cap(opts: &Options, block_size: u64) -> usize {
-    (2 * opts.write_behind / block_size) as usize
+    match opts.flush_interval {
+        Some(_) => (2 * opts.write_behind / block_size) as usize,
+        None => 0,
+    }
 }
 
 fn wall_clock() -> u32 {
