@@ -4,6 +4,16 @@
 //! - Writes: a batch is cut into runs of consecutive block numbers (the patch
 //!   cache writes n, n+1, ...) and each run is one `pwritev`. With `direct`
 //!   (`O_DIRECT`) a run is first copied into one page-aligned buffer.
+//! - Streaming: without `direct`, a long run (at least [`STREAM_RUN`] blocks)
+//!   whose buffers are all page-aligned goes through a second descriptor
+//!   opened `O_DIRECT`, straight from those buffers to the device, instead of
+//!   being copied into the page cache and written back at the next flush.
+//!   Short writes (metadata, commits) stay buffered: they would wait for the
+//!   device. Linux keeps the two coherent for a regular file or block device
+//!   (a direct write first writes back and then drops the cached pages it
+//!   covers), and the flush's `fdatasync` makes both durable. Where the file
+//!   system refuses `O_DIRECT` (tmpfs), or a direct write fails with
+//!   `EINVAL`, streaming is off and the run is written buffered.
 //! - Flush: `fdatasync`, which on Linux also flushes the disk's volatile
 //!   write cache for files and block devices.
 //! - Failure: a failed write or flush latches ([`crate::latch`]); nothing is
@@ -27,7 +37,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::latch::Latch;
 use crate::{BlockDevice, BlockNo, BlockWrite, DevError, Geometry};
@@ -64,12 +74,30 @@ pub struct FileStats {
     pub blocks_written: u64,
     /// Successful `fdatasync` calls.
     pub flushes: u64,
+    /// Runs written through the `O_DIRECT` descriptor (streaming).
+    pub streamed_runs: u64,
 }
+
+/// Blocks in a run worth writing around the page cache (256 KiB of 4 KiB
+/// blocks). On the project's VM copying 100 MB into the page cache took a
+/// quarter of the FUSE server's CPU in a large write; direct, that write +
+/// fsync ran 1.1-1.4x faster (soft updates more, as its flusher did more).
+pub const STREAM_RUN: usize = 64;
+
+/// Buffer address and length alignment a streamed run needs: a page, which
+/// covers devices with 512-byte and 4 KiB logical blocks.
+const STREAM_ALIGN: usize = 4096;
 
 /// An image file or block device.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
+    /// The same file opened `O_DIRECT` for long runs; `None` if the file
+    /// system refused, or `direct` already is.
+    stream: Option<File>,
+    /// Cleared by a direct write failing with `EINVAL`.
+    stream_ok: AtomicBool,
+    streamed_runs: AtomicU64,
     path: PathBuf,
     geometry: Geometry,
     opts: OpenOptions,
@@ -102,8 +130,20 @@ impl FileDevice {
                 reason: format!("{} holds {size} bytes, less than one block", path.display()),
             });
         }
+        let stream = if opts.read_only || opts.direct {
+            None
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+                .ok()
+        };
         Ok(FileDevice {
             file,
+            stream_ok: AtomicBool::new(stream.is_some()),
+            stream,
+            streamed_runs: AtomicU64::new(0),
             path: path.to_path_buf(),
             geometry,
             opts,
@@ -161,6 +201,7 @@ impl FileDevice {
             write_calls: self.write_calls.load(Ordering::Relaxed),
             blocks_written: self.blocks_written.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
+            streamed_runs: self.streamed_runs.load(Ordering::Relaxed),
         }
     }
 
@@ -177,7 +218,19 @@ impl FileDevice {
             sys::pwritev_all(&self.file, &[&buf], offset)
         } else {
             let bufs: Vec<&[u8]> = run.iter().map(|w| w.data).collect();
-            sys::pwritev_all(&self.file, &bufs, offset)
+            match self.streamable(&bufs) {
+                Some(stream) => match sys::pwritev_all(stream, &bufs, offset) {
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.stream_ok.store(false, Ordering::Relaxed);
+                        sys::pwritev_all(&self.file, &bufs, offset)
+                    }
+                    done => {
+                        self.streamed_runs.fetch_add(1, Ordering::Relaxed);
+                        done
+                    }
+                },
+                None => sys::pwritev_all(&self.file, &bufs, offset),
+            }
         };
         self.write_calls.fetch_add(1, Ordering::Relaxed);
         result.map_err(|e| {
@@ -189,6 +242,18 @@ impl FileDevice {
             );
             io_err(what, e)
         })
+    }
+
+    /// The `O_DIRECT` descriptor, if this run may stream through it.
+    fn streamable(&self, bufs: &[&[u8]]) -> Option<&File> {
+        let aligned = |b: &&[u8]| {
+            (b.as_ptr() as usize).is_multiple_of(STREAM_ALIGN)
+                && b.len().is_multiple_of(STREAM_ALIGN)
+        };
+        self.stream
+            .as_ref()
+            .filter(|_| bufs.len() >= STREAM_RUN && self.stream_ok.load(Ordering::Relaxed))
+            .filter(|_| bufs.iter().all(aligned))
     }
 
     fn gather_aligned(&self, run: &[BlockWrite<'_>]) -> Result<AlignedBuf, DevError> {
