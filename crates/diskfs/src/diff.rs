@@ -26,23 +26,28 @@ pub fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
     const CHUNK: usize = 64;
     let len = old.len().min(new.len());
     let (old, new) = (&old[..len], &new[..len]);
-    let mut start = None;
-    for (i, (a, b)) in old.chunks(CHUNK).zip(new.chunks(CHUNK)).enumerate() {
-        if a != b {
-            let at = a.iter().zip(b).position(|(x, y)| x != y);
-            start = at.map(|k| i * CHUNK + k);
-            break;
-        }
-    }
-    let start = start?;
-    let mut end = start + 1;
-    for (i, (a, b)) in old.rchunks(CHUNK).zip(new.rchunks(CHUNK)).enumerate() {
-        if a != b {
-            let from_back = a.iter().rev().zip(b.iter().rev()).position(|(x, y)| x != y);
-            end = len - from_back.map_or(0, |k| i * CHUNK + k);
-            break;
-        }
-    }
+    let start = old
+        .chunks(CHUNK)
+        .zip(new.chunks(CHUNK))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+        .and_then(|(i, (a, b))| {
+            let k = a.iter().zip(b).position(|(x, y)| x != y)?;
+            Some(i * CHUNK + k)
+        })?;
+    let end = old
+        .rchunks(CHUNK)
+        .zip(new.rchunks(CHUNK))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+        .and_then(|(i, (a, b))| {
+            let k = a
+                .iter()
+                .rev()
+                .zip(b.iter().rev())
+                .position(|(x, y)| x != y)?;
+            Some(len - (i * CHUNK + k))
+        })?;
     Some((start, end))
 }
 

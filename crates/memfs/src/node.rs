@@ -6,9 +6,9 @@
 //! disk never sees a half-applied write.
 
 use crate::types::{Attr, Kind};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub(crate) type Page = Arc<Vec<u8>>;
@@ -21,19 +21,19 @@ pub(crate) type Page = Arc<Vec<u8>>;
 /// in a 100 MB write (`perf`). At most `cap` buffers; emptied by the
 /// background flusher when a whole interval took none.
 pub(crate) struct PagePool {
-    free: parking_lot::Mutex<Vec<Vec<u8>>>,
+    free: Mutex<Vec<Vec<u8>>>,
     cap: usize,
     /// A buffer was taken since the last `trim_idle`.
-    taken: std::sync::atomic::AtomicBool,
+    taken: AtomicBool,
     reused: AtomicU64,
 }
 
 impl PagePool {
     pub fn new(cap: usize) -> PagePool {
         PagePool {
-            free: parking_lot::Mutex::new(Vec::new()),
+            free: Mutex::new(Vec::new()),
             cap,
-            taken: std::sync::atomic::AtomicBool::new(false),
+            taken: AtomicBool::new(false),
             reused: AtomicU64::new(0),
         }
     }

@@ -131,19 +131,22 @@ impl FileDevice {
                 reason: format!("{} holds {size} bytes, less than one block", path.display()),
             });
         }
-        let stream = if opts.read_only || opts.direct {
-            None
-        } else {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_DIRECT)
-                .open(path)
+        let stream = (!opts.read_only && !opts.direct)
+            .then(|| {
+                open_file(
+                    path,
+                    OpenOptions {
+                        direct: true,
+                        ..opts
+                    },
+                )
                 .ok()
-        };
+            })
+            .flatten();
         Ok(FileDevice {
             file,
-            stream_ok: AtomicBool::new(stream.is_some()),
             stream,
+            stream_ok: AtomicBool::new(true),
             streamed_runs: AtomicU64::new(0),
             path: path.to_path_buf(),
             geometry,
