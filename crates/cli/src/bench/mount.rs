@@ -18,6 +18,11 @@
 //!
 //!   then dequeue: unlink `spool/todo/M` and `spool/mess/M` (no fsync).
 //!   Messages/s over both threads.
+//! - **mailbox**: mailbench again, after each thread's `mail/cur` has been
+//!   filled with messages already read (untimed, made durable). A mail
+//!   server's file system holds many files besides the few it is writing;
+//!   this is where a cost that grows with the files held (in memory or in
+//!   a directory) shows.
 //! - **create / stat / unlink**: N empty files in one directory: create
 //!   all; unmount, drop caches and mount again; stat all (cold), stat all
 //!   again (warm); unlink all. Operations/s per phase.
@@ -54,7 +59,7 @@ pub struct Phase {
     pub fsyncs: f64,
 }
 
-pub const PHASES: [Phase; 7] = [
+pub const PHASES: [Phase; 8] = [
     Phase {
         name: "smallfile",
         unit: "files/s",
@@ -90,6 +95,11 @@ pub const PHASES: [Phase; 7] = [
         unit: "files/s",
         fsyncs: 0.0,
     },
+    Phase {
+        name: "mailbench (full mailbox)",
+        unit: "messages/s",
+        fsyncs: 6.0,
+    },
 ];
 
 const SMALLFILE: usize = 0;
@@ -99,13 +109,15 @@ const CREATE: usize = 3;
 const STAT_COLD: usize = 4;
 const STAT_WARM: usize = 5;
 const UNLINK: usize = 6;
+const MAILBOX: usize = 7;
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 4] = [
+pub const WORKLOADS: [(&str, &[usize]); 5] = [
     ("smallfile", &[SMALLFILE]),
     ("largefile", &[LARGEFILE]),
     ("mailbench", &[MAILBENCH]),
     ("metadata", &[CREATE, STAT_COLD, STAT_WARM, UNLINK]),
+    ("mailbox", &[MAILBOX]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -138,6 +150,8 @@ pub struct Scale {
     /// Messages per thread.
     pub mail_messages: usize,
     pub message_bytes: usize,
+    /// Messages already in each thread's mailbox before mailbox's run.
+    pub mailbox_messages: usize,
     pub meta_files: usize,
     /// The device probe: latency samples and sequential bytes.
     pub probe_samples: usize,
@@ -153,6 +167,7 @@ impl Scale {
         mail_threads: 2,
         mail_messages: 150,
         message_bytes: 2048,
+        mailbox_messages: 10_000,
         meta_files: 10_000,
         probe_samples: 200,
         probe_bytes: 256 << 20,
@@ -166,6 +181,7 @@ impl Scale {
         mail_threads: 2,
         mail_messages: 5,
         message_bytes: 2048,
+        mailbox_messages: 100,
         meta_files: 300,
         probe_samples: 20,
         probe_bytes: 32 << 20,
@@ -286,8 +302,9 @@ impl Bench<'_> {
             |run| match w {
                 0 => smallfile(run, s),
                 1 => largefile(run, s),
-                2 => mailbench(run, s),
-                _ => metadata(run, s),
+                2 => mailbench(run, s, MAILBENCH, 0),
+                3 => metadata(run, s),
+                _ => mailbench(run, s, MAILBOX, s.mailbox_messages),
             },
         )
     }
@@ -333,10 +350,12 @@ fn largefile(run: &mut Run, s: &Scale) -> anyhow::Result<()> {
 }
 
 const SPOOL_DIRS: [&str; 3] = ["tmp", "mess", "todo"];
-const MAIL_DIRS: [&str; 2] = ["tmp", "new"];
+const MAIL_DIRS: [&str; 3] = ["tmp", "new", "cur"];
 
-fn mailbench(run: &mut Run, s: &Scale) -> anyhow::Result<()> {
-    run.setup(MAILBENCH, |root| {
+/// mailbench as `phase`, each thread's `mail/cur` holding `held` messages.
+fn mailbench(run: &mut Run, s: &Scale, phase: usize, held: usize) -> anyhow::Result<()> {
+    run.setup(phase, |root| {
+        let body = vec![b'o'; s.message_bytes];
         for t in 0..s.mail_threads {
             for d in SPOOL_DIRS {
                 std::fs::create_dir_all(at(root, format!("spool{t}/{d}")))?;
@@ -344,10 +363,14 @@ fn mailbench(run: &mut Run, s: &Scale) -> anyhow::Result<()> {
             for d in MAIL_DIRS {
                 std::fs::create_dir_all(at(root, format!("mail{t}/{d}")))?;
             }
+            for m in 0..held {
+                let p = at(root, format!("mail{t}/cur/old{m}:2,S"));
+                std::fs::write(&p, &body).with_context(|| format!("write {}", p.display()))?;
+            }
         }
         Ok(())
     })?;
-    run.timed(MAILBENCH, |root| {
+    run.timed(phase, |root| {
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..s.mail_threads)
                 .map(|t| scope.spawn(move || deliver_all(root, t, s)))

@@ -107,7 +107,8 @@ struct MountArgs {
     #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
     systems: String,
     /// Workloads to run, comma-separated, or `all`: smallfile, largefile,
-    /// mailbench, metadata (create, stat cold and warm, unlink).
+    /// mailbench, metadata (create, stat cold and warm, unlink), mailbox
+    /// (mailbench with full mailboxes).
     #[arg(long, default_value = "all")]
     workloads: String,
     /// smallfile: files created, written, fsynced and unlinked.
@@ -119,6 +120,9 @@ struct MountArgs {
     /// mailbench: messages per thread (two threads).
     #[arg(long)]
     messages: Option<usize>,
+    /// mailbox: messages already in each thread's mailbox.
+    #[arg(long)]
+    mailbox: Option<usize>,
     /// create/stat/unlink: files.
     #[arg(long)]
     meta_files: Option<usize>,
@@ -288,6 +292,7 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     scale.smallfile_files = a.files.unwrap_or(scale.smallfile_files);
     scale.largefile_bytes = a.large_mb.map_or(scale.largefile_bytes, |m| m * 1_000_000);
     scale.mail_messages = a.messages.unwrap_or(scale.mail_messages);
+    scale.mailbox_messages = a.mailbox.unwrap_or(scale.mailbox_messages);
     scale.meta_files = a.meta_files.unwrap_or(scale.meta_files);
     let cfg = mount::Config {
         scale,

@@ -216,7 +216,8 @@ pub fn table(r: &Report) -> String {
          rename to spool/mess/M + fsync spool/mess, write envelope spool/tmp/eM + fsync, \
          rename to spool/todo/M + fsync spool/todo, read both, write mail/tmp/M + fsync, \
          rename to mail/new/M + fsync mail/new (6 fsyncs), unlink the queue files; \
-         create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
+         mailbench (full mailbox), the same after {} messages were put in each thread's \
+         mail/cur (untimed, synced); create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
          mounted again before the cold stat. Images {} MiB.\n\n",
         s.runs,
         if s.caches_dropped {
@@ -242,6 +243,7 @@ pub fn table(r: &Report) -> String {
         s.scale.mail_threads,
         s.scale.mail_messages,
         s.scale.message_bytes,
+        s.scale.mailbox_messages,
         s.scale.meta_files,
         s.scale.image_bytes >> 20,
     );
