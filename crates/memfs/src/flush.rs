@@ -189,7 +189,7 @@ impl MemFs {
         let selected: BTreeSet<u64> = match scope {
             Scope::All => merged.ops.keys().copied().collect(),
             Scope::Inode(ino) => {
-                let n = self.inner.nodes.read().get(&ino).cloned();
+                let n = self.cached_node(ino);
                 if n.is_some_and(|n| n.s.read().never_disk) {
                     return Ok(None);
                 }
@@ -572,7 +572,7 @@ impl MemFs {
 
     /// `ino` holds the write-behind bound's worth of dirty pages.
     fn over_write_behind(&self, ino: u64) -> bool {
-        let node = self.inner.nodes.read().get(&ino).cloned();
+        let node = self.cached_node(ino);
         node.is_some_and(|n| self.write_behind_due(n.s.read().dirty_pages.len()))
     }
 
@@ -587,7 +587,7 @@ impl MemFs {
         let _m = self.inner.merged.lock();
         let _a = self.inner.apply_lock.lock();
         let _w = self.inner.gate.write();
-        let Some(n) = self.inner.nodes.read().get(&ino).cloned() else {
+        let Some(n) = self.cached_node(ino) else {
             return;
         };
         let shed = self.drop_clean_pages(&mut n.s.write(), true);

@@ -189,10 +189,14 @@ impl MemFs {
 
     // ---- inode table ------------------------------------------------
 
+    /// The node of `ino` if memory holds it.
+    pub(crate) fn cached_node(&self, ino: u64) -> Option<Arc<Node>> {
+        self.inner.nodes.read().get(&ino).cloned()
+    }
+
     /// The node of `ino`, loaded from diskfs if memory lacks it.
     pub(crate) fn node(&self, ino: u64) -> Result<Arc<Node>> {
-        let cached = self.inner.nodes.read().get(&ino).cloned();
-        match cached {
+        match self.cached_node(ino) {
             Some(n) => Ok(n),
             None => self.load(ino, 0),
         }
@@ -435,8 +439,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(parent)?;
         let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
-        let cached = self.inner.nodes.read().get(&ino).cloned();
-        let child = match cached {
+        let child = match self.cached_node(ino) {
             Some(n) => n,
             None => self.load(ino, if kind == Kind::Dir { parent } else { 0 })?,
         };
