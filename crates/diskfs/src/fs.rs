@@ -33,7 +33,7 @@ pub struct DiskFs {
     pub(crate) gds: Vec<GroupDesc>,
     pub(crate) bs: usize,
     /// Open counts of inodes the layer above holds open (in memory only).
-    pub(crate) open: std::collections::HashMap<InodeNo, u32>,
+    pub(crate) open: rustc_hash::FxHashMap<InodeNo, u32>,
     /// The patch that added each directory entry since mount, to tell at
     /// removal whether the entry ever reached the disk (Featherstitch
     /// §4.5): if the removal merged into it, it never did.
@@ -50,7 +50,7 @@ pub struct DiskFs {
     /// ([`DiskFs::apply_as`]).
     pub(crate) wanted_ino: Option<InodeNo>,
     /// Directories' names by block (memory only; see `dir`).
-    pub(crate) dirs: std::collections::HashMap<InodeNo, crate::dir::DirIndex>,
+    pub(crate) dirs: rustc_hash::FxHashMap<InodeNo, crate::dir::DirIndex>,
 }
 
 impl DiskFs {

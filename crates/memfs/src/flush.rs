@@ -32,7 +32,8 @@ use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made};
 use crate::node::{Node, NodeState, Page};
 use crate::types::Kind;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ const RUN_PAGES: usize = 256;
 #[derive(Default)]
 pub(crate) struct Merged {
     ops: BTreeMap<u64, Entry>,
-    by_obj: HashMap<u64, BTreeSet<u64>>,
+    by_obj: FxHashMap<u64, BTreeSet<u64>>,
 }
 
 impl Merged {
@@ -63,7 +64,7 @@ impl Merged {
     /// object and the last stamp wanted of it).
     fn closure(&self, targets: &[(u64, u64)]) -> BTreeSet<u64> {
         let mut selected = BTreeSet::new();
-        let mut reached: HashMap<u64, u64> = HashMap::new();
+        let mut reached: FxHashMap<u64, u64> = FxHashMap::default();
         let mut work: Vec<(u64, u64)> = targets.to_vec();
         while let Some((obj, limit)) = work.pop() {
             let from = match reached.get(&obj) {
@@ -274,7 +275,7 @@ impl MemFs {
     }
 
     /// The nodes in memory with these numbers, looked up together.
-    fn nodes_of(&self, inos: impl IntoIterator<Item = u64>) -> HashMap<u64, Arc<Node>> {
+    fn nodes_of(&self, inos: impl IntoIterator<Item = u64>) -> FxHashMap<u64, Arc<Node>> {
         let table = self.inner.nodes.read();
         inos.into_iter()
             .filter_map(|ino| Some((ino, table.get(&ino)?.clone())))
@@ -287,9 +288,9 @@ impl MemFs {
         &self,
         merged: &Merged,
         selected: &BTreeSet<u64>,
-        nodes: &HashMap<u64, Arc<Node>>,
-    ) -> HashSet<u64> {
-        let mut dead: HashSet<u64> = selected
+        nodes: &FxHashMap<u64, Arc<Node>>,
+    ) -> FxHashSet<u64> {
+        let mut dead: FxHashSet<u64> = selected
             .iter()
             .filter_map(|st| match &merged.ops[st].op {
                 LogOp::Create { ino, .. } => Some(*ino),
@@ -327,7 +328,7 @@ impl MemFs {
         ino: u64,
         merged: &Merged,
         selected: &BTreeSet<u64>,
-        nodes: &HashMap<u64, Arc<Node>>,
+        nodes: &FxHashMap<u64, Arc<Node>>,
         reserved: &mut i64,
     ) -> Option<FileState> {
         let n = nodes.get(&ino)?;

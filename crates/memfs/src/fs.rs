@@ -13,6 +13,7 @@ use crate::log::{LogOp, Logs, Made};
 use crate::node::{Node, NodeState, PagePool, Xattrs};
 use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,7 +37,7 @@ pub type AttrHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 pub(crate) struct Inner {
     pub disk: Mutex<Option<DiskFs>>,
-    pub nodes: RwLock<HashMap<u64, Arc<Node>>>,
+    pub nodes: RwLock<FxHashMap<u64, Arc<Node>>>,
     /// Shared by every operation, exclusive for a cut (McoreFS §4.2).
     pub gate: RwLock<()>,
     pub rename_lock: Mutex<()>,
@@ -134,7 +135,7 @@ impl MemFs {
             block_size: disk.block_size() as u64,
             xattrs: disk.supports_xattrs(),
             disk: Mutex::new(Some(disk)),
-            nodes: RwLock::new(HashMap::new()),
+            nodes: RwLock::new(FxHashMap::default()),
             gate: RwLock::new(()),
             rename_lock: Mutex::new(()),
             logs: Logs::new(),

@@ -49,7 +49,8 @@
 //! first) will be another arm of it.
 
 use crate::Result;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use stitch_format::jbd2::blocks::{commit_csum, encode_descriptor, tag_flags, tags_per_descriptor};
 use stitch_format::jbd2::checksum::crc32_be;
@@ -153,9 +154,9 @@ struct Running {
     started: Instant,
     /// Journaled blocks, in first-change order, and as a set.
     blocks: Vec<BlockNo>,
-    block_set: HashSet<u64>,
+    block_set: FxHashSet<u64>,
     /// The home patches (for the checkpoint).
-    homes: HashSet<PatchId>,
+    homes: FxHashSet<PatchId>,
     /// Unjournaled data patches.
     data: Vec<PatchId>,
     /// Data blocks journaled in `ordered` mode (see [`SMALL_DATA`]).
@@ -204,9 +205,9 @@ pub struct Journal {
     tail_patch: Option<PatchId>,
     prev_commit: Option<PatchId>,
     /// Home block → sequence of its newest copy in the live log.
-    live_copies: HashMap<u64, u32>,
+    live_copies: FxHashMap<u64, u32>,
     /// Operation patches (groups) → epoch of their transaction.
-    tx_of: HashMap<PatchId, u32>,
+    tx_of: FxHashMap<PatchId, u32>,
     /// Nesting of atomic sections: no commit inside one.
     depth: u32,
     want_commit: bool,
@@ -271,8 +272,8 @@ impl Journal {
             closed: VecDeque::new(),
             tail_patch: None,
             prev_commit: None,
-            live_copies: HashMap::new(),
-            tx_of: HashMap::new(),
+            live_copies: FxHashMap::default(),
+            tx_of: FxHashMap::default(),
             depth: 0,
             want_commit: false,
             last_commit_time: (0, 0),
@@ -332,8 +333,8 @@ impl Journal {
                 hold,
                 started: Instant::now(),
                 blocks: Vec::new(),
-                block_set: HashSet::new(),
-                homes: HashSet::new(),
+                block_set: FxHashSet::default(),
+                homes: FxHashSet::default(),
                 data: Vec::new(),
                 small_data: 0,
                 revokes: BTreeSet::new(),

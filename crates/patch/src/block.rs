@@ -22,7 +22,8 @@
 
 use crate::id::PatchId;
 use crate::patch::BlockIdx;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use stitch_blockdev::BlockNo;
 
 pub(crate) struct CachedBlock {
@@ -136,7 +137,7 @@ impl CachedBlock {
 pub(crate) struct Blocks {
     table: Vec<Option<CachedBlock>>,
     free: Vec<BlockIdx>,
-    map: HashMap<BlockNo, BlockIdx>,
+    map: FxHashMap<BlockNo, BlockIdx>,
     lru: BTreeMap<u64, BlockIdx>,
     /// Clean file-data blocks, least recently used first.
     data_lru: BTreeMap<u64, BlockIdx>,
@@ -160,7 +161,7 @@ impl Blocks {
         Blocks {
             table: Vec::new(),
             free: Vec::new(),
-            map: HashMap::new(),
+            map: FxHashMap::default(),
             lru: BTreeMap::new(),
             data_lru: BTreeMap::new(),
             tick: 0,

@@ -185,7 +185,7 @@ impl PatchCache {
         let mut out = DepList::new();
         // Long lists (a flush's group of every patch it made) are deduplicated
         // by a set; short ones by a scan.
-        let mut seen = (deps.len() > 16).then(std::collections::HashSet::new);
+        let mut seen = (deps.len() > 16).then(rustc_hash::FxHashSet::default);
         for &d in deps {
             if let Some(live) = self.arena.resolve(d) {
                 let new = match &mut seen {
