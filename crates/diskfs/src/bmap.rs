@@ -151,12 +151,15 @@ impl DiskFs {
         let most = MAX_RUN.min(self.m.safe_point_span());
         while n < left && next - logical < most {
             let path = map_path(next, self.bs)?;
-            let beside = path.slot == first.slot && path.depth == first.depth && {
-                let d = path.depth.saturating_sub(1);
-                path.indices[..d] == first.indices[..d]
-            };
-            if !beside || (first.depth == 0 && path.slot != first.slot + (next - logical) as usize)
-            {
+            // Direct slots side by side, or slots of one indirect block.
+            let beside = path.depth == first.depth
+                && if first.depth == 0 {
+                    path.slot == first.slot + (next - logical) as usize
+                } else {
+                    let d = path.depth - 1;
+                    path.slot == first.slot && path.indices[..d] == first.indices[..d]
+                };
+            if !beside {
                 break;
             }
             if self.bmap(inode, next)?.is_some() {
@@ -170,8 +173,8 @@ impl DiskFs {
 
     /// Allocates, fills and attaches the new logical blocks `first..` that
     /// `data` (starting at `in_block` of the first) covers, a run from
-    /// [`Self::new_run_len`]. Each block is allocated (bitmap bit) and written
-    /// whole; the size covering the run goes first (e2fsck calls a mapped
+    /// [`Self::new_run_len`]. The blocks are allocated in as few runs as free
+    /// space allows ([`Self::alloc_run`]) and each is written whole; the size covering the run goes first (e2fsck calls a mapped
     /// block past the size corruption; a size over a hole only reads zeros);
     /// then one patch sets the run's pointers, waiting on all of it. Running
     /// out of space after the first block writes the blocks it got: returns
@@ -190,8 +193,8 @@ impl DiskFs {
         let (mut pos, mut at) = (0, in_block);
         let mut failure = None;
         while pos < data.len() {
-            let len = (self.bs - at).min(data.len() - pos);
-            let (phys, b) = match self.alloc_block(goal) {
+            let blocks_left = (at + data.len() - pos).div_ceil(self.bs);
+            let (start, n, bits) = match self.alloc_run(goal, blocks_left) {
                 Ok(x) => x,
                 Err(e) if !phys_run.is_empty() => {
                     failure = Some(e);
@@ -199,32 +202,37 @@ impl DiskFs {
                 }
                 Err(e) => return Err(e),
             };
-            // A whole block is patched from `data` as it is; a partial one
-            // is padded with zeros (a new block has no old bytes to keep).
-            let full: Cow<[u8]> = if len == self.bs {
-                Cow::Borrowed(&data[pos..pos + len])
-            } else {
-                let mut b = vec![0u8; self.bs];
-                b[at..at + len].copy_from_slice(&data[pos..pos + len]);
-                Cow::Owned(b)
-            };
-            // The data need not wait for the bitmap: nothing points at the
-            // block yet, and no earlier owner can (allocation never takes a
-            // block whose free is not durable: `pending_frees`). Only the
-            // pointer waits for both, so data and bitmap go out in one
-            // device flush.
-            let d = self.m.byte(
-                BlockNo(u64::from(phys)),
-                0,
-                &full,
-                &[],
-                contents_flags(inode),
-            )?;
-            out.extend([b, d]);
-            phys_run.push(phys);
-            goal = phys + 1;
-            pos += len;
-            at = 0;
+            out.extend(bits);
+            for phys in start..start + n as u32 {
+                let len = (self.bs - at).min(data.len() - pos);
+                // A whole block is patched from `data` as it is; a partial
+                // one is padded with zeros (a new block has no old bytes to
+                // keep).
+                let full: Cow<[u8]> = if len == self.bs {
+                    Cow::Borrowed(&data[pos..pos + len])
+                } else {
+                    let mut b = vec![0u8; self.bs];
+                    b[at..at + len].copy_from_slice(&data[pos..pos + len]);
+                    Cow::Owned(b)
+                };
+                // The data need not wait for the bitmap: nothing points at
+                // the block yet, and no earlier owner can (allocation never
+                // takes a block whose free is not durable: `pending_frees`).
+                // Only the pointer waits for both, so data and bitmap go out
+                // in one device flush.
+                let d = self.m.byte(
+                    BlockNo(u64::from(phys)),
+                    0,
+                    &full,
+                    &[],
+                    contents_flags(inode),
+                )?;
+                out.push(d);
+                phys_run.push(phys);
+                pos += len;
+                at = 0;
+            }
+            goal = start + n as u32;
         }
         let mut pointer_deps = out.clone();
         let end = first * self.bs as u64 + (in_block + pos) as u64;

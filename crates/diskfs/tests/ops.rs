@@ -518,3 +518,55 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
         judge(tmp.path(), &dev.snapshot());
     }
 }
+
+/// A large write takes its new blocks a run at a time: a run stops at a
+/// block in use and at one whose free is not durable yet (soft updates may
+/// not reuse it: a crash would leave two owners), and the group and
+/// superblock free counts come out exact.
+#[test]
+fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let root = fs.root();
+    let block_of = |fs: &mut stitch_diskfs::DiskFs, name: &[u8], seed: u8| {
+        let (f, _) = fs.create(root, name, 0o644, 0, 0, NOW).unwrap();
+        fs.write(f, 0, &pattern(seed, 4096), NOW).unwrap();
+        (f, fs.physical_block(f, 0).unwrap().unwrap())
+    };
+    // Five one-block files side by side.
+    let files: Vec<_> = (0..5u8)
+        .map(|i| block_of(&mut fs, &[b'a' + i], i))
+        .collect();
+    for w in files.windows(2) {
+        assert_eq!(w[1].1, w[0].1 + 1, "{files:?}");
+    }
+    // a's block is free and durable, b's is freed but not yet durable, and
+    // d's is free and durable with c still in use before it.
+    fs.unlink(root, b"a", NOW).unwrap();
+    fs.unlink(root, b"d", NOW).unwrap();
+    fs.sync().unwrap();
+    fs.unlink(root, b"b", NOW).unwrap();
+    let (big, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
+    let data = pattern(9, 8 * 4096);
+    fs.write(big, 0, &data, NOW).unwrap();
+    let blocks: Vec<u32> = (0..8)
+        .map(|l| fs.physical_block(big, l).unwrap().unwrap())
+        .collect();
+    let (a, b, c, d, e) = (files[0].1, files[1].1, files[2].1, files[3].1, files[4].1);
+    assert_eq!(blocks[0], a, "the first free block: {blocks:?}");
+    assert!(!blocks.contains(&b), "b's free is not durable: {blocks:?}");
+    assert!(!blocks.contains(&c) && !blocks.contains(&e), "{blocks:?}");
+    assert_eq!(blocks[1], d, "the next free block after c: {blocks:?}");
+    assert_eq!(blocks[2], e + 1, "then the run after e: {blocks:?}");
+    for w in blocks[2..].windows(2) {
+        assert_eq!(w[1], w[0] + 1, "one run after e: {blocks:?}");
+    }
+    assert_eq!(fs.read(big, 0, data.len()).unwrap(), data);
+    for (i, &(f, _)) in files.iter().enumerate() {
+        if i == 2 || i == 4 {
+            assert_eq!(fs.read(f, 0, 4096).unwrap(), pattern(i as u8, 4096));
+        }
+    }
+    fs.unmount(NOW).unwrap();
+    judge(tmp.path(), &dev.snapshot());
+}
