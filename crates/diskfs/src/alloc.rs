@@ -28,6 +28,7 @@
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use stitch_format::bitmap::Bitmap;
 use stitch_format::{GroupNo, InodeNo};
@@ -80,8 +81,7 @@ impl DiskFs {
                 0
             };
             let in_group = self.geo.blocks_in_group(GroupNo(g as u32)) as usize;
-            if let Some(bit) = self.find_clear_block(g, start, in_group)? {
-                let len = self.clear_run(g, bit, want.clamp(1, in_group - bit))?;
+            if let Some((bit, len)) = self.free_run(g, start, in_group, want)? {
                 let patches = self.set_run(self.gds[g].block_bitmap, bit, len)?;
                 self.gds[g].free_blocks_count -= len as u16;
                 self.sb.free_blocks_count_lo -= len as u32;
@@ -263,32 +263,38 @@ impl DiskFs {
             .unwrap_or(0)
     }
 
-    /// A free block of group `g` at or after `start` (wrapping), skipping
-    /// blocks whose free is not durable yet.
-    fn find_clear_block(&mut self, g: usize, start: usize, end: usize) -> Result<Option<usize>> {
-        let bitmap = self.gds[g].block_bitmap;
-        let Some(mask) = self.pending_frees.mask(g) else {
-            return self.find_clear(bitmap, start, end);
+    /// The first free block of group `g` at or after `start` (wrapping to
+    /// the group's start) and how many free blocks follow it in `..end`,
+    /// `want` at most (at least one): the bitmap read once, a block whose
+    /// free is not durable yet counting as used.
+    fn free_run(
+        &mut self,
+        g: usize,
+        start: usize,
+        end: usize,
+        want: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let bytes = self.m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        let seen: Cow<[u8]> = match self.pending_frees.mask(g) {
+            None => Cow::Borrowed(bytes),
+            Some(mask) => {
+                let mut seen = bytes.to_vec();
+                for (b, m) in seen.iter_mut().zip(mask) {
+                    *b |= m;
+                }
+                Cow::Owned(seen)
+            }
         };
-        let mut seen: Vec<u8> = self.m.read(BlockNo(u64::from(bitmap)))?.to_vec();
-        for (b, m) in seen.iter_mut().zip(mask) {
-            *b |= m;
-        }
-        Ok(clear_from(&Bitmap::new(&seen), start, end))
-    }
-
-    /// How many blocks of group `g` from the free block `bit` on, at most
-    /// `want`, are free, a block whose free is not durable counting as used.
-    fn clear_run(&mut self, g: usize, bit: usize, want: usize) -> Result<usize> {
-        let bitmap = self.m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
-        let map = Bitmap::new(bitmap);
-        let mask = self.pending_frees.mask(g).unwrap_or(&[]);
-        let pending = |i: usize| mask.get(i / 8).is_some_and(|m| m & (1 << (i % 8)) != 0);
-        let mut n = 1;
-        while n < want && map.get(bit + n) == Some(false) && !pending(bit + n) {
-            n += 1;
-        }
-        Ok(n)
+        let map = Bitmap::new(&seen);
+        let Some(bit) = clear_from(&map, start, end) else {
+            return Ok(None);
+        };
+        let most = want.clamp(1, end - bit);
+        let len = 1
+            + (1..most)
+                .take_while(|&n| map.get(bit + n) == Some(false))
+                .count();
+        Ok(Some((bit, len)))
     }
 
     /// Sets the clear bits `bit..bit + len` of a bitmap: one patch per
@@ -305,12 +311,6 @@ impl DiskFs {
             i += n;
         }
         Ok(patches)
-    }
-
-    /// The first clear bit in `[start, end)`, no wrapping.
-    fn find_clear(&mut self, bitmap: u32, start: usize, end: usize) -> Result<Option<usize>> {
-        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
-        Ok(clear_from(&Bitmap::new(bytes), start, end))
     }
 
     /// Whether block `block` is marked used in its group's bitmap.

@@ -174,9 +174,10 @@ impl DiskFs {
     /// Allocates, fills and attaches the new logical blocks `first..` that
     /// `data` (starting at `in_block` of the first) covers, a run from
     /// [`Self::new_run_len`]. The blocks are allocated in as few runs as free
-    /// space allows ([`Self::alloc_run`]) and each is written whole; the size covering the run goes first (e2fsck calls a mapped
-    /// block past the size corruption; a size over a hole only reads zeros);
-    /// then one patch sets the run's pointers, waiting on all of it. Running
+    /// space allows ([`Self::alloc_run`]) and each is written whole; the size
+    /// covering the run goes first (e2fsck calls a mapped block past the size
+    /// corruption; a size over a hole only reads zeros); then one patch sets
+    /// the run's pointers, waiting on all of it. Running
     /// out of space after the first block writes the blocks it got: returns
     /// the bytes written, the patches, and the error that stopped it.
     fn write_new_run(
