@@ -71,7 +71,9 @@ def mount(data, out):
     bases = [(key, label) for key, label, sid in
              [("vs_ext4", "rate relative to ext4 data=ordered", "ext4"),
               ("vs_fuse2fs", "rate relative to fuse2fs", "fuse2fs"),
-              ("vs_bindfs", "rate relative to bindfs", "bindfs")]
+              ("vs_bindfs", "rate relative to bindfs", "bindfs"),
+              ("vs_floor", "rate relative to the FUSE floor (what any FUSE server mounted so reaches)",
+               "fuse-floor")]
              if any(c["system"] == sid and c["rate"] for c in cells)]
     if not bases:
         bases = [("rate", "rate (own units)")]

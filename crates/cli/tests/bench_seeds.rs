@@ -2,29 +2,12 @@
 //! beside stitchfs, through real mounts (needs root, loop devices and
 //! FUSE; skipped without them). Checks the report's shape, never timings.
 
-use std::path::Path;
+mod bench_support;
+
+use bench_support::can_mount;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
-
-fn can_mount() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse".into());
-    }
-    for tool in ["mkfs.ext4", "losetup", "fusermount3"] {
-        let found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-            .iter()
-            .any(|d| Path::new(d).join(tool).exists());
-        if !found {
-            return Some(format!("no {tool}"));
-        }
-    }
-    None
-}
 
 #[test]
 fn quick_seeds_run_reports_every_phase() {

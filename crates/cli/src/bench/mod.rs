@@ -1,6 +1,7 @@
 //! Benchmark suites of `stitchfs bench`. Each prints figures; none asserts
 //! timings (tests never do).
 
+pub mod floor;
 pub mod fsck;
 pub mod modes;
 pub mod mount;

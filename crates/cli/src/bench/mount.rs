@@ -1,6 +1,6 @@
 //! `stitchfs bench mount`: McoreFS §6's workloads through a mounted file
-//! system, stitchfs beside the kernel's ext4, fuse2fs and bindfs
-//! ([`super::systems`]). The workloads run in this process with `std::fs`
+//! system, stitchfs beside the kernel's ext4, fuse2fs, bindfs and the FUSE
+//! floor ([`super::systems`], [`super::floor`]). The workloads run in this process with `std::fs`
 //! on the mount point, so every system is driven by the same system calls:
 //!
 //! - **smallfile** (McoreFS): per file, create, write 1 KB, fsync, close,
@@ -49,7 +49,7 @@ mod report;
 pub use report::{table, Report};
 
 /// The systems the suite compares by default (`--systems` picks others).
-pub const DEFAULT_SYSTEMS: &str = "stitchfs,stitchfs-softupdates,ext4,fuse2fs,bindfs";
+pub const DEFAULT_SYSTEMS: &str = "stitchfs,stitchfs-softupdates,ext4,fuse2fs,bindfs,fuse-floor";
 
 /// One row of the results: a workload, or a phase of one.
 pub struct Phase {

@@ -6,6 +6,9 @@
 //! - `fuse2fs` over an ext4 image file (e2fsprogs' FUSE server; it does not
 //!   write the journal);
 //! - `bindfs`, a FUSE passthrough over a directory of the host file system;
+//! - `fuse-floor`, the least a durable FUSE file system over an image does
+//!   (`stitchfs bench floor-server`, [`super::floor`]): what any of them
+//!   could reach on this machine, mounted as stitchfs is;
 //! - stitchfs itself: `stitchfs mount IMAGE MNT --foreground` run as a child
 //!   of this binary.
 //!
@@ -49,6 +52,7 @@ enum Kind {
     },
     Fuse2fs,
     Bindfs,
+    Floor,
     Stitchfs {
         consistency: &'static str,
         data: Option<&'static str>,
@@ -82,7 +86,7 @@ const fn stitchfs(
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 12] = [
+pub const SYSTEMS: [System; 13] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     stitchfs(
         "stitchfs-softupdates",
@@ -122,6 +126,11 @@ pub const SYSTEMS: [System; 12] = [
         id: "bindfs",
         label: "bindfs",
         kind: Kind::Bindfs,
+    },
+    System {
+        id: "fuse-floor",
+        label: "FUSE floor",
+        kind: Kind::Floor,
     },
 ];
 
@@ -206,17 +215,8 @@ impl System {
                 .or_else(|| installed("mkfs.ext4", "e2fsprogs"))
                 .or_else(fuse),
             Kind::Bindfs => installed("bindfs", "bindfs").or_else(fuse),
-            Kind::Stitchfs { .. } => fuse().or_else(|| {
-                let has_mount = std::env::current_exe().ok().is_some_and(|exe| {
-                    Command::new(exe)
-                        .args(["mount", "--help"])
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status()
-                        .is_ok_and(|s| s.success())
-                });
-                (!has_mount).then(|| "this stitchfs binary has no `mount` subcommand".into())
-            }),
+            Kind::Stitchfs { .. } => fuse().or_else(|| own_subcommand(&["mount"])),
+            Kind::Floor => fuse().or_else(|| own_subcommand(&["bench", "floor-server"])),
         }
     }
 
@@ -237,6 +237,13 @@ impl System {
             Kind::Kernel { fstype, .. } => mke2fs(&format!("mkfs.{fstype}"), &img, bytes),
             Kind::Fuse2fs => mke2fs("mkfs.ext4", &img, bytes),
             Kind::Bindfs => Ok(std::fs::create_dir(&src)?),
+            Kind::Floor => {
+                let saved = super::floor::saved(&img);
+                if saved.exists() {
+                    std::fs::remove_file(&saved)?;
+                }
+                Ok(File::create(&img)?.set_len(bytes)?)
+            }
             Kind::Stitchfs { consistency, .. } => {
                 let opts = MkfsOptions {
                     size: Some(bytes),
@@ -288,6 +295,14 @@ impl System {
                 cmd.arg("-f").arg(place.src()).arg(&mnt);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
+            Kind::Floor => {
+                let mut cmd = Command::new(std::env::current_exe()?);
+                cmd.args(["bench", "floor-server"])
+                    .arg(&img)
+                    .arg(&mnt)
+                    .args(["-o", "allow_other"]);
+                m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
+            }
             Kind::Stitchfs { consistency, data } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("mount").arg(&img).arg(&mnt).args([
@@ -305,6 +320,26 @@ impl System {
         }
         Ok(m)
     }
+}
+
+/// Why this binary cannot serve a system: it lacks the subcommand `args`
+/// (`None` when `args --help` works).
+fn own_subcommand(args: &[&str]) -> Option<String> {
+    let works = std::env::current_exe().ok().is_some_and(|exe| {
+        Command::new(exe)
+            .args(args)
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    (!works).then(|| {
+        format!(
+            "this stitchfs binary has no `{}` subcommand",
+            args.join(" ")
+        )
+    })
 }
 
 /// `mkfs.ext4`/`mkfs.ext2` of a new sparse image, 4 KiB blocks, with the

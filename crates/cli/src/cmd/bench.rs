@@ -26,7 +26,8 @@ enum Suite {
     Modes(ModesArgs),
     /// McoreFS §6 through a mount: smallfile, largefile, mailbench and
     /// create/stat/unlink rates of stitchfs beside ext4 (loop device),
-    /// fuse2fs and bindfs, each on storage made fresh in --out DIR (so the
+    /// fuse2fs, bindfs and the FUSE floor (`floor-server`), each on storage
+    /// made fresh in --out DIR (so the
     /// disk measured is that directory's; without --out, the system's
     /// temporary directory). Needs root (loop mounts, dropping caches).
     Mount(MountArgs),
@@ -41,6 +42,25 @@ enum Suite {
     /// `stitchfs fsck` beside `e2fsck -fn` on one kernel-filled ext2 image
     /// (needs root for the loop mount that fills it).
     Fsck(FsckArgs),
+    /// The FUSE floor `bench mount` compares against (the system
+    /// `fuse-floor`): a FUSE server mounted as stitchfs is that keeps its
+    /// namespace in memory, writes file data straight into IMAGE, and makes
+    /// fsync one fdatasync of IMAGE (no metadata, no ordering: a crash loses
+    /// the namespace). It shows how fast any durable FUSE file system over
+    /// an image could be on this machine. Runs in the foreground until
+    /// unmounted; the namespace is kept in IMAGE.floor between mounts.
+    FloorServer(FloorArgs),
+}
+
+#[derive(clap::Args)]
+struct FloorArgs {
+    /// An existing file whose size bounds the data (made with `truncate`).
+    image: PathBuf,
+    /// Where to mount.
+    mountpoint: PathBuf,
+    /// FUSE mount options (allow_other, ...).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -103,7 +123,7 @@ struct MountArgs {
     /// Systems to compare, comma-separated, or `all`: stitchfs,
     /// stitchfs-softupdates, stitchfs-writeback, stitchfs-data-journal,
     /// stitchfs-async, ext4 (data=ordered), ext4-writeback, ext4-journal,
-    /// ext4-sync, ext2, fuse2fs, bindfs.
+    /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
     #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
     systems: String,
     /// Workloads to run, comma-separated, or `all`: smallfile, largefile,
@@ -210,6 +230,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Suite::Mount(a) => run_mount(a),
         Suite::Seeds(a) => run_seeds(a),
         Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
+        Suite::FloorServer(a) => crate::bench::floor::serve(&a.image, &a.mountpoint, &a.options),
     }
 }
 

@@ -215,7 +215,8 @@ fn check_name(name: &[u8]) -> OpResult<()> {
 }
 
 /// A fuser reply that can carry an error.
-trait ErrorReply {
+/// A reply that can carry an errno (every `fuser` reply type can).
+pub(crate) trait ErrorReply {
     fn fail(self, e: Errno);
 }
 

@@ -33,6 +33,9 @@ pub struct Cell {
     pub vs_ext4: Option<f64>,
     pub vs_fuse2fs: Option<f64>,
     pub vs_bindfs: Option<f64>,
+    /// Against the FUSE floor (`fuse-floor`): the share of what any FUSE
+    /// server mounted this way reaches here.
+    pub vs_floor: Option<f64>,
     /// fsync-bound phases: fsyncs per second over the device's 4 KiB
     /// write + fdatasync rate; largefile: MB/s over the device's sequential
     /// bandwidth (each run against its own probe; the median).
@@ -53,19 +56,26 @@ pub struct Goal {
     pub measured: Option<f64>,
     /// At least this.
     pub limit: f64,
+    /// The same ratio for the FUSE floor, when it ran: a goal it misses
+    /// too, where it is faster than stitchfs, is beyond any FUSE server
+    /// mounted this way on this machine.
+    pub floor: Option<f64>,
 }
 
 impl Goal {
-    fn verdict(&self) -> &'static str {
-        match self.measured {
-            None => "not measured",
-            Some(m) if m >= self.limit => "met",
-            Some(_) => "not met",
+    fn verdict(&self) -> String {
+        match (self.measured, self.floor) {
+            (None, _) => "not measured".into(),
+            (Some(m), _) if m >= self.limit => "met".into(),
+            (Some(m), Some(f)) if f < self.limit && f >= m => {
+                format!("not met; the FUSE floor reaches only {f:.2} here")
+            }
+            (Some(_), _) => "not met".into(),
         }
     }
 }
 
-const BASELINES: [&str; 3] = ["ext4", "fuse2fs", "bindfs"];
+const BASELINES: [&str; 4] = ["ext4", "fuse2fs", "bindfs", "fuse-floor"];
 
 /// `samples[system][phase][run]`, `None` where nothing ran (skipped).
 pub(super) fn build(
@@ -129,7 +139,7 @@ pub(super) fn build(
                     .filter_map(|run| Some(rate(s, p, run)? * floor(run)?))
                     .collect(),
             );
-            let [vs_ext4, vs_fuse2fs, vs_bindfs] = BASELINES.map(ratio);
+            let [vs_ext4, vs_fuse2fs, vs_bindfs, vs_floor] = BASELINES.map(ratio);
             cells.push(Cell {
                 phase: phase.name,
                 unit: phase.unit,
@@ -140,6 +150,7 @@ pub(super) fn build(
                 vs_ext4,
                 vs_fuse2fs,
                 vs_bindfs,
+                vs_floor,
                 vs_device,
                 fsyncs_per_s: fsyncs,
                 seconds: mid.map(|m| m.seconds),
@@ -162,23 +173,20 @@ pub(super) fn build(
 
 /// The goals, for every stitchfs configuration that ran: smallfile ≥ 1.3×
 /// ext4, largefile ≥ 0.9× ext4, every phase ≥ 2× fuse2fs, stat ≥ 80% of
-/// bindfs.
+/// bindfs; each beside what the FUSE floor measured on it.
 fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
     let mut out = Vec::new();
+    let cell = |sys: &str, phase: &str| cells.iter().find(|c| c.system == sys && c.phase == phase);
     for sys in systems.iter().filter(|s| s.id.starts_with("stitchfs")) {
-        let cell = |phase: &str| {
-            cells
-                .iter()
-                .find(|c| c.system == sys.id && c.phase == phase)
-        };
         // Only for the phases that ran.
         let mut goal = |phase: &str, base: &str, measured: fn(&Cell) -> Option<f64>, limit| {
-            if let Some(c) = cell(phase) {
+            if let Some(c) = cell(sys.id, phase) {
                 out.push(Goal {
                     system: sys.id,
                     what: format!("{phase} rate vs {base}"),
                     measured: measured(c),
                     limit,
+                    floor: cell("fuse-floor", phase).and_then(measured),
                 });
             }
         };
@@ -257,19 +265,19 @@ pub fn table(r: &Report) -> String {
         out.push('\n');
     }
     out.push_str(
-        "| workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs device | time s \
-         | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device \
+         | time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for c in &r.cells {
         let head = format!("| {} | {} |", c.phase, c.label);
         if let Some(why) = &c.skipped {
             let short = why.split(':').next().unwrap_or(why);
-            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(10)));
+            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(11)));
             continue;
         }
         let Some(rt) = c.rate else {
-            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(10)));
+            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(11)));
             continue;
         };
         let u = c.usage.clone().unwrap_or_default();
@@ -279,12 +287,13 @@ pub fn table(r: &Report) -> String {
             _ => "–".into(),
         };
         out.push_str(&format!(
-            "{head} {} {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
+            "{head} {} {} | {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
             figure(rt),
             c.unit,
             ratio(c.vs_ext4),
             ratio(c.vs_fuse2fs),
             ratio(c.vs_bindfs),
+            ratio(c.vs_floor),
             c.seconds.unwrap_or(f64::NAN),
             u.client_cpu,
             u.server_cpu.map_or("–".into(), |x| format!("{x:.2}")),
@@ -295,6 +304,10 @@ pub fn table(r: &Report) -> String {
     }
     out.push_str(
         "\nRatios are medians of per-run ratios (a run's systems run back to back). \
+         vs floor: against the FUSE floor (`stitchfs bench floor-server`), a server mounted \
+         as stitchfs is that keeps its namespace in memory, writes file data straight into \
+         its image and makes every fsync one fdatasync: what any durable FUSE file system \
+         over an image could reach here. \
          vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
          its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
          or to the end of the unmount after it. Client CPU: the benchmark process (the \
@@ -342,11 +355,16 @@ mod tests {
 
     #[test]
     fn ratios_are_taken_run_by_run() {
-        let systems = select("stitchfs,ext4,fuse2fs").unwrap();
+        let systems = select("stitchfs,ext4,fuse2fs,fuse-floor").unwrap();
         // Run 2 is slow for everyone: per-run ratios stay 2.0 for stitchfs
         // over ext4, whatever the medians of the rates say.
-        let rates = [[20.0, 2.0, 30.0], [10.0, 1.0, 15.0], [5.0, 5.0, 5.0]];
-        let samples = (0..3)
+        let rates = [
+            [20.0, 2.0, 30.0],
+            [10.0, 1.0, 15.0],
+            [5.0, 5.0, 5.0],
+            [25.0, 2.5, 36.0],
+        ];
+        let samples = (0..4)
             .map(|s| {
                 (0..PHASES.len())
                     .map(|p| {
@@ -373,7 +391,7 @@ mod tests {
             machine,
             vec![device; 3],
             &systems,
-            &[None, None, None],
+            &[None, None, None, None],
             samples,
         );
         let cell = |p: &str, s: &str| {
@@ -403,6 +421,32 @@ mod tests {
         assert_eq!(smallfile.verdict(), "met");
         let bindfs = r.goals.iter().find(|g| g.what.contains("bindfs")).unwrap();
         assert_eq!(bindfs.verdict(), "not measured");
+        // 20 against the floor's 25 in run 1 (and 2.0 against 2.5 in run 2):
+        // 0.8 of the floor. The floor itself reaches 6.1 of fuse2fs (5.0
+        // and 7.2; fuse2fs failed run 2), above the goal of 2: a miss would
+        // be stitchfs's own.
+        assert_eq!(c.vs_floor, Some(0.8));
+        let vs_fuse2fs = r
+            .goals
+            .iter()
+            .find(|g| g.what.starts_with("smallfile rate vs fuse2fs"))
+            .unwrap();
+        assert_eq!(vs_fuse2fs.floor, Some(6.1));
+        let beyond = Goal {
+            floor: Some(1.5),
+            measured: Some(1.2),
+            ..vs_fuse2fs.clone()
+        };
+        assert_eq!(
+            beyond.verdict(),
+            "not met; the FUSE floor reaches only 1.50 here"
+        );
+        // A floor slower than stitchfs bounds nothing.
+        let slower = Goal {
+            floor: Some(1.0),
+            ..beyond.clone()
+        };
+        assert_eq!(slower.verdict(), "not met");
         let text = table(&r);
         assert!(
             text.contains("| smallfile | stitchfs journal | 20.0 files/s | 2.00 |"),
