@@ -195,12 +195,101 @@ impl State {
         self.next_ino += 1;
         let is_dir = node.kind == Kind::Dir;
         self.nodes.insert(ino, node);
+        self.attach(dir, name, ino, is_dir)?;
+        Ok(ino)
+    }
+
+    /// Names `ino` in `dir` (a subdirectory links its parent).
+    fn attach(&mut self, dir: u64, name: &[u8], ino: u64, is_dir: bool) -> Result<()> {
         let d = self.dir(dir)?;
         d.index.insert(name.to_vec(), ino);
         d.nlink += u32::from(is_dir);
         d.mtime = now();
         d.ctime = d.mtime;
-        Ok(ino)
+        Ok(())
+    }
+
+    /// Takes `name` out of `dir`, leaving what it named alone.
+    fn detach(&mut self, dir: u64, name: &[u8], is_dir: bool) -> Result<()> {
+        let d = self.dir(dir)?;
+        d.index.remove(name);
+        d.nlink -= u32::from(is_dir);
+        d.mtime = now();
+        d.ctime = d.mtime;
+        Ok(())
+    }
+
+    /// Whether `dir` is `ino` or lies below it.
+    fn is_within(&self, dir: u64, ino: u64) -> bool {
+        let mut todo = vec![ino];
+        while let Some(d) = todo.pop() {
+            if d == dir {
+                return true;
+            }
+            let Some(n) = self.nodes.get(&d) else {
+                continue;
+            };
+            let subdirs = n
+                .index
+                .values()
+                .filter(|i| self.nodes.get(i).is_some_and(|c| c.kind == Kind::Dir));
+            todo.extend(subdirs);
+        }
+        false
+    }
+
+    /// Moves `name` in `dir` to `newname` in `newdir`, replacing a target
+    /// of the same kind unless `noreplace`.
+    fn rename(
+        &mut self,
+        dir: u64,
+        name: &[u8],
+        newdir: u64,
+        newname: &[u8],
+        noreplace: bool,
+    ) -> Result<()> {
+        if newname.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let ino = self.lookup(dir, name)?.ok_or(Errno::ENOENT)?;
+        let is_dir = self.node(ino)?.kind == Kind::Dir;
+        if is_dir && self.is_within(newdir, ino) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(old) = self.lookup(newdir, newname)? {
+            if old == ino {
+                return Ok(());
+            }
+            if noreplace {
+                return Err(Errno::EEXIST);
+            }
+            let old_dir = self.node(old)?.kind == Kind::Dir;
+            if old_dir != is_dir {
+                return Err(if is_dir {
+                    Errno::ENOTDIR
+                } else {
+                    Errno::EISDIR
+                });
+            }
+            self.remove(newdir, newname, old_dir)?;
+        }
+        self.detach(dir, name, is_dir)?;
+        self.attach(newdir, newname, ino, is_dir)?;
+        self.node(ino)?.ctime = now();
+        Ok(())
+    }
+
+    /// Records a write of `len` bytes at `offset` (at the end with
+    /// `append`): the file's new size, and where the bytes go.
+    fn write(&mut self, ino: u64, offset: u64, len: u64, append: bool) -> Result<(Runs, Zeros)> {
+        let n = self.node(ino)?;
+        let off = if append { n.size } else { offset };
+        let runs = self.runs(ino, off, len, true)?;
+        let n = self.node(ino)?;
+        n.size = n.size.max(off + len);
+        n.mtime = now();
+        n.ctime = n.mtime;
+        Ok(runs)
     }
 
     /// Takes `name` out of `dir` and drops a link of what it named.
@@ -213,22 +302,16 @@ impl State {
             (Kind::Dir, true) if !n.index.is_empty() => return Err(Errno::ENOTEMPTY),
             _ => {}
         }
-        let d = self.dir(dir)?;
-        d.index.remove(name);
-        d.nlink -= u32::from(want_dir);
-        d.mtime = now();
-        d.ctime = d.mtime;
-        self.unlink_node(ino, want_dir);
-        Ok(())
-    }
-
-    fn unlink_node(&mut self, ino: u64, is_dir: bool) {
-        let Some(n) = self.nodes.get_mut(&ino) else {
-            return;
+        self.detach(dir, name, want_dir)?;
+        let n = self.node(ino)?;
+        n.nlink = if want_dir {
+            0
+        } else {
+            n.nlink.saturating_sub(1)
         };
-        n.nlink = if is_dir { 0 } else { n.nlink.saturating_sub(1) };
         n.ctime = now();
         self.drop_if_gone(ino);
+        Ok(())
     }
 
     /// Frees a node no name and no handle holds any more.
@@ -542,47 +625,18 @@ impl fuser::Filesystem for Floor {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let work = || -> Result<()> {
-            if !(flags & !RenameFlags::RENAME_NOREPLACE).is_empty() {
-                return Err(Errno::EINVAL);
-            }
-            let (name, newname) = (name.as_bytes(), newname.as_bytes());
-            if newname.len() > NAME_MAX {
-                return Err(Errno::ENAMETOOLONG);
-            }
-            let mut s = self.state();
-            let ino = s.lookup(parent.0, name)?.ok_or(Errno::ENOENT)?;
-            let is_dir = s.node(ino)?.kind == Kind::Dir;
-            if let Some(old) = s.lookup(newparent.0, newname)? {
-                if old == ino {
-                    return Ok(());
-                }
-                if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-                    return Err(Errno::EEXIST);
-                }
-                let old_dir = s.node(old)?.kind == Kind::Dir;
-                if old_dir != is_dir {
-                    return Err(if is_dir {
-                        Errno::ENOTDIR
-                    } else {
-                        Errno::EISDIR
-                    });
-                }
-                s.remove(newparent.0, newname, old_dir)?;
-            }
-            let t = now();
-            let from = s.dir(parent.0)?;
-            from.index.remove(name);
-            from.nlink -= u32::from(is_dir);
-            from.mtime = t;
-            let to = s.dir(newparent.0)?;
-            to.index.insert(newname.to_vec(), ino);
-            to.nlink += u32::from(is_dir);
-            to.mtime = t;
-            s.node(ino)?.ctime = t;
-            Ok(())
+        let r = if (flags & !RenameFlags::RENAME_NOREPLACE).is_empty() {
+            self.state().rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.contains(RenameFlags::RENAME_NOREPLACE),
+            )
+        } else {
+            Err(Errno::EINVAL)
         };
-        answer(reply, work(), |reply, ()| reply.ok());
+        answer(reply, r, |reply, ()| reply.ok());
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -671,20 +725,7 @@ impl fuser::Filesystem for Floor {
         reply: ReplyWrite,
     ) {
         let append = flags.0 & libc::O_APPEND != 0;
-        let runs = {
-            let mut s = self.state();
-            let mut work = || -> Result<(Runs, Zeros)> {
-                let n = s.node(ino.0)?;
-                let off = if append { n.size } else { offset };
-                let runs = s.runs(ino.0, off, data.len() as u64, true)?;
-                let n = s.node(ino.0)?;
-                n.size = n.size.max(off + data.len() as u64);
-                n.mtime = now();
-                n.ctime = n.mtime;
-                Ok(runs)
-            };
-            work()
-        };
+        let runs = self.state().write(ino.0, offset, data.len() as u64, append);
         let (runs, zeros) = match runs {
             Ok(r) => r,
             Err(e) => return reply.error(e),
@@ -826,15 +867,16 @@ impl fuser::Filesystem for Floor {
         reply.ok();
     }
 
+    /// As `fsync`: one fdatasync of the image.
     fn fsyncdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer(reply, self.durable(), |reply, ()| reply.ok());
+        self.fsync(req, ino, fh, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -981,6 +1023,33 @@ mod tests {
         );
         s.truncate(f, 0).unwrap();
         assert_eq!(s.free.len(), 3);
+    }
+
+    #[test]
+    fn a_rename_moves_links_and_refuses_a_loop() {
+        let mut s = State::new(1);
+        let root = INodeNo::ROOT.0;
+        let dir = |s: &mut State, at, name: &[u8]| {
+            s.make(at, name, Node::new(Kind::Dir, 0o755, 0, 0)).unwrap()
+        };
+        let a = dir(&mut s, root, b"a");
+        let b = dir(&mut s, a, b"b");
+        // A directory into itself or below itself would leave the tree.
+        assert_eq!(s.rename(root, b"a", b, b"a", false), Err(Errno::EINVAL));
+        assert_eq!(s.rename(root, b"a", a, b"x", false), Err(Errno::EINVAL));
+        s.rename(a, b"b", root, b"b", false).unwrap();
+        assert_eq!(s.node(a).unwrap().nlink, 2);
+        assert_eq!(s.node(root).unwrap().nlink, 4);
+        assert_eq!(s.lookup(root, b"b"), Ok(Some(b)));
+        // A file replaces a file; it does not replace a directory, nor
+        // anything with noreplace.
+        let f = file(&mut s, b"f");
+        let g = file(&mut s, b"g");
+        assert_eq!(s.rename(root, b"f", root, b"b", false), Err(Errno::EISDIR));
+        assert_eq!(s.rename(root, b"f", root, b"g", true), Err(Errno::EEXIST));
+        s.rename(root, b"f", root, b"g", false).unwrap();
+        assert_eq!(s.lookup(root, b"g"), Ok(Some(f)));
+        assert!(!s.nodes.contains_key(&g));
     }
 
     #[test]
