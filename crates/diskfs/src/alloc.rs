@@ -18,6 +18,16 @@
 //! after a crash, would show the new owner's data. When only such blocks
 //! are left, allocation commits and checkpoints, then tries again.
 //!
+//! In soft updates a number reserved for the layer above
+//! ([`DiskFs::reserve_inode`]) is marked used in the bitmap at once, not
+//! when its inode is made: a new inode's initialization waits for its bit,
+//! and its entry for the initialization, so a new file's fsync took one
+//! device flush per link of that chain. The layer above reserves numbers
+//! in batches, so most new inodes find their bit on disk already (written
+//! with an earlier flush) and an fsync needs two flushes: the initialized
+//! inode, then its entry. A crash leaves the unused numbers marked used
+//! for nothing (a leak); unreserving one frees its bit.
+//!
 //! Soft updates use the same rule as a preference: reusing a block whose
 //! free is not yet durable is correct (the dependency above) but chains the
 //! new owner behind the old owner's whole deletion (entry, inode, bitmap),
@@ -135,21 +145,38 @@ impl DiskFs {
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
         let g = g.0 as usize;
+        // A number reserved in soft updates is marked and counted already.
+        let p = match self.premarked.remove(&ino) {
+            Some(p) => p,
+            None => self.mark_inode(g, index as usize)?,
+        };
+        if dir {
+            self.gds[g].used_dirs_count += 1;
+            self.write_group(g)?;
+        }
+        Ok((ino, p))
+    }
+
+    /// Marks inode bit `index` of group `g` used and counts it.
+    fn mark_inode(&mut self, g: usize, index: usize) -> Result<PatchId> {
         self.expect_bit(
             self.gds[g].inode_bitmap,
-            index as usize,
+            index,
             false,
             "allocating a used inode",
         )?;
-        let p = self.flip(self.gds[g].inode_bitmap, index as usize, &[])?;
+        let p = self.flip(self.gds[g].inode_bitmap, index, &[])?;
         self.gds[g].free_inodes_count -= 1;
         self.sb.free_inodes_count -= 1;
-        if dir {
-            self.gds[g].used_dirs_count += 1;
-        }
         self.write_group(g)?;
         self.write_super()?;
-        Ok((ino, p))
+        Ok(p)
+    }
+
+    /// Free inodes, counting those reserved and marked ahead in soft
+    /// updates (free to the layer above, which counts its reservations).
+    pub fn free_inodes(&self) -> u32 {
+        self.sb.free_inodes_count + self.premarked.len() as u32
     }
 
     /// Reserves the number a new file in `parent` (or a new directory)
@@ -157,14 +184,30 @@ impl DiskFs {
     /// once and creates the inode later with [`DiskFs::apply_as`]. The
     /// reservation lives in memory; [`DiskFs::unreserve_inode`] returns a
     /// number whose file never reached the disk.
+    ///
+    /// In soft updates the number is also marked used in the bitmap now
+    /// (see the module comment).
     pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let ino = self.pick_inode(parent, dir)?;
+        if self.m.consistency() == crate::Consistency::SoftUpdates {
+            let (g, index) = self
+                .geo
+                .inode_group(ino)
+                .ok_or(DiskError::Invalid("inode out of range"))?;
+            let p = self.mark_inode(g.0 as usize, index as usize)?;
+            self.premarked.insert(ino, p);
+        }
         self.reserved.insert(ino, self.geo.inodes_per_group);
         Ok(ino)
     }
 
-    pub fn unreserve_inode(&mut self, ino: InodeNo) {
+    /// Gives back a reserved number (and frees its bit, if marked ahead).
+    pub fn unreserve_inode(&mut self, ino: InodeNo) -> Result<()> {
         self.reserved.remove(ino, self.geo.inodes_per_group);
+        if self.premarked.remove(&ino).is_some() {
+            self.free_inode(ino, false, &[])?;
+        }
+        Ok(())
     }
 
     /// How many free inodes are reserved.

@@ -1,7 +1,8 @@
 //! The logical operations diskfs offers the layer above. Each returns the
-//! patch that stands for it (an empty patch over all the patches it made),
-//! so a caller can make later work depend on it or wait for it: the
-//! `patch_t **p` convention of Featherstitch §6.
+//! patch that stands for it (an empty patch over the patches of its change
+//! to the tree), so a caller can make later work depend on it or wait for
+//! it: the `patch_t **p` convention of Featherstitch §6. Deleting an inode
+//! whose last name went is not part of it (see [`DiskFs::drop_name`]).
 //!
 //! Soft-updates order, per operation:
 //! - create / mkdir: allocate the inode (and a directory's block), initialize
@@ -11,7 +12,8 @@
 //!   (rule 3: the count is never below the references on disk); when the
 //!   last link goes, mark the inode deleted, and free its blocks and inode
 //!   only after that (rule 2: a resource is reusable only once nothing on
-//!   disk points to it).
+//!   disk points to it). The operation waits for the entry's removal (and a
+//!   surviving inode's lower count); the deletion follows on its own.
 
 use crate::dir::check_name;
 use crate::error::{DiskError, Result};
@@ -143,13 +145,32 @@ impl DiskFs {
         }
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
         // An entry that never reached the disk needs no waiting for (§4.5).
-        let after: &[PatchId] = if never_on_disk { &[] } else { &removed };
-        let dropped = self.drop_link(entry.ino, after, now)?;
         if never_on_disk {
             // On disk the removal is a no-op: the operation is the inode's.
+            let dropped = self.drop_link(entry.ino, &[], now)?;
             return self.stands_for(&[&dropped]);
         }
+        let dropped = self.drop_name(entry.ino, &removed, now)?;
         self.stands_for(&[&removed, &dropped])
+    }
+
+    /// [`DiskFs::drop_link`], returning what the operation that removed the
+    /// name stands for: the lower count of an inode that keeps other names.
+    /// An inode losing its last name leaves the tree with that name; its
+    /// deletion (cleared, then its blocks and number freed) follows the
+    /// removal on its own and reaches the disk with later writes. A crash
+    /// before then leaves a leak, never a lost name, and a sync of the
+    /// operation waits for the tree only: in soft updates one device flush,
+    /// not three (removal, cleared inode, freed bits).
+    pub(crate) fn drop_name(
+        &mut self,
+        ino: InodeNo,
+        removed: &[PatchId],
+        now: u32,
+    ) -> Result<Vec<PatchId>> {
+        let keeps_names = self.read_inode(ino)?.core.links_count > 1;
+        let dropped = self.drop_link(ino, removed, now)?;
+        Ok(if keeps_names { dropped } else { Vec::new() })
     }
 
     /// Removes the empty directory `name` from `parent`.

@@ -12,7 +12,9 @@
 //! - a non-directory: its link count goes up, the new entry is set (added, or
 //!   an existing entry retargeted in place), then the old entry is removed,
 //!   then the count comes down; a replaced inode loses its link after the
-//!   entry stops naming it. A crash leaves at most a count too high.
+//!   entry stops naming it (deleted with its last link, which the rename
+//!   does not wait for: see `DiskFs::drop_name`). A crash leaves at most a
+//!   count too high.
 //! - a directory: two entries naming one directory is corruption on disk,
 //!   so here the old entry goes first and the new one follows; a crash in
 //!   between leaves the directory unconnected (a leak: fsck reconnects it).
@@ -160,7 +162,7 @@ impl DiskFs {
             .chain(down)
             .collect();
         if let Some(old) = dst {
-            out.extend(self.drop_link(old, &set, now)?);
+            out.extend(self.drop_name(old, &set, now)?);
         }
         Ok(out)
     }

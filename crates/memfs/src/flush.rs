@@ -434,7 +434,7 @@ impl MemFs {
                 .store(u64::from(sb.free_blocks_count_lo), Ordering::Release);
             self.inner
                 .disk_free_inodes
-                .store(u64::from(sb.free_inodes_count), Ordering::Release);
+                .store(u64::from(disk.free_inodes()), Ordering::Release);
             self.note_reserved(disk);
             r.map(|()| sectors)
         };
@@ -678,7 +678,8 @@ impl MemFs {
             p.iter_mut().flat_map(std::mem::take).collect()
         };
         for ino in pool {
-            disk.unreserve_inode(InodeNo(ino as u32));
+            disk.unreserve_inode(InodeNo(ino as u32))
+                .map_err(|e| self.latch(e))?;
         }
         disk.unmount(self.now()).map_err(|e| self.latch(e))
     }

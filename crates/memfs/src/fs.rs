@@ -130,7 +130,7 @@ impl MemFs {
             total_inodes: u64::from(sb.inodes_count),
             reserved_root_blocks: u64::from(sb.r_blocks_count_lo),
             disk_free_blocks: AtomicU64::new(u64::from(sb.free_blocks_count_lo)),
-            disk_free_inodes: AtomicU64::new(u64::from(sb.free_inodes_count)),
+            disk_free_inodes: AtomicU64::new(u64::from(disk.free_inodes())),
             disk_reserved_inodes: AtomicU64::new(disk.reserved_inodes() as u64),
             block_size: disk.block_size() as u64,
             xattrs: disk.supports_xattrs(),

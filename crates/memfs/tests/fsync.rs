@@ -321,6 +321,61 @@ fn fsync_flushes_follow_the_dependency_chain() {
     }
 }
 
+/// McoreFS's smallfile loop (create, write 1 KB, fsync, unlink): in soft
+/// updates a new file's fsync is two device flushes, the initialized inode
+/// and then its entry. Its inode number's bitmap bit was marked ahead of
+/// need by an earlier flush (three flushes when the bit waited in the
+/// chain), and the previous file's unlink in the same flush waits only for
+/// its entry to go, not for its inode's deletion behind it (three more).
+/// An unlink alone is one flush. Every journal mode commits each in one.
+#[test]
+fn a_new_file_beside_an_unlink_takes_two_flushes() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        let su = mode == Consistency::SoftUpdates;
+        for i in 0..8 {
+            let name = format!("f{i}").into_bytes();
+            let f = fs.mknod(r, &name, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+            fs.write(f.ino, 0, &[7; 1024], false).unwrap();
+            let before = dev.stats().flushes;
+            fs.fsync(f.ino, false).unwrap();
+            let flushes = dev.stats().flushes - before;
+            // The first file's number was not marked ahead: its bit is
+            // the first link of its chain.
+            if i > 0 {
+                assert_eq!(flushes, if su { 2 } else { 1 }, "{mode:?} file #{i}");
+            }
+            fs.unlink(r, &name).unwrap();
+        }
+        let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(g.ino, 0, &[8; 1024], false).unwrap();
+        fs.fsync(g.ino, false).unwrap();
+        fs.unlink(r, b"g").unwrap();
+        let before = dev.stats().flushes;
+        fs.fsync(r, false).unwrap();
+        assert_eq!(dev.stats().flushes - before, 1, "{mode:?} unlink");
+        // What the fsyncs promised is on disk, and what they left for
+        // later is only a leak.
+        let now = disk_image(&fs);
+        if let Err(report) = check_image(&now, su) {
+            panic!("{mode:?}: a crash now: {report}");
+        }
+        let after = mount_on(device(now), mode, opts());
+        assert!(
+            names(&after, r).is_empty(),
+            "{mode:?}: {:?}",
+            names(&after, r)
+        );
+        // A clean unmount leaves nothing marked ahead: the image checks clean.
+        fs.unmount().unwrap();
+        if let Err(report) = check_image(&dev.snapshot(), false) {
+            panic!("{mode:?}: after unmount: {report}");
+        }
+    }
+}
+
 /// A fresh 64 MiB image mounted with write-behind at 1 MiB and a
 /// background flusher that only write-behind wakes.
 fn mount_writing_behind(mode: Consistency) -> MemFs {
