@@ -376,6 +376,57 @@ fn a_new_file_beside_an_unlink_takes_two_flushes() {
     }
 }
 
+/// Journal mode: an fsync's device flush carries its transaction's log,
+/// and the home writes of the transactions before it go out once every
+/// `home_writes_every` syncs (every eighth by default) rather than with
+/// each one. The same smallfile loop writes fewer blocks than with home
+/// writes after every sync, the log stays live until they are durable, and
+/// after a crash now and after unmount the image checks clean.
+#[test]
+fn journal_home_writes_wait_for_every_eighth_sync() {
+    let blocks_written = |every: u32| {
+        let dev = device(fresh_image(64 << 20, true));
+        let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
+        let jcfg = stitch_diskfs::JournalConfig {
+            home_writes_every: every,
+            ..Default::default()
+        };
+        let mode = Consistency::Journal(stitch_diskfs::DataMode::Ordered);
+        let disk = stitch_diskfs::DiskFs::mount_with(cache, mode, jcfg, NOW).unwrap();
+        let fs = stitch_memfs::MemFs::mount(disk, opts()).unwrap();
+        let r = fs.root();
+        let mut written = 0;
+        for i in 0..40 {
+            let name = format!("f{i}").into_bytes();
+            let f = fs.mknod(r, &name, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+            fs.write(f.ino, 0, &[9; 1024], false).unwrap();
+            let before = dev.stats().blocks_written;
+            fs.fsync(f.ino, false).unwrap();
+            written += dev.stats().blocks_written - before;
+            if i % 2 == 0 {
+                fs.unlink(r, &name).unwrap();
+            }
+        }
+        if let Err(report) = check_image(&disk_image(&fs), false) {
+            panic!("every {every}: a crash now: {report}");
+        }
+        let now = mount_on(device(disk_image(&fs)), mode, opts());
+        assert_eq!(names(&now, r).len(), 20, "every {every}");
+        drop(now);
+        fs.unmount().unwrap();
+        if let Err(report) = check_image(&dev.snapshot(), false) {
+            panic!("every {every}: after unmount: {report}");
+        }
+        written
+    };
+    let each = blocks_written(1);
+    let eighth = blocks_written(stitch_diskfs::JournalConfig::default().home_writes_every);
+    assert!(
+        eighth * 4 < each * 3,
+        "{eighth} blocks written with home writes every eighth sync, {each} after each"
+    );
+}
+
 /// A fresh 64 MiB image mounted with write-behind at 1 MiB and a
 /// background flusher that only write-behind wakes.
 fn mount_writing_behind(mode: Consistency) -> MemFs {
