@@ -227,9 +227,16 @@ impl DiskFs {
         };
         let first_ino = self.sb.first_ino() as usize;
         let ipg = self.geo.inodes_per_group as usize;
+        // Numbers marked ahead are reserved and no longer counted free:
+        // count them once.
+        let mut marked = rustc_hash::FxHashMap::<usize, usize>::default();
+        for ino in self.premarked.keys() {
+            *marked.entry((ino.0 as usize - 1) / ipg).or_default() += 1;
+        }
         for k in 0..groups {
             let g = (g0 + k) % groups;
-            let free = self.gds[g].free_inodes_count as usize;
+            let free =
+                self.gds[g].free_inodes_count as usize + marked.get(&g).copied().unwrap_or(0);
             if free <= self.reserved.in_group(g) {
                 continue;
             }
