@@ -37,7 +37,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use stitch_format::bitmap::Bitmap;
@@ -131,14 +131,12 @@ impl DiskFs {
     /// the number the operation being applied reserved, if any, else a
     /// free one by the placement policy.
     pub(crate) fn alloc_inode(&mut self, parent: InodeNo, dir: bool) -> Result<(InodeNo, PatchId)> {
-        let ino = match self.wanted_ino.take() {
-            Some(ino) => {
-                if !self.reserved.allocated(ino, self.geo.inodes_per_group) {
-                    return Err(DiskError::Invalid("inode number not reserved"));
-                }
-                ino
-            }
-            None => self.pick_inode(parent, dir)?,
+        let (ino, marked) = match self.wanted_ino.take() {
+            Some(ino) => match self.reserved.allocated(ino, self.geo.inodes_per_group) {
+                Some(marked) => (ino, marked),
+                None => return Err(DiskError::Invalid("inode number not reserved")),
+            },
+            None => (self.pick_inode(parent, dir)?, None),
         };
         let (g, index) = self
             .geo
@@ -146,7 +144,7 @@ impl DiskFs {
             .ok_or(DiskError::Invalid("inode out of range"))?;
         let g = g.0 as usize;
         // A number reserved in soft updates is marked and counted already.
-        let p = match self.premarked.remove(&ino) {
+        let p = match marked {
             Some(p) => p,
             None => self.mark_inode(g, index as usize)?,
         };
@@ -176,7 +174,7 @@ impl DiskFs {
     /// Free inodes, counting those reserved and marked ahead in soft
     /// updates (free to the layer above, which counts its reservations).
     pub fn free_inodes(&self) -> u32 {
-        self.sb.free_inodes_count + self.premarked.len() as u32
+        self.sb.free_inodes_count + self.reserved.marked() as u32
     }
 
     /// Reserves the number a new file in `parent` (or a new directory)
@@ -189,22 +187,22 @@ impl DiskFs {
     /// (see the module comment).
     pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let ino = self.pick_inode(parent, dir)?;
-        if self.m.consistency() == crate::Consistency::SoftUpdates {
+        let marked = if self.m.consistency() == crate::Consistency::SoftUpdates {
             let (g, index) = self
                 .geo
                 .inode_group(ino)
                 .ok_or(DiskError::Invalid("inode out of range"))?;
-            let p = self.mark_inode(g.0 as usize, index as usize)?;
-            self.premarked.insert(ino, p);
-        }
-        self.reserved.insert(ino, self.geo.inodes_per_group);
+            Some(self.mark_inode(g.0 as usize, index as usize)?)
+        } else {
+            None
+        };
+        self.reserved.insert(ino, self.geo.inodes_per_group, marked);
         Ok(ino)
     }
 
     /// Gives back a reserved number (and frees its bit, if marked ahead).
     pub fn unreserve_inode(&mut self, ino: InodeNo) -> Result<()> {
-        self.reserved.remove(ino, self.geo.inodes_per_group);
-        if self.premarked.remove(&ino).is_some() {
+        if let Some(Some(_)) = self.reserved.remove(ino, self.geo.inodes_per_group) {
             self.free_inode(ino, false, &[])?;
         }
         Ok(())
@@ -227,17 +225,10 @@ impl DiskFs {
         };
         let first_ino = self.sb.first_ino() as usize;
         let ipg = self.geo.inodes_per_group as usize;
-        // Numbers marked ahead are reserved and no longer counted free:
-        // count them once.
-        let mut marked = rustc_hash::FxHashMap::<usize, usize>::default();
-        for ino in self.premarked.keys() {
-            *marked.entry((ino.0 as usize - 1) / ipg).or_default() += 1;
-        }
         for k in 0..groups {
             let g = (g0 + k) % groups;
-            let free =
-                self.gds[g].free_inodes_count as usize + marked.get(&g).copied().unwrap_or(0);
-            if free <= self.reserved.in_group(g) {
+            let free = self.gds[g].free_inodes_count as usize;
+            if free <= self.reserved.unmarked_in_group(g) {
                 continue;
             }
             // Inodes below first_ino are reserved (root, journal, ...).
@@ -470,13 +461,16 @@ impl PendingFrees {
 }
 
 /// Inode numbers reserved ahead of their allocation
-/// ([`DiskFs::reserve_inode`]), with what keeps picking the next one cheap
-/// while thousands are reserved: a count per group, and per group a bit
+/// ([`DiskFs::reserve_inode`]), each with the patch that marked it used if
+/// soft updates marked it at once, and what keeps picking the next one
+/// cheap while thousands are reserved: per group a count of the reserved
+/// numbers its free count still includes (the unmarked ones), and a bit
 /// below which every inode is in use or reserved (the search starts there).
 #[derive(Default)]
 pub(crate) struct Reserved {
-    set: FxHashSet<InodeNo>,
-    per_group: Vec<usize>,
+    set: FxHashMap<InodeNo, Option<PatchId>>,
+    unmarked_per_group: Vec<usize>,
+    marked: usize,
     hints: Vec<usize>,
 }
 
@@ -494,15 +488,20 @@ impl Reserved {
     }
 
     pub(crate) fn contains(&self, ino: InodeNo) -> bool {
-        self.set.contains(&ino)
+        self.set.contains_key(&ino)
     }
 
     pub(crate) fn len(&self) -> usize {
         self.set.len()
     }
 
-    fn in_group(&self, g: usize) -> usize {
-        self.per_group.get(g).copied().unwrap_or(0)
+    fn unmarked_in_group(&self, g: usize) -> usize {
+        self.unmarked_per_group.get(g).copied().unwrap_or(0)
+    }
+
+    /// How many reserved numbers are marked used already.
+    fn marked(&self) -> usize {
+        self.marked
     }
 
     fn hint(&self, g: usize) -> usize {
@@ -511,33 +510,39 @@ impl Reserved {
 
     /// Records `ino`, the first free unreserved inode at or above its
     /// group's hint (what `pick_inode` returns), so the hint moves past it.
-    fn insert(&mut self, ino: InodeNo, ipg: u32) {
-        if self.set.insert(ino) {
+    fn insert(&mut self, ino: InodeNo, ipg: u32, marked: Option<PatchId>) {
+        if self.set.insert(ino, marked).is_none() {
             let (g, bit) = Self::split(ino, ipg);
-            *Self::slot(&mut self.per_group, g) += 1;
+            *self.counter(g, marked) += 1;
             let h = Self::slot(&mut self.hints, g);
             *h = (*h).max(bit + 1);
         }
     }
 
-    /// Forgets `ino`; a number given back may be picked again.
-    fn remove(&mut self, ino: InodeNo, ipg: u32) -> bool {
-        if !self.set.remove(&ino) {
-            return false;
+    /// Where a reservation in group `g` is counted: with the marked ones,
+    /// or in its group's count of unmarked ones.
+    fn counter(&mut self, g: usize, marked: Option<PatchId>) -> &mut usize {
+        match marked {
+            Some(_) => &mut self.marked,
+            None => Self::slot(&mut self.unmarked_per_group, g),
         }
+    }
+
+    /// Forgets `ino` (returning its mark, if it was reserved); a number
+    /// given back may be picked again.
+    fn remove(&mut self, ino: InodeNo, ipg: u32) -> Option<Option<PatchId>> {
+        let marked = self.allocated(ino, ipg)?;
         let (g, bit) = Self::split(ino, ipg);
-        *Self::slot(&mut self.per_group, g) -= 1;
         self.freed(g, bit);
-        true
+        Some(marked)
     }
 
     /// `ino` reached the bitmap: no longer reserved, and still not free.
-    fn allocated(&mut self, ino: InodeNo, ipg: u32) -> bool {
-        if !self.set.remove(&ino) {
-            return false;
-        }
-        *Self::slot(&mut self.per_group, Self::split(ino, ipg).0) -= 1;
-        true
+    /// Returns its mark, if it was reserved.
+    fn allocated(&mut self, ino: InodeNo, ipg: u32) -> Option<Option<PatchId>> {
+        let marked = self.set.remove(&ino)?;
+        *self.counter(Self::split(ino, ipg).0, marked) -= 1;
+        Some(marked)
     }
 
     /// Bit `bit` of group `g` became free (or unreserved): search from it.

@@ -46,9 +46,6 @@ pub struct DiskFs {
     /// Inode numbers handed out by [`DiskFs::reserve_inode`] whose
     /// allocation has not reached the bitmap yet (memory only).
     pub(crate) reserved: crate::alloc::Reserved,
-    /// Reserved numbers marked used in the bitmap already (soft updates;
-    /// see `alloc`), with the patch that marked each.
-    pub(crate) premarked: rustc_hash::FxHashMap<InodeNo, PatchId>,
     /// The reserved number the operation being applied must take
     /// ([`DiskFs::apply_as`]).
     pub(crate) wanted_ino: Option<InodeNo>,
@@ -93,7 +90,6 @@ impl DiskFs {
             pending_frees: Default::default(),
             replayed: None,
             reserved: Default::default(),
-            premarked: Default::default(),
             wanted_ino: None,
             dirs: Default::default(),
         };

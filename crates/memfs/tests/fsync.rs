@@ -337,11 +337,7 @@ fn a_new_file_beside_an_unlink_takes_two_flushes() {
         let su = mode == Consistency::SoftUpdates;
         for i in 0..8 {
             let name = format!("f{i}").into_bytes();
-            let f = fs.mknod(r, &name, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
-            fs.write(f.ino, 0, &[7; 1024], false).unwrap();
-            let before = dev.stats().flushes;
-            fs.fsync(f.ino, false).unwrap();
-            let flushes = dev.stats().flushes - before;
+            let flushes = fsync_new_file(&fs, &name, || dev.stats().flushes);
             // The first file's number was not marked ahead: its bit is
             // the first link of its chain.
             if i > 0 {
@@ -349,30 +345,20 @@ fn a_new_file_beside_an_unlink_takes_two_flushes() {
             }
             fs.unlink(r, &name).unwrap();
         }
-        let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
-        fs.write(g.ino, 0, &[8; 1024], false).unwrap();
-        fs.fsync(g.ino, false).unwrap();
+        fsync_new_file(&fs, b"g", || 0);
         fs.unlink(r, b"g").unwrap();
         let before = dev.stats().flushes;
         fs.fsync(r, false).unwrap();
         assert_eq!(dev.stats().flushes - before, 1, "{mode:?} unlink");
         // What the fsyncs promised is on disk, and what they left for
-        // later is only a leak.
-        let now = disk_image(&fs);
-        if let Err(report) = check_image(&now, su) {
-            panic!("{mode:?}: a crash now: {report}");
-        }
-        let after = mount_on(device(now), mode, opts());
+        // later is only a leak; a clean unmount leaves nothing marked
+        // ahead.
+        let after = crash_now_then_unmount(fs, &dev, mode, su, &format!("{mode:?}"));
         assert!(
             names(&after, r).is_empty(),
             "{mode:?}: {:?}",
             names(&after, r)
         );
-        // A clean unmount leaves nothing marked ahead: the image checks clean.
-        fs.unmount().unwrap();
-        if let Err(report) = check_image(&dev.snapshot(), false) {
-            panic!("{mode:?}: after unmount: {report}");
-        }
     }
 }
 
@@ -398,25 +384,13 @@ fn journal_home_writes_wait_for_every_eighth_sync() {
         let mut written = 0;
         for i in 0..40 {
             let name = format!("f{i}").into_bytes();
-            let f = fs.mknod(r, &name, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
-            fs.write(f.ino, 0, &[9; 1024], false).unwrap();
-            let before = dev.stats().blocks_written;
-            fs.fsync(f.ino, false).unwrap();
-            written += dev.stats().blocks_written - before;
+            written += fsync_new_file(&fs, &name, || dev.stats().blocks_written);
             if i % 2 == 0 {
                 fs.unlink(r, &name).unwrap();
             }
         }
-        if let Err(report) = check_image(&disk_image(&fs), false) {
-            panic!("every {every}: a crash now: {report}");
-        }
-        let now = mount_on(device(disk_image(&fs)), mode, opts());
+        let now = crash_now_then_unmount(fs, &dev, mode, false, &format!("every {every}"));
         assert_eq!(names(&now, r).len(), 20, "every {every}");
-        drop(now);
-        fs.unmount().unwrap();
-        if let Err(report) = check_image(&dev.snapshot(), false) {
-            panic!("every {every}: after unmount: {report}");
-        }
         written
     };
     let each = blocks_written(1);
@@ -454,6 +428,39 @@ fn every_free_inode_can_be_created() {
         assert_eq!(fs.statfs().unwrap().ffree, 0, "{mode:?}");
         fs.unmount().unwrap();
     }
+}
+
+/// Creates `name` in the root holding 1 KB and fsyncs it; returns how far
+/// `counter` (a device statistic) moved during the fsync.
+fn fsync_new_file(fs: &MemFs, name: &[u8], counter: impl Fn() -> u64) -> u64 {
+    let f = fs
+        .mknod(fs.root(), name, Kind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    fs.write(f.ino, 0, &[7; 1024], false).unwrap();
+    let before = counter();
+    fs.fsync(f.ino, false).unwrap();
+    counter() - before
+}
+
+/// Judges the image a crash now would leave (soft-updates leaks allowed
+/// when `leaks_ok`), unmounts `fs` and judges the image it leaves (clean);
+/// returns the crash image mounted, to look at.
+fn crash_now_then_unmount(
+    fs: MemFs,
+    dev: &stitch_blockdev::MemDevice,
+    mode: Consistency,
+    leaks_ok: bool,
+    what: &str,
+) -> MemFs {
+    let now = disk_image(&fs);
+    if let Err(report) = check_image(&now, leaks_ok) {
+        panic!("{what}: a crash now: {report}");
+    }
+    fs.unmount().unwrap();
+    if let Err(report) = check_image(&dev.snapshot(), false) {
+        panic!("{what}: after unmount: {report}");
+    }
+    mount_on(device(now), mode, opts())
 }
 
 /// A fresh 64 MiB image mounted with write-behind at 1 MiB and a

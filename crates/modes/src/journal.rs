@@ -227,7 +227,7 @@ pub struct Journal {
     /// Nesting of atomic sections: no commit inside one.
     depth: u32,
     want_commit: bool,
-    since_checkpoint: u32,
+    syncs_since_home_writes: u32,
     last_commit_time: (u64, u32),
     stats: JournalStats,
 }
@@ -293,7 +293,7 @@ impl Journal {
             tx_of: FxHashMap::default(),
             depth: 0,
             want_commit: false,
-            since_checkpoint: 0,
+            syncs_since_home_writes: 0,
             last_commit_time: (0, 0),
             stats: JournalStats::default(),
         };
@@ -793,13 +793,13 @@ impl Journal {
         // scans them (freeing a 100 MB file just written, 25,600 bits in
         // one bitmap, spent a third of the server's time in that scan), so
         // a big transaction's homes go at once.
-        self.since_checkpoint += 1;
-        let home_writes = big || self.since_checkpoint >= self.cfg.home_writes_every.max(1);
+        self.syncs_since_home_writes += 1;
+        let home_writes = big || self.syncs_since_home_writes >= self.cfg.home_writes_every.max(1);
         if !home_writes {
             // Only what `goal` needs: its log blocks (and ordered data).
             return cache.sync_patch(goal);
         }
-        self.since_checkpoint = 0;
+        self.syncs_since_home_writes = 0;
         // The first round writes everything writable, not only what `goal`
         // needs: that takes the home blocks of transactions already
         // committed, in the same device flush as this commit's log.

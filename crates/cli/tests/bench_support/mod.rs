@@ -3,9 +3,19 @@
 
 use std::path::Path;
 
-/// Why the benchmarks cannot mount here (not root, no FUSE, a tool
-/// missing), or `None` when they can.
-pub fn can_mount() -> Option<String> {
+/// Whether the benchmarks cannot mount here; if so, says why (not root,
+/// no FUSE, a tool missing) and the test skips.
+pub fn cannot_mount() -> bool {
+    match why_not() {
+        Some(why) => {
+            eprintln!("skipping: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+fn why_not() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
