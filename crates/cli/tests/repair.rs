@@ -99,6 +99,7 @@ fn every_leaking_crash_image_is_repaired_until_e2fsck_is_clean() {
         size: Some(16 << 20),
         journal: None,
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&fresh, &opts, &mut |_, _| {}).unwrap();
     let base = std::fs::read(&fresh).unwrap();
@@ -151,6 +152,7 @@ fn repair_refuses_corruption_and_changes_nothing() {
         size: Some(16 << 20),
         journal: None,
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&img, &opts, &mut |_, _| {}).unwrap();
     // A directory entry naming a free inode: corruption, not a leak.

@@ -86,6 +86,7 @@ fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
         size: Some(if journal { EXT3_BYTES } else { EXT2_BYTES }),
         journal: journal.then_some(stitch_mkfs::JournalSize::Bytes(JOURNAL_BYTES)),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).map_err(|e| format!("mkfs: {e}"))?;
     std::fs::read(&path).map_err(|e| e.to_string())

@@ -39,6 +39,7 @@ fn journaled_image(dir: &Path) -> Vec<u8> {
         size: Some(16 << 20),
         journal: Some(stitch_mkfs::JournalSize::Bytes(4 << 20)),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
     std::fs::read(&path).unwrap()

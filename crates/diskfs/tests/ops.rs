@@ -484,6 +484,7 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
             size: Some(64 << 20),
             journal,
             force: true,
+            ..Default::default()
         };
         stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
         let dev = std::sync::Arc::new(

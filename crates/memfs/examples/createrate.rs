@@ -18,6 +18,7 @@ fn main() {
         size: Some(512 << 20),
         journal: Some(stitch_mkfs::JournalSize::Default),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap());

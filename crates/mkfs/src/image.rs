@@ -4,8 +4,9 @@
 //! and for ext3 the journal inode's indirect blocks and journal superblock.
 //!
 //! Every block not listed must read as zeros (inode tables, journal body, free
-//! space); [`Image::zero_ranges`] names the ones whose zeroes matter, for
-//! devices that are not known to be zero already.
+//! space); [`Image::journal_body`] and [`Image::inode_tables`] name the ones
+//! whose zeroes matter, for devices that are not known to be zero already and
+//! for image files whose host should allocate them now.
 //!
 //! Invariant: each block appears in [`Image::writes`] at most once, and every
 //! block referenced by metadata is marked in its group's block bitmap.
@@ -37,8 +38,12 @@ pub struct Image {
     pub gds: Vec<GroupDesc>,
     /// Metadata blocks to write, by block number.
     pub writes: BTreeMap<u32, Vec<u8>>,
-    /// Ranges that must be zero but are not written above.
-    pub zero_ranges: Vec<Range<u32>>,
+    /// The journal's blocks after its superblock: must be zero, not written
+    /// above. Contiguous blocks form one range.
+    pub journal_body: Vec<Range<u32>>,
+    /// Every group's inode table: must be zero except the blocks written above
+    /// (which are written after the zeroes).
+    pub inode_tables: Vec<Range<u32>>,
 }
 
 /// Hands out free blocks in increasing order, skipping each group's metadata.
@@ -180,7 +185,8 @@ impl Image {
             sb,
             gds: Vec::new(),
             writes: BTreeMap::new(),
-            zero_ranges: Vec::new(),
+            journal_body: Vec::new(),
+            inode_tables: Vec::new(),
             geo,
         };
         let mut alloc = Allocator {
@@ -239,8 +245,12 @@ impl Image {
         let mut first = vec![0u8; BLOCK_SIZE as usize];
         jsb.encode_into(&mut first);
         self.writes.insert(j.data[0], first);
-        self.zero_ranges
-            .extend(j.data[1..].iter().map(|&b| b..b + 1));
+        for &b in &j.data[1..] {
+            match self.journal_body.last_mut() {
+                Some(r) if r.end == b => r.end += 1,
+                _ => self.journal_body.push(b..b + 1),
+            }
+        }
         self.sb.journal_inum = JOURNAL_INO.0;
         self.sb.jnl_backup_type = sbc::JNL_BACKUP_BLOCKS;
         self.sb.jnl_blocks[..15].copy_from_slice(&j.i_block);
@@ -265,7 +275,7 @@ impl Image {
             inode.encode_into(&mut block[loc.offset..loc.offset + usize::from(INODE_SIZE)]);
         }
         for g in 0..self.geo.group_count {
-            self.zero_ranges
+            self.inode_tables
                 .push(self.geo.standard_layout(GroupNo(g)).inode_table);
         }
     }

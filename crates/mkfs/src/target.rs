@@ -3,9 +3,10 @@
 //!
 //! A regular file is first truncated to zero and extended to its new size,
 //! so every block mkfs does not write is a hole that reads as zeros; that is
-//! what makes a 64 GiB image take a fraction of a second. A block device has
-//! no such guarantee, so the caller zeroes the ranges that must read as zero
-//! (inode tables, journal) with [`Target::zero`].
+//! what makes a 64 GiB image without a journal take a fraction of a second.
+//! A block device has no such guarantee, so the caller zeroes the ranges that
+//! must read as zero (inode tables, journal) with [`Target::zero`]; on a file
+//! it zeroes the ones it wants the host to allocate now.
 
 use crate::MkfsError;
 use std::fs::{File, OpenOptions};
@@ -101,7 +102,7 @@ impl Target {
             .map_err(io(&self.path, "write"))
     }
 
-    /// Writes zeros over blocks `range` (devices only; files are holes).
+    /// Writes zeros over blocks `range`.
     pub fn zero(&self, range: std::ops::Range<u32>, block_size: u32) -> Result<(), MkfsError> {
         const CHUNK_BLOCKS: u32 = 256;
         let zeros = vec![0u8; (CHUNK_BLOCKS * block_size) as usize];

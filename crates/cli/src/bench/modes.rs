@@ -234,6 +234,7 @@ impl Bench<'_> {
             size: Some(self.scale.image_bytes),
             journal: Some(self.cfg.journal),
             force: true,
+            ..Default::default()
         };
         Ok(stitch_mkfs::mkfs(self.img, &opts, &mut |_, _| {})?.journal_blocks)
     }

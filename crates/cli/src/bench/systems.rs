@@ -30,7 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use stitch_mkfs::{JournalSize, MkfsOptions};
+use stitch_mkfs::{JournalSize, MkfsOptions, Preallocate};
 
 /// One file system configuration.
 #[derive(Debug)]
@@ -249,6 +249,9 @@ impl System {
                     size: Some(bytes),
                     journal: (consistency == "journal").then_some(JournalSize::Default),
                     force: true,
+                    // As the kernel's and fuse2fs's images get from mke2fs
+                    // (`lazy_itable_init=0,lazy_journal_init=0`).
+                    preallocate: Preallocate::Metadata,
                 };
                 stitch_mkfs::mkfs(&img, &opts, &mut |_, _| {})?;
                 Ok(())

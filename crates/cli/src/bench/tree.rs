@@ -80,6 +80,7 @@ fn fresh_fs(opts: Optimizations) -> anyhow::Result<(Arc<MemDevice>, DiskFs)> {
         size: Some(IMAGE),
         journal: None,
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &mk, &mut |_, _| {})?;
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&path)?)?);

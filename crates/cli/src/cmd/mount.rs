@@ -295,6 +295,7 @@ fn make_default_image(image: &Path) -> anyhow::Result<()> {
         size: Some(DEFAULT_SIZE),
         journal: Some(stitch_mkfs::JournalSize::Default),
         force: false,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(image, &opts, &mut |_, _| {})
         .with_context(|| format!("mkfs {}", image.display()))?;

@@ -16,6 +16,7 @@ pub fn fresh_image(dir: &Path, size: u64) -> Vec<u8> {
         size: Some(size),
         journal: None,
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
     std::fs::read(&path).unwrap()

@@ -54,6 +54,7 @@ pub fn our_mkfs(path: &Path, size_mb: u64, journal: bool) {
         size: Some(size_mb << 20),
         journal: journal.then_some(stitch_mkfs::JournalSize::Default),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(path, &opts, &mut |_, _| {}).unwrap();
 }

@@ -23,6 +23,7 @@ pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, Mem
         journal: matches!(mode, Consistency::Journal(_))
             .then_some(stitch_mkfs::JournalSize::Default),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());

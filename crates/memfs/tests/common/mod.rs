@@ -21,6 +21,7 @@ pub fn fresh_image(size: u64, journal: bool) -> Vec<u8> {
         size: Some(size),
         journal: journal.then_some(stitch_mkfs::JournalSize::Default),
         force: true,
+        ..Default::default()
     };
     stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
     std::fs::read(&path).unwrap()
