@@ -229,6 +229,8 @@ pub struct Journal {
     want_commit: bool,
     syncs_since_home_writes: u32,
     last_commit_time: (u64, u32),
+    /// A block's copy on its way into the log (one buffer, reused).
+    copy: Vec<u8>,
     stats: JournalStats,
 }
 
@@ -295,6 +297,7 @@ impl Journal {
             want_commit: false,
             syncs_since_home_writes: 0,
             last_commit_time: (0, 0),
+            copy: Vec::new(),
             stats: JournalStats::default(),
         };
         Ok((j, block))
@@ -542,15 +545,13 @@ impl Journal {
             self.stats.revokes += chunk.len() as u64;
         }
         let mut crc = !0u32;
+        let mut copy = std::mem::take(&mut self.copy);
         for chunk in r.blocks.chunks(per_desc) {
             let mut tags = Vec::with_capacity(chunk.len());
-            let mut copies = Vec::with_capacity(chunk.len());
             for (i, &b) in chunk.iter().enumerate() {
-                let mut copy = cache.read(b)?.to_vec();
                 let mut flags = if i == 0 { 0 } else { tag_flags::SAME_UUID };
-                if copy[..4] == JBD2_MAGIC.to_be_bytes() {
+                if cache.read(b)?[..4] == JBD2_MAGIC.to_be_bytes() {
                     flags |= tag_flags::ESCAPE;
-                    copy[..4].fill(0);
                 }
                 if i + 1 == chunk.len() {
                     flags |= tag_flags::LAST_TAG;
@@ -561,18 +562,23 @@ impl Journal {
                     checksum: 0,
                     uuid: (i == 0).then_some(self.jsb.uuid),
                 });
-                copies.push(copy);
             }
             let desc = encode_descriptor(seq, &tags, self.fmt, self.bs)
                 .map_err(|e| PatchError::Invariant(format!("descriptor block: {e}")))?;
             crc = crc32_be(crc, &desc);
             log.push(self.write_log(cache, &desc, &space_dep)?);
-            for copy in copies {
+            for (&b, tag) in chunk.iter().zip(&tags) {
+                copy.clear();
+                copy.extend_from_slice(cache.read(b)?);
+                if tag.flags & tag_flags::ESCAPE != 0 {
+                    copy[..4].fill(0);
+                }
                 crc = crc32_be(crc, &copy);
                 log.push(self.write_log(cache, &copy, &space_dep)?);
                 self.stats.copies += 1;
             }
         }
+        self.copy = copy;
         let (sec, nsec) = self.commit_time();
         let mut cb = CommitBlock::new(seq, sec, nsec);
         cb.chksum_type = commit_csum::CRC32;
@@ -641,6 +647,13 @@ impl Journal {
     }
 
     /// Writes one log block at the head and advances it.
+    ///
+    /// To the cache a log block is like file data: written once and not
+    /// read while mounted. Flagged so, it joins the cache's clean file-data
+    /// LRU once written, which each flush cuts to a few hundred blocks. As
+    /// metadata it stayed until the whole cache was full: every commit took
+    /// fresh memory for its log blocks, and the log crowded out the metadata
+    /// later operations read.
     fn write_log(
         &mut self,
         cache: &mut PatchCache,
@@ -648,7 +661,7 @@ impl Journal {
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let at = self.area[self.head as usize];
-        let p = cache.create_byte(at, 0, bytes, deps, PatchFlags::default())?;
+        let p = cache.create_byte(at, 0, bytes, deps, PatchFlags { data: true })?;
         self.head = self.next_pos(self.head);
         self.stats.log_blocks += 1;
         Ok(p)

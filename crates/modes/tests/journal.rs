@@ -330,3 +330,29 @@ fn a_data_only_sync_covers_earlier_transactions() {
         "no new commit was needed"
     );
 }
+
+/// The log is written once and not read while mounted, so its blocks leave
+/// the cache soon after they are written: a run of small fsyncs keeps the
+/// cache at its few home blocks and the clean file-data LRU's
+/// [`DATA_KEEP`](stitch_patch::DATA_KEEP) blocks, however many log blocks it
+/// wrote. Kept as metadata, every log block stayed until the whole cache was
+/// full, taking fresh memory at each commit and crowding out metadata.
+#[test]
+fn log_blocks_do_not_stay_in_the_cache() {
+    let (_rec, mut m) = journaled(DataMode::Ordered);
+    for t in 0..300u64 {
+        let p = m
+            .byte(BlockNo(10 + t % 4), 0, &[t as u8; 16], &[], META)
+            .unwrap();
+        let g = m.group(&[p]).unwrap();
+        m.sync_patch(g).unwrap();
+    }
+    let log_blocks = m.journal().unwrap().stats().log_blocks;
+    let cached = m.cache().stats().cached_blocks;
+    assert!(log_blocks >= 900, "three log blocks per sync: {log_blocks}");
+    assert!(
+        cached <= stitch_patch::DATA_KEEP as u64 + 16,
+        "{cached} blocks cached after {log_blocks} log blocks"
+    );
+    m.cache().check_graph().unwrap();
+}
