@@ -67,6 +67,44 @@ fn mkfs_refuses_to_overwrite_a_file_system_without_force() {
         .success());
 }
 
+/// `--preallocate` reaches mkfs: by default the journal's 16 MiB body (a
+/// 256 MiB image's journal) is written into the image file, `none` leaves it
+/// as holes, and a value mkfs does not know is refused.
+#[test]
+fn mkfs_preallocates_the_journal_unless_told_not_to() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch();
+    let img = dir.path().join("fs.img");
+    let img_s = img.to_str().unwrap();
+    let allocated = |args: &[&str]| {
+        let out = stitchfs(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = std::fs::metadata(&img).unwrap().blocks() * 512;
+        std::fs::remove_file(&img).unwrap();
+        bytes
+    };
+    let journal = 16u64 << 20;
+    let by_default = allocated(&["mkfs", "--size", "256M", "--journal", img_s]);
+    assert!(by_default >= journal, "{by_default} bytes allocated");
+    let none = allocated(&[
+        "mkfs",
+        "--size",
+        "256M",
+        "--journal",
+        "--preallocate",
+        "none",
+        img_s,
+    ]);
+    assert!(none < journal / 2, "{none} bytes allocated with none");
+    let bad = stitchfs(&["mkfs", "--size", "256M", "--preallocate", "all", img_s]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("metadata"));
+}
+
 #[test]
 fn fsck_reports_damage_with_a_nonzero_exit_and_json() {
     let dir = scratch();
