@@ -5,7 +5,7 @@
 
 mod bench_support;
 
-use bench_support::cannot_mount;
+use bench_support::{cannot_mount, run_json};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
@@ -23,24 +23,17 @@ fn quick_mount_run_measures_every_workload_on_stitchfs_and_the_floor() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "bench",
+    let (report, stderr) = run_json(
+        &[
             "mount",
             "--quick",
             "--runs",
             "1",
             "--systems",
             "stitchfs,fuse-floor",
-            "--json",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        ],
+        dir.path(),
+    );
     let cells = report["cells"].as_array().unwrap();
     // Eight phases on two systems.
     assert_eq!(cells.len(), 16, "{report:#}");

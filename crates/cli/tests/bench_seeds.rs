@@ -4,10 +4,7 @@
 
 mod bench_support;
 
-use bench_support::cannot_mount;
-use std::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
+use bench_support::{cannot_mount, run_json};
 
 #[test]
 fn quick_seeds_run_reports_every_phase() {
@@ -15,24 +12,17 @@ fn quick_seeds_run_reports_every_phase() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "bench",
+    let (report, stderr) = run_json(
+        &[
             "seeds",
             "--quick",
             "--systems",
             "ext4,stitchfs",
             "--workloads",
             "seltzer-0len,fsync",
-            "--json",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        ],
+        dir.path(),
+    );
     let cells = report["cells"].as_array().unwrap();
     // One phase of seltzer-0len and three of fsync, on two systems.
     assert_eq!(cells.len(), 8, "{report:#}");

@@ -52,6 +52,20 @@ pub enum Preallocate {
     Metadata,
 }
 
+impl std::str::FromStr for Preallocate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Preallocate::None),
+            "journal" => Ok(Preallocate::Journal),
+            "metadata" => Ok(Preallocate::Metadata),
+            other => Err(format!(
+                "unknown preallocation {other:?} (none, journal, metadata)"
+            )),
+        }
+    }
+}
+
 /// What was made.
 #[derive(Clone, Debug)]
 pub struct MkfsReport {
@@ -173,8 +187,8 @@ fn write_image(
     let total = zero_total + img.writes.len() as u64;
     let mut done = 0;
     for r in zero {
-        t.zero(r.clone(), bs)?;
         done += u64::from(r.end - r.start);
+        t.zero(r, bs)?;
         progress(done, total);
     }
     for (&b, data) in img.writes.iter().filter(|(&b, _)| b != 0) {

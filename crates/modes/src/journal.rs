@@ -229,8 +229,9 @@ pub struct Journal {
     want_commit: bool,
     syncs_since_home_writes: u32,
     last_commit_time: (u64, u32),
-    /// A block's copy on its way into the log (one buffer, reused).
-    copy: Vec<u8>,
+    /// The copies of one descriptor's blocks on their way into the log (one
+    /// buffer, reused by every commit).
+    copies: Vec<u8>,
     stats: JournalStats,
 }
 
@@ -297,7 +298,7 @@ impl Journal {
             want_commit: false,
             syncs_since_home_writes: 0,
             last_commit_time: (0, 0),
-            copy: Vec::new(),
+            copies: Vec::new(),
             stats: JournalStats::default(),
         };
         Ok((j, block))
@@ -545,13 +546,18 @@ impl Journal {
             self.stats.revokes += chunk.len() as u64;
         }
         let mut crc = !0u32;
-        let mut copy = std::mem::take(&mut self.copy);
+        let mut copies = std::mem::take(&mut self.copies);
         for chunk in r.blocks.chunks(per_desc) {
             let mut tags = Vec::with_capacity(chunk.len());
+            copies.clear();
             for (i, &b) in chunk.iter().enumerate() {
+                let at = copies.len();
+                copies.extend_from_slice(cache.read(b)?);
+                let copy = &mut copies[at..];
                 let mut flags = if i == 0 { 0 } else { tag_flags::SAME_UUID };
-                if cache.read(b)?[..4] == JBD2_MAGIC.to_be_bytes() {
+                if copy[..4] == JBD2_MAGIC.to_be_bytes() {
                     flags |= tag_flags::ESCAPE;
+                    copy[..4].fill(0);
                 }
                 if i + 1 == chunk.len() {
                     flags |= tag_flags::LAST_TAG;
@@ -567,18 +573,13 @@ impl Journal {
                 .map_err(|e| PatchError::Invariant(format!("descriptor block: {e}")))?;
             crc = crc32_be(crc, &desc);
             log.push(self.write_log(cache, &desc, &space_dep)?);
-            for (&b, tag) in chunk.iter().zip(&tags) {
-                copy.clear();
-                copy.extend_from_slice(cache.read(b)?);
-                if tag.flags & tag_flags::ESCAPE != 0 {
-                    copy[..4].fill(0);
-                }
-                crc = crc32_be(crc, &copy);
-                log.push(self.write_log(cache, &copy, &space_dep)?);
+            for copy in copies.chunks(self.bs) {
+                crc = crc32_be(crc, copy);
+                log.push(self.write_log(cache, copy, &space_dep)?);
                 self.stats.copies += 1;
             }
         }
-        self.copy = copy;
+        self.copies = copies;
         let (sec, nsec) = self.commit_time();
         let mut cb = CommitBlock::new(seq, sec, nsec);
         cb.chksum_type = commit_csum::CRC32;

@@ -66,7 +66,10 @@ pub enum State {
 /// mode (journal) may.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PatchFlags {
-    /// The patch changes file data rather than metadata.
+    /// The patch changes file data rather than metadata. To the cache this
+    /// means a block not worth keeping once written (its clean blocks sit
+    /// in a short LRU of their own), which is also true of the journal's
+    /// log; the modes read it to tell data from metadata.
     pub data: bool,
 }
 

@@ -19,34 +19,20 @@ pub struct Args {
     #[arg(long)]
     pub force: bool,
     /// Which zero regions of an image file to write now rather than leave as
-    /// holes (a block device always has them written). A write into a hole
+    /// holes (a block device always has them written): none (the sparsest
+    /// image, the fastest mkfs) | journal (its body, as mke2fs does) |
+    /// metadata (the journal and every inode table). A write into a hole
     /// makes the host file system allocate, and the host's fdatasync then
     /// commits its own metadata too, so a journal left as holes slows every
     /// commit until the log has wrapped once.
-    #[arg(long, value_enum, value_name = "WHAT", default_value = "journal")]
-    pub preallocate: PreallocateArg,
+    #[arg(long, value_name = "WHAT", default_value = "journal", value_parser = parse_preallocate)]
+    pub preallocate: Preallocate,
     /// Image file (created if missing) or block device.
     pub image: PathBuf,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum PreallocateArg {
-    /// Nothing: the sparsest image, the fastest mkfs.
-    None,
-    /// The journal's body, as mke2fs does (lazy_journal_init=0).
-    Journal,
-    /// The journal and every inode table (mke2fs's lazy_itable_init=0 too).
-    Metadata,
-}
-
-impl From<PreallocateArg> for Preallocate {
-    fn from(a: PreallocateArg) -> Preallocate {
-        match a {
-            PreallocateArg::None => Preallocate::None,
-            PreallocateArg::Journal => Preallocate::Journal,
-            PreallocateArg::Metadata => Preallocate::Metadata,
-        }
-    }
+fn parse_preallocate(s: &str) -> Result<Preallocate, String> {
+    s.parse()
 }
 
 /// Parses `123`, `64M`, `1G`, `2t` (binary units).
@@ -85,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         size: args.size,
         journal: journal_size(&args.journal)?,
         force: args.force,
-        preallocate: args.preallocate.into(),
+        preallocate: args.preallocate,
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(

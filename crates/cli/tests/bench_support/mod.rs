@@ -1,7 +1,23 @@
 //! What the benchmark tests share: whether this machine can mount what
-//! they compare.
+//! they compare, and a run of a bench suite read back as JSON.
 
 use std::path::Path;
+use std::process::Command;
+
+/// `stitchfs bench SUITE ARGS... --json --out OUT`: the report it printed
+/// and its stderr (for failure messages); panics if the run failed.
+pub fn run_json(suite_args: &[&str], out: &Path) -> (serde_json::Value, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+        .arg("bench")
+        .args(suite_args)
+        .args(["--json", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "{stderr}");
+    (serde_json::from_slice(&run.stdout).unwrap(), stderr)
+}
 
 /// Whether the benchmarks cannot mount here; if so, says why (not root,
 /// no FUSE, a tool missing) and the test skips.
