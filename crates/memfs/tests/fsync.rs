@@ -362,6 +362,42 @@ fn a_new_file_beside_an_unlink_takes_two_flushes() {
     }
 }
 
+/// Mail delivery's step (write tmp/M and fsync it, rename it to new/M,
+/// fsync new): in soft updates the directory's fsync is three device
+/// flushes, the count up, the new entry, the old entry gone. The count
+/// coming down follows with a later write (four flushes when the fsync
+/// waited for it). Every journal mode commits the rename in one.
+#[test]
+fn a_delivered_file_is_durable_in_three_flushes() {
+    for mode in MODES {
+        let dev = device(fresh_image(64 << 20, true));
+        let fs = mount_on(dev.clone(), mode, opts());
+        let r = fs.root();
+        let tmp = fs.mkdir(r, b"tmp", 0o755, 0, 0).unwrap();
+        let new = fs.mkdir(r, b"new", 0o755, 0, 0).unwrap();
+        fs.sync().unwrap();
+        let su = mode == Consistency::SoftUpdates;
+        for i in 0..4 {
+            let name = format!("m{i}").into_bytes();
+            let m = fs
+                .mknod(tmp.ino, &name, Kind::File, 0o644, (0, 0), 0, 0)
+                .unwrap();
+            fs.write(m.ino, 0, &[b'm'; 2048], false).unwrap();
+            fs.fsync(m.ino, false).unwrap();
+            fs.rename(tmp.ino, &name, new.ino, &name, NONE).unwrap();
+            let before = dev.stats().flushes;
+            fs.fsync(new.ino, false).unwrap();
+            let flushes = dev.stats().flushes - before;
+            assert_eq!(flushes, if su { 3 } else { 1 }, "{mode:?} message #{i}");
+        }
+        let after = crash_now_then_unmount(fs, &dev, mode, su, &format!("{mode:?}"));
+        assert_eq!(names(&after, new.ino), ["m0", "m1", "m2", "m3"], "{mode:?}");
+        assert!(names(&after, tmp.ino).is_empty(), "{mode:?}");
+        let m3 = after.lookup(new.ino, b"m3").unwrap();
+        assert_eq!(after.read(m3.ino, 0, 4096).unwrap(), [b'm'; 2048]);
+    }
+}
+
 /// Journal mode: an fsync's device flush carries its transaction's log,
 /// and the home writes of the transactions before it go out once every
 /// `home_writes_every` syncs (every eighth by default) rather than with
