@@ -282,8 +282,7 @@ fn repeated_fsyncs_do_not_pile_up_patches() {
 #[test]
 fn fsync_flushes_follow_the_dependency_chain() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let f = fs
             .mknod(fs.root(), b"f", Kind::File, 0o644, (0, 0), 0, 0)
             .unwrap();
@@ -331,8 +330,7 @@ fn fsync_flushes_follow_the_dependency_chain() {
 #[test]
 fn a_new_file_beside_an_unlink_takes_two_flushes() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let r = fs.root();
         let su = mode == Consistency::SoftUpdates;
         for i in 0..8 {
@@ -370,8 +368,7 @@ fn a_new_file_beside_an_unlink_takes_two_flushes() {
 #[test]
 fn a_delivered_file_is_durable_in_three_flushes() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let r = fs.root();
         let tmp = fs.mkdir(r, b"tmp", 0o755, 0, 0).unwrap();
         let new = fs.mkdir(r, b"new", 0o755, 0, 0).unwrap();

@@ -8,8 +8,7 @@ use stitch_memfs::{Kind, MemError, RenameFlags, SetAttrs};
 #[test]
 fn files_survive_a_remount_with_their_inode_numbers() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let r = fs.root();
         let d = fs.mkdir(r, b"dir", 0o755, 0, 0).unwrap();
         let f = fs
@@ -57,8 +56,7 @@ fn files_survive_a_remount_with_their_inode_numbers() {
 
 #[test]
 fn a_created_and_removed_file_never_reaches_the_disk() {
-    let dev = device(fresh_image(64 << 20, true));
-    let fs = mount_on(dev.clone(), MODES[1], opts());
+    let (dev, fs) = mount_fresh(MODES[1]);
     let r = fs.root();
     fs.sync().unwrap();
     let before = dev.snapshot();
@@ -96,8 +94,7 @@ fn a_created_and_removed_file_never_reaches_the_disk() {
 #[test]
 fn an_open_unlinked_file_keeps_its_data_until_release() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let r = fs.root();
         let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
         fs.write(f.ino, 0, &[9; 50_000], false).unwrap();
@@ -117,8 +114,7 @@ fn an_open_unlinked_file_keeps_its_data_until_release() {
 
 #[test]
 fn truncate_then_grow_shows_zeros() {
-    let dev = device(fresh_image(64 << 20, true));
-    let fs = mount_on(dev.clone(), MODES[1], opts());
+    let (dev, fs) = mount_fresh(MODES[1]);
     let r = fs.root();
     let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
     fs.write(f.ino, 0, &[1; 100_000], false).unwrap();
@@ -149,8 +145,7 @@ fn truncate_then_grow_shows_zeros() {
 
 #[test]
 fn rename_refuses_a_loop_and_handles_flags() {
-    let dev = device(fresh_image(64 << 20, true));
-    let fs = mount_on(dev.clone(), MODES[0], opts());
+    let (dev, fs) = mount_fresh(MODES[0]);
     let r = fs.root();
     let a = fs.mkdir(r, b"a", 0o755, 0, 0).unwrap();
     let b = fs.mkdir(a.ino, b"b", 0o755, 0, 0).unwrap();
@@ -182,8 +177,7 @@ fn rename_refuses_a_loop_and_handles_flags() {
 #[test]
 fn a_file_replaced_by_rename_leaves_no_blocks_behind() {
     for mode in MODES {
-        let dev = device(fresh_image(64 << 20, true));
-        let fs = mount_on(dev.clone(), mode, opts());
+        let (dev, fs) = mount_fresh(mode);
         let r = fs.root();
         // Replaced after reaching the disk, and within one flush.
         for synced in [true, false] {
@@ -329,8 +323,7 @@ fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
 /// they are after a remount.
 #[test]
 fn directory_size_follows_the_disk_after_a_flush() {
-    let dev = device(fresh_image(64 << 20, true));
-    let fs = mount_on(dev.clone(), MODES[0], opts());
+    let (dev, fs) = mount_fresh(MODES[0]);
     let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap();
     assert_eq!(fs.getattr(d.ino).unwrap().size, 4096);
     for i in 0..500 {

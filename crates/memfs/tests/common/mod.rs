@@ -42,6 +42,14 @@ pub fn mount_on(dev: Arc<MemDevice>, mode: Consistency, opts: Options) -> MemFs 
     MemFs::mount(disk, opts).unwrap()
 }
 
+/// A fresh 64 MiB ext3 image on a memory device, mounted in `mode` with
+/// the tests' options; the device too, for its statistics and snapshots.
+pub fn mount_fresh(mode: Consistency) -> (Arc<MemDevice>, MemFs) {
+    let dev = device(fresh_image(64 << 20, true));
+    let fs = mount_on(dev.clone(), mode, opts());
+    (dev, fs)
+}
+
 pub fn device(image: Vec<u8>) -> Arc<MemDevice> {
     Arc::new(MemDevice::from_image(4096, image).unwrap())
 }
