@@ -156,6 +156,22 @@ impl DiskFs {
         Ok(self.m.sync_patch(p)?)
     }
 
+    /// [`DiskFs::sync_patch`] one round at a time, for a caller whose lock
+    /// on this file system should not be held through device flushes; see
+    /// [`Modes::sync_step`](stitch_modes::Modes::sync_step).
+    pub fn sync_step(&mut self, goal: PatchId) -> Result<Option<stitch_patch::FlushTicket>> {
+        Ok(self.m.sync_step(goal)?)
+    }
+
+    /// See [`PatchCache::flushed`](stitch_patch::PatchCache::flushed).
+    pub fn flushed(
+        &mut self,
+        ticket: stitch_patch::FlushTicket,
+        result: std::result::Result<(), stitch_patch::DevError>,
+    ) -> Result<()> {
+        Ok(self.m.flushed(ticket, result)?)
+    }
+
     fn sync_patches(&mut self, ps: &[PatchId]) -> Result<()> {
         ps.iter().try_for_each(|&p| self.sync_patch(p))
     }

@@ -32,6 +32,7 @@ use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made};
 use crate::node::{Node, NodeState, Page};
 use crate::types::Kind;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -39,6 +40,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
 use stitch_patch::PatchId;
+
+/// A flush that found diskfs gone (unmounted while it waited).
+const UNMOUNTED: stitch_diskfs::DiskError = stitch_diskfs::DiskError::Invalid("unmounted");
 
 /// Pages per diskfs write (a bound on one operation's journal space).
 const RUN_PAGES: usize = 256;
@@ -139,6 +143,72 @@ enum Scope {
     Inode(u64),
 }
 
+/// Which applied plans are durable. Plans are numbered as they are
+/// applied (under the apply lock, so in cut order); each is marked done
+/// once durable, or once it failed (the device is latched then). A flush
+/// returns only when every plan numbered before its own is done too: a
+/// later plan may depend on what an earlier one holds.
+#[derive(Default)]
+pub(crate) struct Durable {
+    state: Mutex<DurableState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct DurableState {
+    /// The number the next plan gets.
+    next: u64,
+    /// Every plan numbered below this is done.
+    done_below: u64,
+    /// Plans done out of order, above `done_below`.
+    done: BTreeSet<u64>,
+}
+
+impl Durable {
+    /// Numbers a plan being applied (call under the apply lock).
+    fn begin(&self) -> u64 {
+        let mut s = self.state.lock();
+        s.next += 1;
+        s.next - 1
+    }
+
+    /// The number the next plan will get: waiting below it covers every
+    /// plan applied so far.
+    fn next(&self) -> u64 {
+        self.state.lock().next
+    }
+
+    fn finish(&self, n: u64) {
+        let mut s = self.state.lock();
+        s.done.insert(n);
+        loop {
+            let below = s.done_below;
+            if !s.done.remove(&below) {
+                break;
+            }
+            s.done_below += 1;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits until every plan numbered below `n` is done.
+    fn wait_below(&self, n: u64) {
+        let mut s = self.state.lock();
+        while s.done_below < n {
+            self.cv.wait(&mut s);
+        }
+    }
+}
+
+/// Marks a plan done when dropped, whatever way its flush ends.
+struct Finish<'a>(&'a Durable, u64);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.finish(self.1);
+    }
+}
+
 /// What the background flusher is asked to do.
 #[derive(Default)]
 pub(crate) struct Orders {
@@ -173,13 +243,25 @@ impl MemFs {
         // lock before another flush may cut. Even with nothing to write,
         // wait for the plans cut before (they may hold what this fsync
         // covers) to be durable.
-        let _order = self.inner.apply_lock.lock();
+        let order = self.inner.apply_lock.lock();
         drop(merged);
         let Some(plan) = plan else {
+            let before = self.inner.durable.next();
+            drop(order);
             self.inner.stats.lock().fsync_noops += 1;
-            return Ok(());
+            self.inner.durable.wait_below(before);
+            return self.durable_so_far();
         };
-        self.apply(plan)
+        self.apply(plan, order)
+    }
+
+    /// After waiting for earlier plans: an error if one of them failed
+    /// (the device is latched then, and what they held may be lost).
+    fn durable_so_far(&self) -> Result<()> {
+        if self.inner.read_only.load(Ordering::SeqCst) {
+            return Err(MemError::Io("an earlier device error is latched".into()));
+        }
+        Ok(())
     }
 
     /// The cut: every operation in progress finishes, the logs are merged,
@@ -386,8 +468,12 @@ impl MemFs {
     }
 
     /// Applies a plan to diskfs as one atomic unit and waits until it is
-    /// durable.
-    fn apply(&self, plan: Plan) -> Result<()> {
+    /// durable. `order` (the apply lock) is released once the plan is in
+    /// diskfs: the next plan may be applied, and its blocks written, while
+    /// this one's device flush runs.
+    fn apply(&self, plan: Plan, order: MutexGuard<'_, ()>) -> Result<()> {
+        let number = self.inner.durable.begin();
+        let finish = Finish(&self.inner.durable, number);
         let t = self.now();
         let n_ops = plan.ops.len();
         let n_pages: usize = plan.files.iter().map(|f| f.pages.len()).sum();
@@ -408,13 +494,13 @@ impl MemFs {
             let end = disk.modes_mut().end_atomic().map_err(Into::into);
             let r = r.and(end).and_then(|()| {
                 if patches.is_empty() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 let g = disk
                     .modes_mut()
                     .group(&patches)
                     .map_err(stitch_diskfs::DiskError::from)?;
-                disk.sync_patch(g)
+                Ok(Some(g))
             });
             let written = plan
                 .files
@@ -436,11 +522,20 @@ impl MemFs {
                 .disk_free_inodes
                 .store(u64::from(disk.free_inodes()), Ordering::Release);
             self.note_reserved(disk);
-            r.map(|()| sectors)
+            r.map(|goal| (goal, sectors))
         };
+        drop(order);
         self.inner
             .reserved_blocks
             .fetch_sub(plan.reserved, Ordering::AcqRel);
+        let result = result.and_then(|(goal, sectors)| {
+            if let Some(goal) = goal {
+                self.wait_durable(goal)?;
+            }
+            Ok(sectors)
+        });
+        drop(finish);
+        self.inner.durable.wait_below(number);
         let sectors = match result {
             Ok(s) => s,
             Err(e) => {
@@ -454,6 +549,7 @@ impl MemFs {
                 });
             }
         };
+        self.durable_so_far()?;
         let nodes = self.nodes_of(
             sectors
                 .iter()
@@ -508,6 +604,26 @@ impl MemFs {
         st.ops_absorbed += plan.absorbed as u64;
         st.pages_written += n_pages as u64;
         Ok(())
+    }
+
+    /// Writes and flushes until `goal` has committed, taking the disk lock
+    /// for each round's writes and commits but not through the device
+    /// flush.
+    fn wait_durable(&self, goal: PatchId) -> std::result::Result<(), stitch_diskfs::DiskError> {
+        loop {
+            let ticket = {
+                let mut d = self.inner.disk.lock();
+                let disk = d.as_mut().ok_or(UNMOUNTED)?;
+                match disk.sync_step(goal)? {
+                    Some(t) => t,
+                    None => return Ok(()),
+                }
+            };
+            let result = ticket.flush();
+            let mut d = self.inner.disk.lock();
+            let disk = d.as_mut().ok_or(UNMOUNTED)?;
+            disk.flushed(ticket, result)?;
+        }
     }
 
     // ---- background work ----------------------------------------------

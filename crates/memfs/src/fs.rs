@@ -5,7 +5,9 @@
 //! directory to another parent, McoreFS §4.3); inode locks, always taken
 //! together in inode-number order; the disk lock; the inode table. A flush
 //! never takes an inode lock while it holds the disk lock, and never takes
-//! the gate while it holds the disk lock.
+//! the gate while it holds the disk lock. A flush waiting for the device
+//! holds none of these: the disk lock is dropped around each device flush,
+//! so another flush may apply and write its plan meanwhile.
 
 use crate::error::{MemError, Result};
 use crate::flush::{Merged, Orders};
@@ -45,7 +47,11 @@ pub(crate) struct Inner {
     /// The merged, not yet applied entries; held for a cut.
     pub merged: Mutex<Merged>,
     /// Held while a plan is applied: plans reach diskfs in cut order.
+    /// Not held while it becomes durable (see `durable`).
     pub apply_lock: Mutex<()>,
+    /// Which applied plans are durable: a flush returns only once every
+    /// plan applied before its own is.
+    pub durable: crate::flush::Durable,
     /// Reserved inode numbers not yet used: [files, directories].
     pub pool: Mutex<[Vec<u64>; 2]>,
     /// Blocks the in-memory changes will need (dirty pages, new entries).
@@ -141,6 +147,7 @@ impl MemFs {
             logs: Logs::new(),
             merged: Mutex::new(Merged::default()),
             apply_lock: Mutex::new(()),
+            durable: Default::default(),
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
             pages: AtomicU64::new(0),

@@ -20,7 +20,7 @@ pub mod fault;
 
 pub use journal::{DataMode, Journal, JournalConfig, JournalError, JournalStats};
 pub use stitch_format::jbd2::JournalSuperblock;
-use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, Result};
+use stitch_patch::{BlockNo, DevError, FlushTicket, PatchCache, PatchFlags, PatchId, Result};
 
 /// Which dependency transform is in force.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -270,6 +270,28 @@ impl Modes {
             Some(j) => j.sync_patch(&mut self.cache, p),
             None => self.cache.sync_patch(p),
         }
+    }
+
+    /// One round of [`Modes::sync_patch`] for a caller that runs the device
+    /// flush without its lock on the cache (see [`PatchCache::sync_step`]):
+    /// the flush to run, or `None` once `p` is durable. With a journal the
+    /// whole sync happens here, under the caller's lock: a commit waits for
+    /// the previous one to be durable, so a flush beside it would only add
+    /// a flush.
+    pub fn sync_step(&mut self, p: PatchId) -> Result<Option<FlushTicket>> {
+        match &mut self.journal {
+            Some(j) => j.sync_patch(&mut self.cache, p).map(|()| None),
+            None => self.cache.sync_step(p),
+        }
+    }
+
+    /// Ends a flush begun by [`Modes::sync_step`] (see [`PatchCache::flushed`]).
+    pub fn flushed(
+        &mut self,
+        ticket: FlushTicket,
+        result: std::result::Result<(), DevError>,
+    ) -> Result<()> {
+        self.cache.flushed(ticket, result)
     }
 
     /// Makes everything durable; in journal mode also checkpoints, so the

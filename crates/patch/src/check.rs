@@ -42,16 +42,21 @@ impl PatchCache {
         Ok(())
     }
 
-    /// Disk safety, `dep[C] ⊆ C`, at the moment the flush commits every
-    /// in-flight patch: each of their dependencies must be in flight too.
-    pub(crate) fn check_disk_safety(&self) -> Result<(), String> {
-        for &b in &self.inflight_blocks {
+    /// Disk safety, `dep[C] ⊆ C`, at the moment a flush commits what was
+    /// written up to write `upto`: each dependency must be in flight too,
+    /// and written no later.
+    pub(crate) fn check_disk_safety(&self, upto: u64) -> Result<(), String> {
+        let mut committing = std::collections::HashSet::new();
+        for &(_, b) in self.inflight_blocks.iter().take_while(|(s, _)| *s <= upto) {
+            committing.extend(self.blocks.get(b).inflight.iter().copied());
+        }
+        for &(_, b) in self.inflight_blocks.iter().take_while(|(s, _)| *s <= upto) {
             for &p in &self.blocks.get(b).inflight {
                 let Some(live) = self.arena.resolve(p) else {
                     continue;
                 };
                 for &d in &self.arena.get(live).ddeps {
-                    if self.arena.get(d).state != State::InFlight {
+                    if self.arena.get(d).state != State::InFlight || !committing.contains(&d) {
                         return Err(format!(
                             "disk safety: {p:?} would commit before its dependency {d:?}"
                         ));

@@ -38,6 +38,7 @@ pub use id::PatchId;
 pub use patch::{Kind, PatchFlags};
 pub use stats::Stats;
 pub use stitch_blockdev::{BlockDevice, BlockNo, DevError};
+pub use writeout::FlushTicket;
 
 use block::Blocks;
 use id::Arena;
@@ -94,7 +95,8 @@ pub enum PatchState {
 
 /// The patch cache of Featherstitch §6.3: caches blocks, holds every
 /// uncommitted patch, and writes blocks in an order that keeps both safety
-/// properties. Single-threaded: the layer above serializes calls.
+/// properties. Single-threaded: the layer above serializes calls. Only the
+/// device flush may run outside that lock ([`PatchCache::flush_ticket`]).
 pub struct PatchCache {
     dev: Arc<dyn BlockDevice>,
     cfg: CacheConfig,
@@ -103,8 +105,12 @@ pub struct PatchCache {
     blocks: Blocks,
     /// Dirty blocks in the order they became dirty (modified FIFO, §6.3).
     fifo: VecDeque<u32>,
-    /// Blocks with a version in flight, committed by the next flush.
-    inflight_blocks: Vec<u32>,
+    /// Blocks with a version in flight, each with the number of the write
+    /// that sent it, in write order; a flush commits those written before
+    /// it began.
+    inflight_blocks: VecDeque<(u64, u32)>,
+    /// Numbers the writes (see [`FlushTicket`]).
+    write_seq: u64,
     /// Live held empty patches (they can hold write-back back).
     held: usize,
     mark_epoch: u32,
@@ -128,7 +134,8 @@ impl PatchCache {
             blocks: Blocks::new(),
             fifo: VecDeque::new(),
             stream_left: None,
-            inflight_blocks: Vec::new(),
+            inflight_blocks: VecDeque::new(),
+            write_seq: 0,
             held: 0,
             mark_epoch: 0,
             merge_epoch: 0,

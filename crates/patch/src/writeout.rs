@@ -18,6 +18,21 @@ use crate::patch::{BlockIdx, State};
 use crate::{BlockNo, PatchCache, PatchError, Result};
 use stitch_blockdev::BlockWrite;
 
+/// A device flush begun by [`PatchCache::flush_ticket`]: it may run while
+/// other threads use the cache, and commits only what was written before.
+#[must_use = "a flush ticket commits nothing until `PatchCache::flushed` gets it"]
+pub struct FlushTicket {
+    upto: u64,
+    dev: std::sync::Arc<dyn stitch_blockdev::BlockDevice>,
+}
+
+impl FlushTicket {
+    /// Flushes the device (no cache lock needed).
+    pub fn flush(&self) -> std::result::Result<(), stitch_blockdev::DevError> {
+        self.dev.flush()
+    }
+}
+
 /// Which blocks a write round may pick.
 pub(crate) enum Scope<'a> {
     All,
@@ -103,6 +118,7 @@ impl PatchCache {
             }
         }
         self.write_picks(&picks)?;
+        self.write_seq += 1;
         let written = picks.len();
         for (b, set) in picks {
             self.move_in_flight(b, set);
@@ -342,7 +358,7 @@ impl PatchCache {
         if block.patches.is_empty() {
             self.blocks.dirty -= 1;
         }
-        self.inflight_blocks.push(b);
+        self.inflight_blocks.push_back((self.write_seq, b));
     }
 
     /// Marks the members of a set with a fresh epoch, for membership tests.
@@ -357,17 +373,45 @@ impl PatchCache {
     /// Flushes the device; everything in flight commits (§3.1: the write is
     /// acknowledged durable only now).
     pub fn flush(&mut self) -> Result<()> {
+        let ticket = self.flush_ticket()?;
+        let result = ticket.flush();
+        self.flushed(ticket, result)
+    }
+
+    /// Begins a flush that the caller runs without the cache, so that other
+    /// threads may write while the device flushes: [`FlushTicket::flush`],
+    /// then [`PatchCache::flushed`]. What is in flight now commits then;
+    /// what is written meanwhile waits for a later flush.
+    pub fn flush_ticket(&self) -> Result<FlushTicket> {
         self.check_running()?;
-        if let Err(e) = self.dev.flush() {
+        Ok(FlushTicket {
+            upto: self.write_seq,
+            dev: self.dev.clone(),
+        })
+    }
+
+    /// Ends the flush `ticket` began: on success, commits every patch
+    /// written before it began (unless an earlier-ending flush did).
+    pub fn flushed(
+        &mut self,
+        ticket: FlushTicket,
+        result: std::result::Result<(), stitch_blockdev::DevError>,
+    ) -> Result<()> {
+        self.check_running()?;
+        if let Err(e) = result {
             return Err(self.stop(e.into()));
         }
         self.stats.flushes += 1;
         if self.cfg.check_invariants {
-            if let Err(why) = self.check_disk_safety() {
+            if let Err(why) = self.check_disk_safety(ticket.upto) {
                 return Err(self.stop(PatchError::Invariant(why)));
             }
         }
-        for b in std::mem::take(&mut self.inflight_blocks) {
+        while let Some(&(seq, b)) = self.inflight_blocks.front() {
+            if seq > ticket.upto {
+                break;
+            }
+            self.inflight_blocks.pop_front();
             let list = std::mem::take(&mut self.blocks.get_mut(b).inflight);
             for p in list {
                 if self.arena.resolve(p) == Some(p) {
@@ -438,15 +482,28 @@ impl PatchCache {
     /// Writes and flushes until `id` has committed, writing only blocks that
     /// hold `id` or something it depends on.
     pub fn sync_patch(&mut self, id: PatchId) -> Result<()> {
-        while let Some(live) = self.arena.resolve(id) {
-            let mask = self.dependency_blocks(live)?;
-            let written = self.write_round_in(usize::MAX, Scope::Only(&mask))?;
-            self.flush()?;
-            if written == 0 && self.arena.resolve(id).is_some() {
-                return Err(self.no_progress());
-            }
+        while let Some(ticket) = self.sync_step(id)? {
+            let result = ticket.flush();
+            self.flushed(ticket, result)?;
         }
         Ok(())
+    }
+
+    /// One round of [`PatchCache::sync_patch`] whose flush the caller runs
+    /// (see [`PatchCache::flush_ticket`]): writes what `id` needs and can
+    /// go now, and returns the flush to run, or `None` once `id` has
+    /// committed. Fails when nothing is in flight and nothing can be
+    /// written, as no flush would then help.
+    pub fn sync_step(&mut self, id: PatchId) -> Result<Option<FlushTicket>> {
+        let Some(live) = self.arena.resolve(id) else {
+            return Ok(None);
+        };
+        let mask = self.dependency_blocks(live)?;
+        let written = self.write_round_in(usize::MAX, Scope::Only(&mask))?;
+        if written == 0 && self.inflight_blocks.is_empty() {
+            return Err(self.no_progress());
+        }
+        self.flush_ticket().map(Some)
     }
 
     fn no_progress(&mut self) -> PatchError {

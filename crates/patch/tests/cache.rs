@@ -425,3 +425,38 @@ fn patches_with_different_flags_never_merge() {
     c.sync().unwrap();
     c.check_graph().unwrap();
 }
+
+/// A flush run outside the cache (another thread writing meanwhile)
+/// commits only what was written before it began: a later write waits for
+/// a later flush, and a dependency on it keeps its dependent back.
+#[test]
+fn a_flush_ticket_commits_only_what_was_written_before_it() {
+    let (_dev, mut c) = cache(8, CacheConfig::default());
+    let a = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
+    let first = c.sync_step(a).unwrap().expect("a is not durable yet");
+    // While the first flush runs, another write goes out.
+    let b = c.create_byte(BlockNo(2), 0, &[2; 16], &[], META).unwrap();
+    let second = c.sync_step(b).unwrap().expect("b is not durable yet");
+    let r = first.flush();
+    c.flushed(first, r).unwrap();
+    assert!(c.is_committed(a), "written before the ticket: committed");
+    assert_eq!(
+        c.state(b),
+        PatchState::InFlight,
+        "written after it: not yet"
+    );
+    let r = second.flush();
+    c.flushed(second, r).unwrap();
+    assert!(c.is_committed(b));
+    // An earlier ticket ended late commits nothing twice and breaks nothing.
+    let d = c.create_byte(BlockNo(3), 0, &[3; 16], &[], META).unwrap();
+    let early = c.flush_ticket().unwrap();
+    let late = c.sync_step(d).unwrap().unwrap();
+    let r = late.flush();
+    c.flushed(late, r).unwrap();
+    assert!(c.is_committed(d));
+    let r = early.flush();
+    c.flushed(early, r).unwrap();
+    assert!(c.sync_step(d).unwrap().is_none());
+    c.check_graph().unwrap();
+}
