@@ -46,22 +46,26 @@ impl PatchCache {
     /// written up to write `upto`: each dependency must be in flight too,
     /// and written no later.
     pub(crate) fn check_disk_safety(&self, upto: u64) -> Result<(), String> {
-        let mut committing = std::collections::HashSet::new();
-        for &(_, b) in self.inflight_blocks.iter().take_while(|(s, _)| *s <= upto) {
-            committing.extend(self.blocks.get(b).inflight.iter().copied());
-        }
-        for &(_, b) in self.inflight_blocks.iter().take_while(|(s, _)| *s <= upto) {
-            for &p in &self.blocks.get(b).inflight {
-                let Some(live) = self.arena.resolve(p) else {
-                    continue;
-                };
-                for &d in &self.arena.get(live).ddeps {
-                    if self.arena.get(d).state != State::InFlight || !committing.contains(&d) {
-                        return Err(format!(
-                            "disk safety: {p:?} would commit before its dependency {d:?}"
-                        ));
-                    }
-                }
+        let committing: HashSet<PatchId> = self
+            .inflight_blocks
+            .iter()
+            .take_while(|(seq, _)| *seq <= upto)
+            .flat_map(|&(_, b)| self.blocks.get(b).inflight.iter().copied())
+            .collect();
+        for &p in &committing {
+            let Some(live) = self.arena.resolve(p) else {
+                continue;
+            };
+            // A dependency must be in flight and on a list this flush
+            // commits: not unwritten, nor written after the flush began.
+            if let Some(d) =
+                self.arena.get(live).ddeps.iter().find(|d| {
+                    self.arena.get(**d).state != State::InFlight || !committing.contains(d)
+                })
+            {
+                return Err(format!(
+                    "disk safety: {p:?} would commit before its dependency {d:?}"
+                ));
             }
         }
         Ok(())
