@@ -159,7 +159,7 @@ impl DiskFs {
     /// [`DiskFs::sync_patch`] one round at a time, for a caller whose lock
     /// on this file system should not be held through device flushes; see
     /// [`Modes::sync_step`](stitch_modes::Modes::sync_step).
-    pub fn sync_step(&mut self, goal: PatchId) -> Result<Option<stitch_patch::FlushTicket>> {
+    pub fn sync_step(&mut self, goal: PatchId) -> Result<stitch_patch::SyncStep> {
         Ok(self.m.sync_step(goal)?)
     }
 

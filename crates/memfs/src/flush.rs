@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
-use stitch_patch::PatchId;
+use stitch_patch::{PatchId, SyncStep};
 
 /// A flush that found diskfs gone (unmounted while it waited).
 const UNMOUNTED: stitch_diskfs::DiskError = stitch_diskfs::DiskError::Invalid("unmounted");
@@ -197,6 +197,42 @@ impl Durable {
         while s.done_below < n {
             self.cv.wait(&mut s);
         }
+    }
+}
+
+/// How many device flushes run outside the disk lock have ended. A sync
+/// that diskfs tells to wait for another thread's flush
+/// ([`SyncStep::Wait`](stitch_patch::SyncStep::Wait)) reads the count
+/// under the disk lock and sleeps until it moves. A flush counts itself
+/// ended only after `flushed` took its ticket off the cache's running list
+/// (under the disk lock; on an error path just after it), so a sync that
+/// saw the ticket running cannot miss its end.
+#[derive(Default)]
+pub(crate) struct FlushGate {
+    ended: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl FlushGate {
+    fn ended(&self) -> u64 {
+        *self.ended.lock()
+    }
+
+    fn wait_past(&self, seen: u64) {
+        let mut n = self.ended.lock();
+        while *n == seen {
+            self.cv.wait(&mut n);
+        }
+    }
+}
+
+/// Counts a flush ended when dropped, whatever way it ends.
+struct Ended<'a>(&'a FlushGate);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        *self.0.ended.lock() += 1;
+        self.0.cv.notify_all();
     }
 }
 
@@ -608,21 +644,31 @@ impl MemFs {
 
     /// Writes and flushes until `goal` has committed, taking the disk lock
     /// for each round's writes and commits but not through the device
-    /// flush.
+    /// flush, nor while it waits for another thread's flush.
     fn wait_durable(&self, goal: PatchId) -> std::result::Result<(), stitch_diskfs::DiskError> {
         loop {
             let ticket = {
                 let mut d = self.inner.disk.lock();
                 let disk = d.as_mut().ok_or(UNMOUNTED)?;
                 match disk.sync_step(goal)? {
-                    Some(t) => t,
-                    None => return Ok(()),
+                    SyncStep::Done => return Ok(()),
+                    SyncStep::Flush(t) => t,
+                    SyncStep::Wait => {
+                        // A ticket is running: its thread counts it ended
+                        // under the disk lock, which is held here.
+                        let seen = self.inner.flush_gate.ended();
+                        drop(d);
+                        self.inner.flush_gate.wait_past(seen);
+                        continue;
+                    }
                 }
             };
+            let ended = Ended(&self.inner.flush_gate);
             let result = ticket.flush();
             let mut d = self.inner.disk.lock();
             let disk = d.as_mut().ok_or(UNMOUNTED)?;
             disk.flushed(ticket, result)?;
+            drop(ended);
         }
     }
 

@@ -52,6 +52,9 @@ pub(crate) struct Inner {
     /// Which applied plans are durable: a flush returns only once every
     /// plan applied before its own is.
     pub durable: crate::flush::Durable,
+    /// Counts the device flushes run outside the disk lock as they end,
+    /// for a sync told to wait for one.
+    pub flush_gate: crate::flush::FlushGate,
     /// Reserved inode numbers not yet used: [files, directories].
     pub pool: Mutex<[Vec<u64>; 2]>,
     /// Blocks the in-memory changes will need (dirty pages, new entries).
@@ -148,6 +151,7 @@ impl MemFs {
             merged: Mutex::new(Merged::default()),
             apply_lock: Mutex::new(()),
             durable: Default::default(),
+            flush_gate: Default::default(),
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
             pages: AtomicU64::new(0),

@@ -614,22 +614,34 @@ fn write_behind_off_hands_nothing_to_the_flusher() {
     assert_eq!(fs.stats().write_behinds, 0);
 }
 
-/// Soft updates: two threads create, write and fsync files at once, so one
-/// thread's device flush runs while the other writes its blocks. A flush
-/// commits only what was written before it began; were it to commit more,
-/// an fsync could return with its file still on its way to the disk. Here
-/// every fsync's file must be in the image of what the device had made
-/// durable when that fsync returned (the log's committed prefix, every
-/// write still in flight lost).
+/// Two threads create, write and fsync files at once, so one thread's
+/// device flush runs while the other writes its blocks. A flush commits
+/// only what was written before it began; were it to commit more, an fsync
+/// could return with its file still on its way to the disk. Here every
+/// fsync's file must be in the image of what the device had made durable
+/// when that fsync returned (the log's committed prefix, every write still
+/// in flight lost). Soft updates.
 #[test]
 fn concurrent_fsyncs_each_return_only_once_their_file_is_durable() {
+    concurrent_fsyncs(Consistency::SoftUpdates);
+}
+
+/// The same in journal mode, where a sync behind another thread's running
+/// commit writes its log blocks and waits for that flush before its own
+/// commit block: the commits must still follow each other, and every crash
+/// state replay (e2fsck's recovery and ours) to a consistent file system.
+#[test]
+fn concurrent_fsyncs_in_journal_mode_each_return_once_their_file_is_durable() {
+    concurrent_fsyncs(Consistency::Journal(stitch_diskfs::DataMode::Ordered));
+}
+
+fn concurrent_fsyncs(mode: Consistency) {
     use std::sync::Arc;
     use stitch_blockdev::record::{build_image, CrashPoint, CrashState, RecordingDevice};
     const THREADS: usize = 2;
     const FILES: usize = 40;
     /// Crash states judged by e2fsck and our fsck.
     const CRASHES: usize = 120;
-    let mode = Consistency::SoftUpdates;
     let image = fresh_image(64 << 20, true);
     let mem = stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap();
     let dev = Arc::new(RecordingDevice::with_base(mem, image).unwrap());

@@ -24,7 +24,7 @@
 //!    the whole transaction (every log block and the commit) and is
 //!    released: the home writes may go.
 //! 3. **Checkpoint.** Home writes are sent to the device once every
-//!    [`JournalConfig::home_writes_every`] syncs (and after a big
+//!    [`JournalConfig::home_writes_every`] committing syncs (and after a big
 //!    transaction's), so most fsyncs flush their log only.
 //!    Once every home write of the oldest transactions is
 //!    durable, the journal superblock's tail moves past them (lazily: when
@@ -61,7 +61,7 @@ use stitch_format::jbd2::superblock::features;
 use stitch_format::jbd2::{
     CommitBlock, DescriptorTag, JournalSuperblock, RevokeBlock, TagFormat, JBD2_MAGIC,
 };
-use stitch_patch::{BlockNo, PatchCache, PatchError, PatchFlags, PatchId};
+use stitch_patch::{BlockNo, PatchCache, PatchError, PatchFlags, PatchId, SyncStep};
 
 /// What the journal does with file data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -112,7 +112,7 @@ pub struct JournalConfig {
     /// journaled (default [`SMALL_DATA`]; 0: none, as ext3).
     pub small_data: u32,
     /// A sync sends the home writes of the transactions it made durable
-    /// to the device once every this many syncs (default
+    /// to the device once every this many syncs that commit (default
     /// [`HOME_WRITES_EVERY`]; 1: after each), with the log of the next.
     /// In between, an fsync's device flush carries its log only.
     pub home_writes_every: u32,
@@ -782,36 +782,78 @@ impl Journal {
     /// Makes `p` durable: commits its transaction (and every earlier one)
     /// and waits for the commit block, not for the home writes.
     pub fn sync_patch(&mut self, cache: &mut PatchCache, p: PatchId) -> Result<()> {
+        loop {
+            match self.sync_step(cache, p, false)? {
+                SyncStep::Done => return Ok(()),
+                SyncStep::Flush(ticket) => {
+                    let result = ticket.flush();
+                    cache.flushed(ticket, result)?;
+                }
+                SyncStep::Wait => {
+                    return Err(PatchError::Invariant(
+                        "journal: a sync under the lock was told to wait".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// One round of [`Journal::sync_patch`] for a caller that runs the
+    /// device flush without its lock (see [`PatchCache::sync_step`]). The
+    /// first round commits `p`'s transaction; later rounds find it closed.
+    /// While the previous commit's flush runs in another thread, this one's
+    /// log blocks go out and the step says to wait: its commit block
+    /// follows the previous commit, and a flush of its own before that
+    /// would commit its log blocks only and cost a second flush.
+    pub fn sync_step(
+        &mut self,
+        cache: &mut PatchCache,
+        p: PatchId,
+        may_wait: bool,
+    ) -> Result<SyncStep> {
         if cache.is_committed(p) {
-            return Ok(());
+            return Ok(SyncStep::Done);
         }
         let epoch = self.tx_of.get(&p).copied();
         let running = self.running.as_ref().map(|r| r.epoch);
+        let mut home_writes = false;
         if epoch.is_none() || epoch == running {
             self.commit(cache)?;
+            if epoch.is_none() {
+                // Remember what this sync waits for, so its later rounds
+                // do not commit whatever is running then.
+                if let Some(last) = self.closed.back() {
+                    self.tx_of.insert(p, last.epoch);
+                }
+            }
+            // Home writes, once every `home_writes_every` syncs that
+            // commit: most fsyncs then flush their log only (about ten
+            // contiguous blocks), not the log and the previous
+            // transaction's home blocks scattered over the disk. The tail
+            // moves only past transactions whose home writes are durable,
+            // so waiting changes nothing a crash can see.
+            self.syncs_since_home_writes += 1;
+            home_writes = self.syncs_since_home_writes >= self.cfg.home_writes_every.max(1);
         }
-        let target = match epoch {
-            Some(e) => self.closed.iter().find(|c| c.epoch == e),
+        let target = match self.tx_of.get(&p) {
+            Some(&e) => self.closed.iter().find(|c| c.epoch == e),
             None => self.closed.back(),
         };
         let goal = target.map_or(p, |c| c.durable);
-        let big = target.is_some_and(|c| c.blocks.len() >= BIG_TRANSACTION);
-        // Home writes, once every `home_writes_every` syncs: most fsyncs
-        // then flush their log only (about ten contiguous blocks), not the
-        // log and the previous transaction's home blocks scattered over
-        // the disk. The tail moves only past transactions whose home
-        // writes are durable, so waiting changes nothing a crash can see.
         // Waiting is bounded: left on their blocks, committed home patches
         // are another transaction's patches there, and every change the
         // next transaction makes to those blocks becomes a soft patch that
         // scans them (freeing a 100 MB file just written, 25,600 bits in
         // one bitmap, spent a third of the server's time in that scan), so
         // a big transaction's homes go at once.
-        self.syncs_since_home_writes += 1;
-        let home_writes = big || self.syncs_since_home_writes >= self.cfg.home_writes_every.max(1);
-        if !home_writes {
+        let big = target.is_some_and(|c| c.blocks.len() >= BIG_TRANSACTION);
+        if !(home_writes || big) {
             // Only what `goal` needs: its log blocks (and ordered data).
-            return cache.sync_patch(goal);
+            return if may_wait {
+                cache.sync_step(goal)
+            } else {
+                cache.sync_patch(goal).map(|()| SyncStep::Done)
+            };
         }
         self.syncs_since_home_writes = 0;
         // The first round writes everything writable, not only what `goal`
@@ -825,7 +867,7 @@ impl Journal {
         // the device at once (they commit with the next flush, whoever
         // asks for it) rather than at the next sync.
         cache.write_round(usize::MAX)?;
-        Ok(())
+        Ok(SyncStep::Done)
     }
 
     /// Commits, writes every home block, and moves the tail to the head:

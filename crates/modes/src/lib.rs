@@ -20,7 +20,9 @@ pub mod fault;
 
 pub use journal::{DataMode, Journal, JournalConfig, JournalError, JournalStats};
 pub use stitch_format::jbd2::JournalSuperblock;
-use stitch_patch::{BlockNo, DevError, FlushTicket, PatchCache, PatchFlags, PatchId, Result};
+use stitch_patch::{
+    BlockNo, DevError, FlushTicket, PatchCache, PatchFlags, PatchId, Result, SyncStep,
+};
 
 /// Which dependency transform is in force.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -273,14 +275,12 @@ impl Modes {
     }
 
     /// One round of [`Modes::sync_patch`] for a caller that runs the device
-    /// flush without its lock on the cache (see [`PatchCache::sync_step`]):
-    /// the flush to run, or `None` once `p` is durable. With a journal the
-    /// whole sync happens here, under the caller's lock: a commit waits for
-    /// the previous one to be durable, so a flush beside it would only add
-    /// a flush.
-    pub fn sync_step(&mut self, p: PatchId) -> Result<Option<FlushTicket>> {
+    /// flush without its lock on the cache (see [`PatchCache::sync_step`]
+    /// and [`Journal::sync_step`]): done, a flush to run, or a wait for
+    /// another thread's flush.
+    pub fn sync_step(&mut self, p: PatchId) -> Result<SyncStep> {
         match &mut self.journal {
-            Some(j) => j.sync_patch(&mut self.cache, p).map(|()| None),
+            Some(j) => j.sync_step(&mut self.cache, p, true),
             None => self.cache.sync_step(p),
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use stitch_blockdev::record::LogEntry;
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_modes::{Consistency, DataMode, JournalConfig, JournalSuperblock, Modes};
-use stitch_patch::{BlockNo, CacheConfig, PatchCache, PatchFlags};
+use stitch_patch::{BlockNo, CacheConfig, PatchCache, PatchFlags, SyncStep};
 
 const BS: usize = 4096;
 const META: PatchFlags = PatchFlags { data: false };
@@ -355,4 +355,56 @@ fn log_blocks_do_not_stay_in_the_cache() {
         "{cached} blocks cached after {log_blocks} log blocks"
     );
     m.cache().check_graph().unwrap();
+}
+
+/// Two fsyncs from two threads, each running its flush outside the lock
+/// (as memfs does): while the first commit's flush runs, the second
+/// transaction's log blocks go out and its sync waits rather than flushes.
+/// Its commit block goes only after the first flush ended (it must follow
+/// the first commit); the two syncs cost two flushes, not three.
+#[test]
+fn a_sync_behind_a_running_commit_writes_its_log_and_waits() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let setup = rec.log().len();
+    let a = m.byte(BlockNo(20), 0, &[1; 32], &[], META).unwrap();
+    let ga = m.group(&[a]).unwrap();
+    let SyncStep::Flush(first) = m.sync_step(ga).unwrap() else {
+        panic!("the first commit is not waiting for its flush");
+    };
+    let b = m.byte(BlockNo(21), 0, &[2; 32], &[], META).unwrap();
+    let gb = m.group(&[b]).unwrap();
+    let before = rec.log().len();
+    assert!(matches!(m.sync_step(gb).unwrap(), SyncStep::Wait));
+    let log = rec.log();
+    let sent: Vec<u64> = log.entries()[before..]
+        .iter()
+        .map(|e| match e {
+            LogEntry::Write { block, .. } => block.0,
+            LogEntry::Flush { .. } => panic!("flushed beside the running commit"),
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [AREA.start + 4, AREA.start + 5],
+        "the second transaction's descriptor and copy, without its commit"
+    );
+    drop(log);
+    let r = first.flush();
+    m.flushed(first, r).unwrap();
+    assert!(
+        matches!(m.sync_step(ga).unwrap(), SyncStep::Done),
+        "the first commit is not durable after its flush"
+    );
+    let SyncStep::Flush(second) = m.sync_step(gb).unwrap() else {
+        panic!("the second commit is not waiting for its flush");
+    };
+    assert_eq!(writes_of(&rec, AREA.start + 6).len(), 1, "no commit block");
+    let r = second.flush();
+    m.flushed(second, r).unwrap();
+    assert!(matches!(m.sync_step(gb).unwrap(), SyncStep::Done));
+    let flushes = rec.log().entries()[setup..]
+        .iter()
+        .filter(|e| matches!(e, LogEntry::Flush { .. }))
+        .count();
+    assert_eq!(flushes, 2);
 }

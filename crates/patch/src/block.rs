@@ -39,6 +39,8 @@ pub(crate) struct CachedBlock {
     /// patch touching its chunks, and skips the list when there is none.
     pub soft_chunks: SoftChunks,
     pub writing: bool,
+    /// While `writing`: the number of the write that sent it.
+    pub write_seq: u64,
     pub in_fifo: bool,
     pub picked: bool,
     /// The block's newest patch changed file data ([`PatchFlags::data`]).
@@ -205,6 +207,7 @@ impl Blocks {
             ext_in: 0,
             soft_chunks: SoftChunks::default(),
             writing: false,
+            write_seq: 0,
             in_fifo: false,
             picked: false,
             file_data: false,

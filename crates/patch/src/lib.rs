@@ -38,7 +38,7 @@ pub use id::PatchId;
 pub use patch::{Kind, PatchFlags};
 pub use stats::Stats;
 pub use stitch_blockdev::{BlockDevice, BlockNo, DevError};
-pub use writeout::FlushTicket;
+pub use writeout::{FlushTicket, SyncStep};
 
 use block::Blocks;
 use id::Arena;
@@ -111,6 +111,9 @@ pub struct PatchCache {
     inflight_blocks: VecDeque<(u64, u32)>,
     /// Numbers the writes (see [`FlushTicket`]).
     write_seq: u64,
+    /// The `upto` of each ticket taken and not yet ended: flushes running
+    /// outside the cache.
+    outstanding: Vec<u64>,
     /// Live held empty patches (they can hold write-back back).
     held: usize,
     mark_epoch: u32,
@@ -136,6 +139,7 @@ impl PatchCache {
             stream_left: None,
             inflight_blocks: VecDeque::new(),
             write_seq: 0,
+            outstanding: Vec::new(),
             held: 0,
             mark_epoch: 0,
             merge_epoch: 0,

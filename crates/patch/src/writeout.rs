@@ -13,6 +13,7 @@
 //! has no undo data. Such a block waits; §4.1 guarantees its hard patch does
 //! not wait on the block itself, so this cannot deadlock.
 
+use crate::block::Blocks;
 use crate::id::PatchId;
 use crate::patch::{BlockIdx, State};
 use crate::{BlockNo, PatchCache, PatchError, Result};
@@ -31,6 +32,21 @@ impl FlushTicket {
     pub fn flush(&self) -> std::result::Result<(), stitch_blockdev::DevError> {
         self.dev.flush()
     }
+}
+
+/// What [`PatchCache::sync_step`] leaves its caller to do.
+#[must_use = "a step's flush or wait is what makes the patch durable"]
+pub enum SyncStep {
+    /// The patch has committed.
+    Done,
+    /// Run this flush (without the cache), end it with
+    /// [`PatchCache::flushed`], and step again.
+    Flush(FlushTicket),
+    /// A flush already running (another thread's ticket) covers what the
+    /// patch is waiting for: wait until a ticket ends, then step again. A
+    /// flush of its own now would commit only part of what it needs and
+    /// cost a second flush after.
+    Wait,
 }
 
 /// Which blocks a write round may pick.
@@ -355,6 +371,7 @@ impl PatchCache {
         }
         block.inflight = set;
         block.writing = true;
+        block.write_seq = self.write_seq;
         if block.patches.is_empty() {
             self.blocks.dirty -= 1;
         }
@@ -382,8 +399,9 @@ impl PatchCache {
     /// threads may write while the device flushes: [`FlushTicket::flush`],
     /// then [`PatchCache::flushed`]. What is in flight now commits then;
     /// what is written meanwhile waits for a later flush.
-    pub fn flush_ticket(&self) -> Result<FlushTicket> {
+    pub fn flush_ticket(&mut self) -> Result<FlushTicket> {
         self.check_running()?;
+        self.outstanding.push(self.write_seq);
         Ok(FlushTicket {
             upto: self.write_seq,
             dev: self.dev.clone(),
@@ -397,6 +415,9 @@ impl PatchCache {
         ticket: FlushTicket,
         result: std::result::Result<(), stitch_blockdev::DevError>,
     ) -> Result<()> {
+        if let Some(i) = self.outstanding.iter().position(|&u| u == ticket.upto) {
+            self.outstanding.swap_remove(i);
+        }
         self.check_running()?;
         if let Err(e) = result {
             return Err(self.stop(e.into()));
@@ -482,7 +503,9 @@ impl PatchCache {
     /// Writes and flushes until `id` has committed, writing only blocks that
     /// hold `id` or something it depends on.
     pub fn sync_patch(&mut self, id: PatchId) -> Result<()> {
-        while let Some(ticket) = self.sync_step(id)? {
+        // Under the caller's lock throughout, so never a wait: a ticket
+        // another thread holds ends only once this returns.
+        while let Some(ticket) = self.step(id, false)? {
             let result = ticket.flush();
             self.flushed(ticket, result)?;
         }
@@ -491,19 +514,83 @@ impl PatchCache {
 
     /// One round of [`PatchCache::sync_patch`] whose flush the caller runs
     /// (see [`PatchCache::flush_ticket`]): writes what `id` needs and can
-    /// go now, and returns the flush to run, or `None` once `id` has
-    /// committed. Fails when nothing is in flight and nothing can be
-    /// written, as no flush would then help.
-    pub fn sync_step(&mut self, id: PatchId) -> Result<Option<FlushTicket>> {
+    /// go now, and says what is left to do. Fails when nothing is in flight
+    /// and nothing can be written, as no flush would then help.
+    ///
+    /// It asks to [wait](SyncStep::Wait) rather than flush when another
+    /// ticket is running and `id` waits on blocks that ticket covers:
+    /// either something `id` needs could not be written yet because of
+    /// them (a journal's commit block behind the previous commit), or all
+    /// of it is already in flight under that ticket.
+    pub fn sync_step(&mut self, id: PatchId) -> Result<SyncStep> {
+        if self.arena.resolve(id).is_none() {
+            return Ok(SyncStep::Done);
+        }
+        let wait = !self.outstanding.is_empty();
+        Ok(match self.step(id, wait)? {
+            Some(t) => SyncStep::Flush(t),
+            None if self.arena.resolve(id).is_none() => SyncStep::Done,
+            None => SyncStep::Wait,
+        })
+    }
+
+    /// A step's writes; the flush to run, or `None` when `id` has committed
+    /// or (with `may_wait`) a running ticket covers what it waits for.
+    fn step(&mut self, id: PatchId, may_wait: bool) -> Result<Option<FlushTicket>> {
         let Some(live) = self.arena.resolve(id) else {
             return Ok(None);
         };
         let mask = self.dependency_blocks(live)?;
         let written = self.write_round_in(usize::MAX, Scope::Only(&mask))?;
+        if may_wait && self.covered_by_running_flush(live) {
+            return Ok(None);
+        }
         if written == 0 && self.inflight_blocks.is_empty() {
             return Err(self.no_progress());
         }
         self.flush_ticket().map(Some)
+    }
+
+    /// Whether waiting for the tickets now running serves `id` as well as
+    /// a flush of its own (see [`PatchCache::sync_step`]).
+    fn covered_by_running_flush(&mut self, id: PatchId) -> bool {
+        let Some(&upto) = self.outstanding.iter().max() else {
+            return false;
+        };
+        let (mut unwritten, mut covered, mut uncovered) = (false, false, false);
+        let walked: std::result::Result<(), ()> = self.walk_closure(id, |p, blocks| {
+            if !p.is_empty() {
+                match p.state {
+                    State::Uncommitted => unwritten = true,
+                    State::InFlight if blocks.get(p.block).write_seq <= upto => covered = true,
+                    State::InFlight => uncovered = true,
+                }
+            }
+            Ok(())
+        });
+        walked.is_ok() && covered && (unwritten || !uncovered)
+    }
+
+    /// Visits `id` and every uncommitted patch it depends on, once each,
+    /// until `visit` fails.
+    fn walk_closure<E>(
+        &mut self,
+        id: PatchId,
+        mut visit: impl FnMut(&crate::patch::Patch, &Blocks) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let epoch = self.next_epoch();
+        let mut stack = vec![id];
+        while let Some(x) = stack.pop() {
+            let p = self.arena.get_mut(x);
+            if p.mark == epoch {
+                continue;
+            }
+            p.mark = epoch;
+            let p = self.arena.get(x);
+            visit(p, &self.blocks)?;
+            stack.extend(p.ddeps.iter().copied());
+        }
+        Ok(())
     }
 
     fn no_progress(&mut self) -> PatchError {
@@ -517,27 +604,21 @@ impl PatchCache {
 
     /// Marks the blocks of `id` and of every uncommitted patch it depends on.
     fn dependency_blocks(&mut self, id: PatchId) -> Result<Vec<bool>> {
-        let epoch = self.next_epoch();
+        let held = self.held;
         let mut mask = Vec::new();
-        let mut stack = vec![id];
-        while let Some(x) = stack.pop() {
-            let p = self.arena.get_mut(x);
-            if p.mark == epoch {
-                continue;
-            }
-            p.mark = epoch;
+        self.walk_closure(id, |p, _| {
             if p.is_empty() && p.held {
-                return Err(PatchError::HeldBack { held: self.held });
+                return Err(PatchError::HeldBack { held });
             }
-            let b = p.block as usize;
             if !p.is_empty() {
+                let b = p.block as usize;
                 if mask.len() <= b {
                     mask.resize(b + 1, false);
                 }
                 mask[b] = true;
             }
-            stack.extend(self.arena.get(x).ddeps.iter().copied());
-        }
+            Ok(())
+        })?;
         Ok(mask)
     }
 }

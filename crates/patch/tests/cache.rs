@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_patch::{
-    BlockNo, CacheConfig, Optimizations, PatchCache, PatchError, PatchFlags, PatchState, DATA_KEEP,
+    BlockNo, CacheConfig, FlushTicket, Optimizations, PatchCache, PatchError, PatchFlags,
+    PatchState, SyncStep, DATA_KEEP,
 };
 
 const BS: usize = 4096;
@@ -426,6 +427,15 @@ fn patches_with_different_flags_never_merge() {
     c.check_graph().unwrap();
 }
 
+/// The flush a sync step asks for (the test fails if it asks for another).
+fn flush_of(step: SyncStep) -> FlushTicket {
+    match step {
+        SyncStep::Flush(t) => t,
+        SyncStep::Done => panic!("asked to flush, the step says done"),
+        SyncStep::Wait => panic!("asked to flush, the step says wait"),
+    }
+}
+
 /// A flush run outside the cache (another thread writing meanwhile)
 /// commits only what was written before it began: a later write waits for
 /// a later flush, and a dependency on it keeps its dependent back.
@@ -433,10 +443,10 @@ fn patches_with_different_flags_never_merge() {
 fn a_flush_ticket_commits_only_what_was_written_before_it() {
     let (_dev, mut c) = cache(8, CacheConfig::default());
     let a = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
-    let first = c.sync_step(a).unwrap().expect("a is not durable yet");
+    let first = flush_of(c.sync_step(a).unwrap());
     // While the first flush runs, another write goes out.
     let b = c.create_byte(BlockNo(2), 0, &[2; 16], &[], META).unwrap();
-    let second = c.sync_step(b).unwrap().expect("b is not durable yet");
+    let second = flush_of(c.sync_step(b).unwrap());
     let r = first.flush();
     c.flushed(first, r).unwrap();
     assert!(c.is_committed(a), "written before the ticket: committed");
@@ -451,12 +461,49 @@ fn a_flush_ticket_commits_only_what_was_written_before_it() {
     // An earlier ticket ended late commits nothing twice and breaks nothing.
     let d = c.create_byte(BlockNo(3), 0, &[3; 16], &[], META).unwrap();
     let early = c.flush_ticket().unwrap();
-    let late = c.sync_step(d).unwrap().unwrap();
+    let late = flush_of(c.sync_step(d).unwrap());
     let r = late.flush();
     c.flushed(late, r).unwrap();
     assert!(c.is_committed(d));
     let r = early.flush();
     c.flushed(early, r).unwrap();
-    assert!(c.sync_step(d).unwrap().is_none());
+    assert!(matches!(c.sync_step(d).unwrap(), SyncStep::Done));
+    c.check_graph().unwrap();
+}
+
+/// A sync whose patch waits on blocks a running ticket covers is told to
+/// wait for that flush rather than run one of its own, which would commit
+/// only part of what it needs; so is one whose whole closure is already in
+/// flight under it. One that needs something no running ticket covers
+/// still flushes beside it.
+#[test]
+fn a_sync_step_waits_for_a_running_flush_that_covers_what_it_needs() {
+    let (_dev, mut c) = cache(8, CacheConfig::default());
+    let a = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
+    let first = flush_of(c.sync_step(a).unwrap());
+    // b must follow a, which is in flight under `first`.
+    let b = c.create_byte(BlockNo(2), 0, &[2; 16], &[a], META).unwrap();
+    assert!(matches!(c.sync_step(b).unwrap(), SyncStep::Wait));
+    assert_eq!(c.state(b), PatchState::Uncommitted, "b went before a");
+    // a itself is all in flight under `first`: waiting serves it too.
+    assert!(matches!(c.sync_step(a).unwrap(), SyncStep::Wait));
+    // Independent of a: its own flush, beside the running one.
+    let e = c.create_byte(BlockNo(4), 0, &[4; 16], &[], META).unwrap();
+    let beside = flush_of(c.sync_step(e).unwrap());
+    let r = first.flush();
+    c.flushed(first, r).unwrap();
+    assert!(c.is_committed(a));
+    let second = flush_of(c.sync_step(b).unwrap());
+    let r = second.flush();
+    c.flushed(second, r).unwrap();
+    assert!(c.is_committed(b) && c.is_committed(e));
+    let r = beside.flush();
+    c.flushed(beside, r).unwrap();
+    // With no ticket running, never a wait.
+    let f = c.create_byte(BlockNo(5), 0, &[5; 16], &[b], META).unwrap();
+    let own = flush_of(c.sync_step(f).unwrap());
+    let r = own.flush();
+    c.flushed(own, r).unwrap();
+    assert!(matches!(c.sync_step(f).unwrap(), SyncStep::Done));
     c.check_graph().unwrap();
 }
