@@ -228,6 +228,9 @@ pub struct Journal {
     depth: u32,
     want_commit: bool,
     syncs_since_home_writes: u32,
+    /// A round of home writes went out with a commit's log: once a sync
+    /// finds its commit durable, the home patches it released go too.
+    send_homes: bool,
     last_commit_time: (u64, u32),
     /// The copies of one descriptor's blocks on their way into the log (one
     /// buffer, reused by every commit).
@@ -297,6 +300,7 @@ impl Journal {
             depth: 0,
             want_commit: false,
             syncs_since_home_writes: 0,
+            send_homes: false,
             last_commit_time: (0, 0),
             copies: Vec::new(),
             stats: JournalStats::default(),
@@ -782,20 +786,8 @@ impl Journal {
     /// Makes `p` durable: commits its transaction (and every earlier one)
     /// and waits for the commit block, not for the home writes.
     pub fn sync_patch(&mut self, cache: &mut PatchCache, p: PatchId) -> Result<()> {
-        loop {
-            match self.sync_step(cache, p, false)? {
-                SyncStep::Done => return Ok(()),
-                SyncStep::Flush(ticket) => {
-                    let result = ticket.flush();
-                    cache.flushed(ticket, result)?;
-                }
-                SyncStep::Wait => {
-                    return Err(PatchError::Invariant(
-                        "journal: a sync under the lock was told to wait".into(),
-                    ))
-                }
-            }
-        }
+        // Not waiting, the step runs its flushes itself and ends done.
+        self.sync_step(cache, p, false).map(|_| ())
     }
 
     /// One round of [`Journal::sync_patch`] for a caller that runs the
@@ -804,7 +796,8 @@ impl Journal {
     /// While the previous commit's flush runs in another thread, this one's
     /// log blocks go out and the step says to wait: its commit block
     /// follows the previous commit, and a flush of its own before that
-    /// would commit its log blocks only and cost a second flush.
+    /// would commit its log blocks only and cost a second flush. Without
+    /// `may_wait` the whole sync happens here, flushes included.
     pub fn sync_step(
         &mut self,
         cache: &mut PatchCache,
@@ -847,27 +840,28 @@ impl Journal {
         // one bitmap, spent a third of the server's time in that scan), so
         // a big transaction's homes go at once.
         let big = target.is_some_and(|c| c.blocks.len() >= BIG_TRANSACTION);
-        if !(home_writes || big) {
-            // Only what `goal` needs: its log blocks (and ordered data).
-            return if may_wait {
-                cache.sync_step(goal)
-            } else {
-                cache.sync_patch(goal).map(|()| SyncStep::Done)
-            };
+        if home_writes || big {
+            // Everything writable, not only what `goal` needs: that takes
+            // the home blocks of transactions already committed, in the same
+            // device flush as this commit's log.
+            self.syncs_since_home_writes = 0;
+            self.send_homes = true;
+            cache.write_round(usize::MAX)?;
         }
-        self.syncs_since_home_writes = 0;
-        // The first round writes everything writable, not only what `goal`
-        // needs: that takes the home blocks of transactions already
-        // committed, in the same device flush as this commit's log.
-        if !cache.is_committed(goal) && cache.write_round(usize::MAX)? > 0 {
-            cache.flush()?;
+        // Then only what `goal` needs: its log blocks (and ordered data).
+        let step = if may_wait {
+            cache.sync_step(goal)?
+        } else {
+            cache.sync_patch(goal)?;
+            SyncStep::Done
+        };
+        if matches!(step, SyncStep::Done) && std::mem::take(&mut self.send_homes) {
+            // Now durable, the commit released its home patches: send them
+            // to the device at once (they commit with the next flush,
+            // whoever asks for it) rather than at the next round.
+            cache.write_round(usize::MAX)?;
         }
-        cache.sync_patch(goal)?;
-        // Now durable, this commit released its home patches: send them to
-        // the device at once (they commit with the next flush, whoever
-        // asks for it) rather than at the next sync.
-        cache.write_round(usize::MAX)?;
-        Ok(SyncStep::Done)
+        Ok(step)
     }
 
     /// Commits, writes every home block, and moves the tail to the head:

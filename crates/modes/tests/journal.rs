@@ -13,17 +13,23 @@ const DATA: PatchFlags = PatchFlags { data: true };
 const AREA: std::ops::Range<u64> = 1000..2024;
 
 fn journaled(data: DataMode) -> (Arc<RecordingDevice<MemDevice>>, Modes) {
+    // Ordered data unjournaled (ext3's way): these tests are about that path.
+    journaled_in(
+        data,
+        JournalConfig {
+            small_data: 0,
+            ..Default::default()
+        },
+    )
+}
+
+fn journaled_in(data: DataMode, cfg: JournalConfig) -> (Arc<RecordingDevice<MemDevice>>, Modes) {
     let mem = MemDevice::new(BS, 4096).unwrap();
     let rec = Arc::new(RecordingDevice::new(mem).unwrap());
     let cache = PatchCache::new(rec.clone(), CacheConfig::default());
     let mut m = Modes::new(cache, Consistency::Journal(data));
     let jsb = JournalSuperblock::new_v2(BS as u32, 1024, [9; 16]);
     let area = AREA.map(BlockNo).collect();
-    // Ordered data unjournaled (ext3's way): these tests are about that path.
-    let cfg = JournalConfig {
-        small_data: 0,
-        ..Default::default()
-    };
     m.start_journal(area, jsb, cfg).unwrap();
     (rec, m)
 }
@@ -364,7 +370,23 @@ fn log_blocks_do_not_stay_in_the_cache() {
 /// the first commit); the two syncs cost two flushes, not three.
 #[test]
 fn a_sync_behind_a_running_commit_writes_its_log_and_waits() {
-    let (rec, mut m) = journaled(DataMode::Ordered);
+    sync_behind_a_running_commit(JournalConfig::default().home_writes_every);
+}
+
+/// The same when each sync also sends home writes: their round goes out
+/// with the log, and no flush of its own runs beside the other's.
+#[test]
+fn a_home_writes_sync_behind_a_running_commit_waits_too() {
+    sync_behind_a_running_commit(1);
+}
+
+fn sync_behind_a_running_commit(home_writes_every: u32) {
+    let cfg = JournalConfig {
+        small_data: 0,
+        home_writes_every,
+        ..Default::default()
+    };
+    let (rec, mut m) = journaled_in(DataMode::Ordered, cfg);
     let setup = rec.log().len();
     let a = m.byte(BlockNo(20), 0, &[1; 32], &[], META).unwrap();
     let ga = m.group(&[a]).unwrap();
