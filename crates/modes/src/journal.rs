@@ -791,7 +791,7 @@ impl Journal {
     }
 
     /// One round of [`Journal::sync_patch`] for a caller that runs the
-    /// device flush without its lock (see [`PatchCache::sync_step`]). The
+    /// device flush without its lock (see [`PatchCache::sync_step_or_wait`]). The
     /// first round commits `p`'s transaction; later rounds find it closed.
     /// While the previous commit's flush runs in another thread, this one's
     /// log blocks go out and the step says to wait: its commit block
@@ -850,7 +850,7 @@ impl Journal {
         }
         // Then only what `goal` needs: its log blocks (and ordered data).
         let step = if may_wait {
-            cache.sync_step(goal)?
+            cache.sync_step_or_wait(goal)?
         } else {
             cache.sync_patch(goal)?;
             SyncStep::Done

@@ -275,13 +275,17 @@ impl Modes {
     }
 
     /// One round of [`Modes::sync_patch`] for a caller that runs the device
-    /// flush without its lock on the cache (see [`PatchCache::sync_step`]
-    /// and [`Journal::sync_step`]): done, a flush to run, or a wait for
-    /// another thread's flush.
+    /// flush without its lock on the cache: done, a flush to run, or (with
+    /// a journal) a wait for another thread's flush. Soft updates flush
+    /// beside the other thread ([`PatchCache::sync_step`]); a journal's
+    /// commit waits for the previous one ([`Journal::sync_step`]).
     pub fn sync_step(&mut self, p: PatchId) -> Result<SyncStep> {
         match &mut self.journal {
             Some(j) => j.sync_step(&mut self.cache, p, true),
-            None => self.cache.sync_step(p),
+            None => Ok(match self.cache.sync_step(p)? {
+                Some(t) => SyncStep::Flush(t),
+                None => SyncStep::Done,
+            }),
         }
     }
 

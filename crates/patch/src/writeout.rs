@@ -514,15 +514,22 @@ impl PatchCache {
 
     /// One round of [`PatchCache::sync_patch`] whose flush the caller runs
     /// (see [`PatchCache::flush_ticket`]): writes what `id` needs and can
-    /// go now, and says what is left to do. Fails when nothing is in flight
-    /// and nothing can be written, as no flush would then help.
-    ///
-    /// It asks to [wait](SyncStep::Wait) rather than flush when another
-    /// ticket is running and `id` waits on blocks that ticket covers:
-    /// either something `id` needs could not be written yet because of
-    /// them (a journal's commit block behind the previous commit), or all
-    /// of it is already in flight under that ticket.
-    pub fn sync_step(&mut self, id: PatchId) -> Result<SyncStep> {
+    /// go now, and returns the flush to run, or `None` once `id` has
+    /// committed. Fails when nothing is in flight and nothing can be
+    /// written, as no flush would then help.
+    pub fn sync_step(&mut self, id: PatchId) -> Result<Option<FlushTicket>> {
+        self.step(id, false)
+    }
+
+    /// [`PatchCache::sync_step`] that may ask to [wait](SyncStep::Wait)
+    /// rather than flush: when another ticket is running and `id` waits on
+    /// blocks that ticket covers, either because something `id` needs
+    /// could not be written yet because of them (a journal's commit block
+    /// behind the previous commit), or because all of it is already in
+    /// flight under that ticket. With no ticket running it never waits.
+    /// (Soft updates do better flushing beside the other thread: what
+    /// their sync needs next often does not wait on the running flush.)
+    pub fn sync_step_or_wait(&mut self, id: PatchId) -> Result<SyncStep> {
         if self.arena.resolve(id).is_none() {
             return Ok(SyncStep::Done);
         }

@@ -443,10 +443,10 @@ fn flush_of(step: SyncStep) -> FlushTicket {
 fn a_flush_ticket_commits_only_what_was_written_before_it() {
     let (_dev, mut c) = cache(8, CacheConfig::default());
     let a = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
-    let first = flush_of(c.sync_step(a).unwrap());
+    let first = c.sync_step(a).unwrap().expect("a is not durable yet");
     // While the first flush runs, another write goes out.
     let b = c.create_byte(BlockNo(2), 0, &[2; 16], &[], META).unwrap();
-    let second = flush_of(c.sync_step(b).unwrap());
+    let second = c.sync_step(b).unwrap().expect("b is not durable yet");
     let r = first.flush();
     c.flushed(first, r).unwrap();
     assert!(c.is_committed(a), "written before the ticket: committed");
@@ -461,13 +461,13 @@ fn a_flush_ticket_commits_only_what_was_written_before_it() {
     // An earlier ticket ended late commits nothing twice and breaks nothing.
     let d = c.create_byte(BlockNo(3), 0, &[3; 16], &[], META).unwrap();
     let early = c.flush_ticket().unwrap();
-    let late = flush_of(c.sync_step(d).unwrap());
+    let late = c.sync_step(d).unwrap().unwrap();
     let r = late.flush();
     c.flushed(late, r).unwrap();
     assert!(c.is_committed(d));
     let r = early.flush();
     c.flushed(early, r).unwrap();
-    assert!(matches!(c.sync_step(d).unwrap(), SyncStep::Done));
+    assert!(c.sync_step(d).unwrap().is_none());
     c.check_graph().unwrap();
 }
 
@@ -480,20 +480,20 @@ fn a_flush_ticket_commits_only_what_was_written_before_it() {
 fn a_sync_step_waits_for_a_running_flush_that_covers_what_it_needs() {
     let (_dev, mut c) = cache(8, CacheConfig::default());
     let a = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
-    let first = flush_of(c.sync_step(a).unwrap());
+    let first = flush_of(c.sync_step_or_wait(a).unwrap());
     // b must follow a, which is in flight under `first`.
     let b = c.create_byte(BlockNo(2), 0, &[2; 16], &[a], META).unwrap();
-    assert!(matches!(c.sync_step(b).unwrap(), SyncStep::Wait));
+    assert!(matches!(c.sync_step_or_wait(b).unwrap(), SyncStep::Wait));
     assert_eq!(c.state(b), PatchState::Uncommitted, "b went before a");
     // a itself is all in flight under `first`: waiting serves it too.
-    assert!(matches!(c.sync_step(a).unwrap(), SyncStep::Wait));
+    assert!(matches!(c.sync_step_or_wait(a).unwrap(), SyncStep::Wait));
     // Independent of a: its own flush, beside the running one.
     let e = c.create_byte(BlockNo(4), 0, &[4; 16], &[], META).unwrap();
-    let beside = flush_of(c.sync_step(e).unwrap());
+    let beside = flush_of(c.sync_step_or_wait(e).unwrap());
     let r = first.flush();
     c.flushed(first, r).unwrap();
     assert!(c.is_committed(a));
-    let second = flush_of(c.sync_step(b).unwrap());
+    let second = flush_of(c.sync_step_or_wait(b).unwrap());
     let r = second.flush();
     c.flushed(second, r).unwrap();
     assert!(c.is_committed(b) && c.is_committed(e));
@@ -501,9 +501,9 @@ fn a_sync_step_waits_for_a_running_flush_that_covers_what_it_needs() {
     c.flushed(beside, r).unwrap();
     // With no ticket running, never a wait.
     let f = c.create_byte(BlockNo(5), 0, &[5; 16], &[b], META).unwrap();
-    let own = flush_of(c.sync_step(f).unwrap());
+    let own = flush_of(c.sync_step_or_wait(f).unwrap());
     let r = own.flush();
     c.flushed(own, r).unwrap();
-    assert!(matches!(c.sync_step(f).unwrap(), SyncStep::Done));
+    assert!(matches!(c.sync_step_or_wait(f).unwrap(), SyncStep::Done));
     c.check_graph().unwrap();
 }
