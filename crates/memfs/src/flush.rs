@@ -655,7 +655,8 @@ impl MemFs {
                     SyncStep::Flush(t) => t,
                     SyncStep::Wait => {
                         // A ticket is running: its thread counts it ended
-                        // under the disk lock, which is held here.
+                        // only after `flushed`, which needs the disk lock
+                        // held here, so the count read now is before that.
                         let seen = self.inner.flush_gate.ended();
                         drop(d);
                         self.inner.flush_gate.wait_past(seen);

@@ -34,7 +34,7 @@ impl FlushTicket {
     }
 }
 
-/// What [`PatchCache::sync_step`] leaves its caller to do.
+/// What [`PatchCache::sync_step_or_wait`] leaves its caller to do.
 #[must_use = "a step's flush or wait is what makes the patch durable"]
 pub enum SyncStep {
     /// The patch has committed.
@@ -530,9 +530,6 @@ impl PatchCache {
     /// (Soft updates do better flushing beside the other thread: what
     /// their sync needs next often does not wait on the running flush.)
     pub fn sync_step_or_wait(&mut self, id: PatchId) -> Result<SyncStep> {
-        if self.arena.resolve(id).is_none() {
-            return Ok(SyncStep::Done);
-        }
         let wait = !self.outstanding.is_empty();
         Ok(match self.step(id, wait)? {
             Some(t) => SyncStep::Flush(t),
@@ -559,13 +556,13 @@ impl PatchCache {
     }
 
     /// Whether waiting for the tickets now running serves `id` as well as
-    /// a flush of its own (see [`PatchCache::sync_step`]).
+    /// a flush of its own (see [`PatchCache::sync_step_or_wait`]).
     fn covered_by_running_flush(&mut self, id: PatchId) -> bool {
         let Some(&upto) = self.outstanding.iter().max() else {
             return false;
         };
         let (mut unwritten, mut covered, mut uncovered) = (false, false, false);
-        let walked: std::result::Result<(), ()> = self.walk_closure(id, |p, blocks| {
+        let Ok(()) = self.walk_closure::<std::convert::Infallible>(id, |p, blocks| {
             if !p.is_empty() {
                 match p.state {
                     State::Uncommitted => unwritten = true,
@@ -575,7 +572,7 @@ impl PatchCache {
             }
             Ok(())
         });
-        walked.is_ok() && covered && (unwritten || !uncovered)
+        covered && (unwritten || !uncovered)
     }
 
     /// Visits `id` and every uncommitted patch it depends on, once each,
