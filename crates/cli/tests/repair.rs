@@ -89,6 +89,8 @@ fn repair_to_clean(img: &std::path::Path, what: &str) {
         "{what}: after repair:\n{}",
         String::from_utf8_lossy(&e2.stdout)
     );
+    let ours = stitch_fsck::check(img, &Default::default(), &mut |_, _, _| {}).unwrap();
+    assert!(ours.findings.is_empty(), "{what}: after repair:\n{ours}");
 }
 
 #[test]

@@ -4,9 +4,12 @@
 //! needs (inode, block range, stored and correct count). Its [`Class`] is a
 //! function of the kind alone, fixed by DESIGN.md ("Consistency modes and
 //! guarantees"): a *soft-updates leak* is a link count too high, an inode or
-//! block marked used but unreferenced, or a wrong summary count; everything
-//! else is *corruption*. Crash tests rely on this being exact, so the table
-//! lives in one `match` ([`FindingKind::class`]) and nowhere else.
+//! block marked used but unreferenced, or a wrong group count; a *note* is a
+//! superblock free total that lags the group descriptors (ext3 and ext4
+//! leave them so between syncs, as stitchfs does; e2fsck reports them and
+//! exits 0, the kernel and e2fsck recompute them); everything else is
+//! *corruption*. Crash tests rely on this being exact, so the table lives in
+//! one `match` ([`FindingKind::class`]) and nowhere else.
 //!
 //! Invariant: a leak never names something a repair could not safely release
 //! or recount; a kind whose repair would lose a reachable file is corruption.
@@ -14,12 +17,16 @@
 use serde::Serialize;
 use std::fmt;
 
-/// Corruption, or a leak that soft updates may leave after a crash.
+/// Corruption, a leak that soft updates may leave after a crash, or a note
+/// that no mode counts against the file system.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     Corruption,
     Leak,
+    /// A superblock free total that differs from the sum of the group
+    /// descriptors' counts, which decide.
+    Note,
 }
 
 /// Who claims a block.
@@ -276,9 +283,8 @@ impl FindingKind {
             | InodesLeaked { .. }
             | GroupFreeBlocksWrong { .. }
             | GroupFreeInodesWrong { .. }
-            | GroupDirsWrong { .. }
-            | FreeBlocksWrong { .. }
-            | FreeInodesWrong { .. } => Class::Leak,
+            | GroupDirsWrong { .. } => Class::Leak,
+            FreeBlocksWrong { .. } | FreeInodesWrong { .. } => Class::Note,
             // A block count too high is what soft updates leaves when a crash
             // falls between counting a block and pointing at it (a count
             // goes up before a reference and down after it, like a link

@@ -6,6 +6,8 @@
 //! operational error. Leaks are "not clean" too
 //! (4), as `e2fsck -n` says; the class of each finding is in the text and in
 //! the JSON, so callers that accept leaks decide by class, not by code.
+//! Notes (superblock free totals behind the group descriptors) leave a
+//! file system clean, as they leave e2fsck's exit 0.
 
 use crate::finding::{Class, Finding};
 use serde::Serialize;
@@ -25,6 +27,8 @@ pub struct Summary {
     pub directories: u32,
     pub corruptions: usize,
     pub leaks: usize,
+    /// Findings of [`Class::Note`]: not counted against the file system.
+    pub notes: usize,
 }
 
 /// What replaying the journal wrote, or would write (then the check ran on
@@ -62,14 +66,15 @@ pub struct Report {
 }
 
 impl Report {
+    /// No corruption and no leak; notes may remain.
     pub fn is_clean(&self) -> bool {
-        self.findings.is_empty()
+        self.findings.iter().all(|f| f.class == Class::Note)
     }
 
-    /// True if every finding is a soft-updates leak (and there is at least
-    /// none that is corruption).
+    /// True if no finding is corruption: only soft-updates leaks (and
+    /// notes), if anything.
     pub fn only_leaks(&self) -> bool {
-        self.findings.iter().all(|f| f.class == Class::Leak)
+        self.findings.iter().all(|f| f.class != Class::Corruption)
     }
 
     /// e2fsck's exit code for this result.
@@ -82,12 +87,10 @@ impl Report {
     }
 
     pub(crate) fn finish(&mut self) {
-        self.summary.corruptions = self
-            .findings
-            .iter()
-            .filter(|f| f.class == Class::Corruption)
-            .count();
-        self.summary.leaks = self.findings.len() - self.summary.corruptions;
+        let count = |c| self.findings.iter().filter(|f| f.class == c).count();
+        self.summary.corruptions = count(Class::Corruption);
+        self.summary.leaks = count(Class::Leak);
+        self.summary.notes = count(Class::Note);
     }
 }
 
@@ -114,6 +117,7 @@ impl fmt::Display for Report {
             let tag = match x.class {
                 Class::Corruption => "corruption",
                 Class::Leak => "leak",
+                Class::Note => "note",
             };
             writeln!(f, "[{tag}] {}", x.message)?;
         }

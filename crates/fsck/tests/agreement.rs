@@ -54,7 +54,9 @@ fn check(img: &Path, expect: Expect) -> Option<Report> {
         )
     };
     let problems = e2::problems(&out).unwrap_or_else(|e| panic!("{e}\n{}", ctx()));
-    let e2_clean = code == 0 && problems.is_empty();
+    // Clean for e2fsck: exit 0 and nothing said but superblock totals
+    // (which we report as notes, and which leave us clean too).
+    let e2_clean = code == 0 && problems.iter().all(e2::Problem::is_note);
     assert_eq!(
         e2_clean,
         report.is_clean(),
@@ -322,13 +324,13 @@ const DAMAGES: &[Damage] = &[
         "sb-free-blocks",
         false,
         |p| dbg(p, &["ssv free_blocks_count 100"]),
-        finds("free_blocks_wrong", Class::Leak),
+        finds("free_blocks_wrong", Class::Note),
     ),
     (
         "sb-free-inodes",
         false,
         |p| dbg(p, &["ssv free_inodes_count 100"]),
-        finds("free_inodes_wrong", Class::Leak),
+        finds("free_inodes_wrong", Class::Note),
     ),
     (
         "orphan",
@@ -406,7 +408,7 @@ fn damaged_ext2_agrees() {
         copy(&base, &img);
         damage(&img);
         let r = check(&img, *expect).unwrap();
-        assert!(!r.is_clean(), "{name}: damage not reported");
+        assert!(!r.findings.is_empty(), "{name}: damage not reported");
         let kinds = e2::kinds(&r);
         eprintln!("{name}: exit {} {kinds:?}", r.exit_code());
         ran += 1;

@@ -114,6 +114,16 @@ pub struct Problem {
     pub kinds: &'static [&'static str],
 }
 
+impl Problem {
+    /// A superblock free total: e2fsck says so and still exits 0, and we
+    /// report it as a note, not against the file system.
+    pub fn is_note(&self) -> bool {
+        self.kinds
+            .iter()
+            .all(|k| matches!(*k, "free_blocks_wrong" | "free_inodes_wrong"))
+    }
+}
+
 /// The problems in an e2fsck -fn output; `Err` names a line no table knows.
 pub fn problems(output: &str) -> Result<Vec<Problem>, String> {
     let mut out = Vec::new();
