@@ -34,6 +34,14 @@
 //! one device flush per link; an fsync of a new file after an unlink took
 //! six flushes that way. A fresh block has no such chain. When only such
 //! blocks are left, allocation syncs and tries again, as in journal mode.
+//!
+//! An allocation or free patches its bitmap and its group descriptor, not
+//! the superblock: the superblock's free totals are kept in memory and
+//! written at [`DiskFs::sync`] and unmount, as ext3 and ext4 do. Otherwise
+//! every journal transaction that allocates carries the superblock, one more
+//! block in each small commit. After a crash the totals on disk may lag;
+//! they are hints (mount sums the descriptors, as the kernel does, and
+//! e2fsck -n reports them and exits 0; stitchfs fsck calls them notes).
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
@@ -96,7 +104,6 @@ impl DiskFs {
                 self.gds[g].free_blocks_count -= len as u16;
                 self.sb.free_blocks_count_lo -= len as u32;
                 self.write_group(g)?;
-                self.write_super()?;
                 return Ok((self.group_first(g) + bit as u32, len, patches));
             }
         }
@@ -123,7 +130,6 @@ impl DiskFs {
         self.gds[g].free_blocks_count += 1;
         self.sb.free_blocks_count_lo += 1;
         self.write_group(g)?;
-        self.write_super()?;
         Ok(p)
     }
 
@@ -167,7 +173,6 @@ impl DiskFs {
         self.gds[g].free_inodes_count -= 1;
         self.sb.free_inodes_count -= 1;
         self.write_group(g)?;
-        self.write_super()?;
         Ok(p)
     }
 
@@ -274,7 +279,6 @@ impl DiskFs {
             self.gds[g].used_dirs_count -= 1;
         }
         self.write_group(g)?;
-        self.write_super()?;
         Ok(p)
     }
 

@@ -101,6 +101,10 @@ impl DiskFs {
             fs.geo = Geometry::from_superblock(&fs.sb)?;
             fs.gds = read_descriptors(&mut fs.m, &fs.geo)?;
         }
+        // The superblock's free totals lag the descriptors after a crash
+        // (see `alloc`); the descriptors decide.
+        fs.sb.free_blocks_count_lo = fs.gds.iter().map(|g| u32::from(g.free_blocks_count)).sum();
+        fs.sb.free_inodes_count = fs.gds.iter().map(|g| u32::from(g.free_inodes_count)).sum();
         let area = match consistency {
             Consistency::Journal(_) => {
                 fs.sb.feature_incompat |= incompat::RECOVER.bit;
@@ -144,9 +148,10 @@ impl DiskFs {
         Ok(self.m.into_cache())
     }
 
-    /// Writes and flushes everything (in journal mode: commits, then
-    /// checkpoints, leaving the log empty).
+    /// Writes and flushes everything, the superblock's free totals too (in
+    /// journal mode: commits, then checkpoints, leaving the log empty).
     pub fn sync(&mut self) -> Result<()> {
+        self.write_super()?;
         Ok(self.m.sync()?)
     }
 
