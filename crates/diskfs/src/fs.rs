@@ -143,7 +143,7 @@ impl DiskFs {
         }
         self.sb.state |= STATE_VALID;
         self.sb.wtime = now;
-        self.write_super()?;
+        // `sync` writes the superblock first.
         self.sync()?;
         Ok(self.m.into_cache())
     }

@@ -311,21 +311,19 @@ impl FindingKind {
         }
     }
 
-    /// Whether e2fsck -n counts it as an uncorrected error (exit 4). The
-    /// superblock's totals are only hints (the kernel recomputes them at
-    /// mount), so e2fsck reports them but exits 0 (`PR_NO_OK` in its
+    /// Whether e2fsck -n counts it as an uncorrected error (exit 4). Notes,
+    /// the superblock's totals, are only hints (the kernel recomputes them
+    /// at mount), so e2fsck reports them but exits 0 (`PR_NO_OK` in its
     /// problem table); a bad primary superblock it replaces by a backup in
     /// memory and, not allowed to write, exits 0 as well; journal data
     /// without the needs_recovery flag it declines to replay or clear, and
     /// exits 0 too. The findings stay in the report either way.
     pub fn is_error(&self) -> bool {
-        !matches!(
-            self,
-            FindingKind::FreeBlocksWrong { .. }
-                | FindingKind::FreeInodesWrong { .. }
-                | FindingKind::SuperblockCorrupt { .. }
-                | FindingKind::JournalDataIgnored { .. }
-        )
+        self.class() != Class::Note
+            && !matches!(
+                self,
+                FindingKind::SuperblockCorrupt { .. } | FindingKind::JournalDataIgnored { .. }
+            )
     }
 }
 
