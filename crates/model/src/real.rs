@@ -249,14 +249,16 @@ impl RealFs {
 fn read_at(f: &File, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0; len];
     let mut got = 0;
-    while got < len {
+    // At least one pread even for len 0: the kernel still checks the file
+    // (a directory gives EISDIR), and skipping the call would hide that.
+    loop {
         let n = f
             .read_at(&mut buf[got..], offset + got as u64)
             .map_err(errno)?;
-        if n == 0 {
+        got += n;
+        if n == 0 || got == len {
             break;
         }
-        got += n;
     }
     buf.truncate(got);
     Ok(buf)

@@ -375,3 +375,13 @@ fn link_limits_give_emlink() {
         model.check();
     }
 }
+
+#[test]
+fn an_empty_read_still_checks_the_file() {
+    // pread of 0 bytes on a directory is EISDIR in the kernel, the same as a
+    // longer read; on a file it is an empty success, at any offset.
+    check(
+        "mkdir d\ncreate f\nwrite f 0 abc\nread d 0 0 -> EISDIR\nread d 3056 0 -> EISDIR\nread d 0 10 -> EISDIR\nread f 0 0\nread f 100 0",
+        "/ dir 3\n/d dir 2\n/f file 1 \"abc\"",
+    );
+}
