@@ -858,20 +858,12 @@ fn readdir_offsets_stay_stable_while_the_directory_changes() {
         File::create(m.path(&format!("d/f{i:03}"))).unwrap();
     }
     let d = cpath(&m.path("d"));
-    // SAFETY: opendir/readdir/closedir on a stream we own; each entry is
-    // read before the next call.
+    // SAFETY: opendir/readdir/closedir on a stream we own.
     let mut seen = Vec::new();
     unsafe {
         let stream = libc::opendir(d.as_ptr());
         assert!(!stream.is_null());
-        let next = || {
-            let e = libc::readdir(stream);
-            (!e.is_null()).then(|| {
-                std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
-                    .to_string_lossy()
-                    .into_owned()
-            })
-        };
+        let next = || next_name(stream);
         for _ in 0..20 {
             seen.push(next().unwrap());
         }
@@ -901,6 +893,57 @@ fn readdir_offsets_stay_stable_while_the_directory_changes() {
     assert!(seen.contains(&".".to_string()) && seen.contains(&"..".to_string()));
     // A new listing shows the directory as it is now.
     assert_eq!(fs::read_dir(m.path("d")).unwrap().count(), 250);
+    m.stop(Stop::Sigterm);
+}
+
+/// The next name of a directory stream, `None` at its end.
+///
+/// # Safety
+/// `stream` is an open stream from `opendir`.
+unsafe fn next_name(stream: *mut libc::DIR) -> Option<String> {
+    // SAFETY: the caller's stream; the entry is copied before the next call.
+    unsafe {
+        let e = libc::readdir(stream);
+        (!e.is_null()).then(|| {
+            std::ffi::CStr::from_ptr((*e).d_name.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+}
+
+/// An open directory is listed at its first read, not at open (a directory
+/// opened to be fsynced is never listed, whatever its size), and listed
+/// again after a rewind.
+#[test]
+fn a_directory_is_listed_at_its_first_read_and_again_at_a_rewind() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::create_dir(m.path("d")).unwrap();
+    File::create(m.path("d/a")).unwrap();
+    let d = cpath(&m.path("d"));
+    // SAFETY: opendir/readdir/rewinddir/closedir on a stream we own.
+    unsafe {
+        let stream = libc::opendir(d.as_ptr());
+        assert!(!stream.is_null());
+        let all = || {
+            let mut v: Vec<String> = std::iter::from_fn(|| next_name(stream)).collect();
+            v.sort();
+            v
+        };
+        File::create(m.path("d/b")).unwrap();
+        assert_eq!(
+            all(),
+            [".", "..", "a", "b"],
+            "made after opendir, before the first read"
+        );
+        File::create(m.path("d/c")).unwrap();
+        fs::remove_file(m.path("d/a")).unwrap();
+        assert!(all().is_empty(), "the stream is at its end");
+        libc::rewinddir(stream);
+        assert_eq!(all(), [".", "..", "b", "c"], "after rewinddir");
+        libc::closedir(stream);
+    }
     m.stop(Stop::Sigterm);
 }
 

@@ -1,7 +1,7 @@
 //! The `fuser::Filesystem` methods: each unpacks its request, calls memfs
 //! through [`serve`], and packs the answer.
 
-use super::dirs::{self, Slot};
+use super::dirs::{self, Listing, Slot};
 use super::{
     check_name, entry_attr, ext_ino, file_type, node_id, serve, stat_attr, ErrorReply, Failure,
     OpResult, StitchFuse, IOC_SYNC, MAX_WRITE, TTL,
@@ -15,7 +15,6 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stitch_memfs::{Attr, DropSetId, Kind, MemError, RenameFlags, SetAttrs, XattrSet, Xattrs};
 
@@ -132,8 +131,10 @@ impl StitchFuse {
         Ok(out)
     }
 
-    fn listing(&self, fh: FileHandle) -> OpResult<Arc<Vec<Slot>>> {
-        self.dirs.get(fh.0).ok_or(Failure::Errno(Errno::EBADF))
+    /// The listing an open directory reads at `offset` (see [`dirs`]).
+    fn listing(&self, dir: u64, fh: FileHandle, offset: u64) -> OpResult<Listing> {
+        let got = self.dirs.listing(fh.0, offset, || self.snapshot(dir));
+        got.unwrap_or(Err(Failure::Errno(Errno::EBADF)))
     }
 }
 
@@ -514,7 +515,9 @@ impl fuser::Filesystem for StitchFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let work = |i| self.snapshot(i).map(|l| self.dirs.insert(l));
+        // The listing waits for the first readdir, and so do its errors.
+        // The kernel opens only what it knows as a directory.
+        let work = |_| Ok::<_, Failure>(self.dirs.open());
         on_inode("opendir", ino, reply, work, |r, fh| {
             r.opened(FileHandle(fh), FopenFlags::empty())
         });
@@ -532,7 +535,7 @@ impl fuser::Filesystem for StitchFuse {
             "readdir",
             ino,
             reply,
-            |_| self.listing(fh),
+            |dir| self.listing(dir, fh, offset),
             |mut r, listing| {
                 for (next, s) in dirs::after(&listing, offset) {
                     let name = OsStr::from_bytes(&s.name);
@@ -558,7 +561,7 @@ impl fuser::Filesystem for StitchFuse {
         reply: ReplyDirectoryPlus,
     ) {
         let dir = ext_ino(ino);
-        let answer = |mut r: ReplyDirectoryPlus, listing: Arc<Vec<Slot>>| {
+        let answer = |mut r: ReplyDirectoryPlus, listing: Listing| {
             for (next, s) in dirs::after(&listing, offset) {
                 let attr = match s.name.as_slice() {
                     b"." | b".." => self.fs.getattr(s.ino).map(|a| stat_attr(&a)),
@@ -582,7 +585,8 @@ impl fuser::Filesystem for StitchFuse {
             }
             r.ok();
         };
-        on_inode("readdirplus", ino, reply, |_| self.listing(fh), answer);
+        let work = |dir| self.listing(dir, fh, offset);
+        on_inode("readdirplus", ino, reply, work, answer);
     }
 
     fn releasedir(
