@@ -947,6 +947,33 @@ fn a_directory_is_listed_at_its_first_read_and_again_at_a_rewind() {
     m.stop(Stop::Sigterm);
 }
 
+/// A shell whose working directory was removed (by `rm -r` elsewhere) can
+/// still stat and list it, as on ext4: no links, no entries, also once the
+/// removal is on disk. Nothing can be made in it, and the image stays clean.
+#[test]
+fn a_removed_working_directory_lists_empty() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    fs::create_dir(m.path("d")).unwrap();
+    File::create(m.path("d/x")).unwrap();
+    // `sync` flushes the removal first: the answer must outlive it.
+    let script = "cd d && rm x && rmdir ../d && sync && ls -a . && echo listed \
+        && stat -c '%h %F' . && ! touch y 2>/dev/null && echo refused";
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(m.path("."))
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "listed\n0 directory\nrefused\n",
+        "stderr: {}",
+        text(&out.stderr)
+    );
+    m.stop(Stop::Fusermount);
+    assert_e2fsck_clean(&img);
+}
+
 /// The kernel may cache that a name is absent (negative entries); every
 /// way of making the name, right after the failed lookup, still shows it.
 #[test]
