@@ -250,7 +250,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
-        if s.nlink == 0 && s.open == 0 {
+        if s.gone() {
             return Err(MemError::Stale(ino));
         }
         let t = self.now();
@@ -321,7 +321,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
-        if s.nlink == 0 && s.open == 0 {
+        if s.gone() {
             return Err(MemError::Stale(ino));
         }
         let mut set: Xattrs = (**s.xattrs.as_ref().unwrap_or(&loaded)).clone();

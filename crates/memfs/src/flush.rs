@@ -458,8 +458,7 @@ impl MemFs {
         // Gone from the disk once this plan's operations are applied (no
         // name, nobody holding it open): its data has no reader, and
         // writing it would give blocks to a freed inode.
-        let leaves =
-            s.nlink == 0 && s.open == 0 && merged.pending_on(ino).all(|st| selected.contains(&st));
+        let leaves = s.gone() && merged.pending_on(ino).all(|st| selected.contains(&st));
         let pages: Vec<(u64, Page)> = s
             .dirty_pages
             .iter()

@@ -466,7 +466,7 @@ impl MemFs {
         // A removed directory can still be someone's working directory,
         // and the kernel asks for it (`stat .`, `ls`): it answers with no
         // links, as ext2 does, while memory holds it.
-        if s.nlink == 0 && s.open == 0 && s.kind != Kind::Dir {
+        if s.gone() && s.kind != Kind::Dir {
             return Err(MemError::Stale(ino));
         }
         Ok(s.attr(ino, self.inner.block_size))
@@ -1043,7 +1043,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
-        if s.nlink == 0 && s.open == 0 {
+        if s.gone() {
             return Err(MemError::Stale(ino));
         }
         s.open += 1;

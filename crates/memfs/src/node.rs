@@ -151,6 +151,12 @@ impl Node {
 }
 
 impl NodeState {
+    /// No name and no open handle: nothing can reach the inode through the
+    /// file system any more, and its number may be freed and reused.
+    pub fn gone(&self) -> bool {
+        self.nlink == 0 && self.open == 0
+    }
+
     /// A brand-new inode (not on disk yet).
     pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: u32) -> NodeState {
         NodeState {
