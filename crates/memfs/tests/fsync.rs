@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 use stitch_diskfs::Consistency;
 use stitch_memfs::{Kind, MemFs, RenameFlags, SetAttrs};
 
@@ -623,7 +624,7 @@ fn write_behind_off_hands_nothing_to_the_flusher() {
 /// in flight lost). Soft updates.
 #[test]
 fn concurrent_fsyncs_each_return_only_once_their_file_is_durable() {
-    concurrent_fsyncs(Consistency::SoftUpdates);
+    concurrent_fsyncs(Consistency::SoftUpdates, Duration::ZERO);
 }
 
 /// The same in journal mode, where a sync behind another thread's running
@@ -632,10 +633,34 @@ fn concurrent_fsyncs_each_return_only_once_their_file_is_durable() {
 /// state replay (e2fsck's recovery and ours) to a consistent file system.
 #[test]
 fn concurrent_fsyncs_in_journal_mode_each_return_once_their_file_is_durable() {
-    concurrent_fsyncs(Consistency::Journal(stitch_diskfs::DataMode::Ordered));
+    concurrent_fsyncs(JOURNAL, Duration::ZERO);
 }
 
-fn concurrent_fsyncs(mode: Consistency) {
+/// The journal test again on a device whose flushes take a disk's time,
+/// so one thread's commit is applied and written while the other's flush
+/// runs (the race the disk lock's release around a flush allows): those
+/// writes are in flight in the log, and a crash may keep any of them while
+/// losing the commit being flushed. A commit block that did not wait for
+/// the previous transaction would be replayed after a torn one.
+#[test]
+fn concurrent_fsyncs_racing_slow_flushes_in_journal_mode() {
+    concurrent_fsyncs(JOURNAL, SLOW_FLUSH);
+}
+
+/// The same race in soft updates: a block written during another thread's
+/// flush must not depend on anything that flush has yet to make durable.
+#[test]
+fn concurrent_fsyncs_racing_slow_flushes_in_soft_updates() {
+    concurrent_fsyncs(Consistency::SoftUpdates, SLOW_FLUSH);
+}
+
+const JOURNAL: Consistency = Consistency::Journal(stitch_diskfs::DataMode::Ordered);
+
+/// About what this machine's virtual disk takes for a flush (0.15–0.25 ms)
+/// times four, so the other thread has time to apply and write.
+const SLOW_FLUSH: Duration = Duration::from_millis(1);
+
+fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
     use std::sync::Arc;
     use stitch_blockdev::record::{build_image, CrashPoint, CrashState, RecordingDevice};
     const THREADS: usize = 2;
@@ -644,7 +669,11 @@ fn concurrent_fsyncs(mode: Consistency) {
     const CRASHES: usize = 120;
     let image = fresh_image(64 << 20, true);
     let mem = stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap();
-    let dev = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
+    let slow = SlowFlush {
+        inner: mem,
+        delay: flush_delay,
+    };
+    let dev = Arc::new(RecordingDevice::with_base(slow, image).unwrap());
     let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
     let disk = stitch_diskfs::DiskFs::mount(cache, mode, NOW).unwrap();
     let fs = MemFs::mount(disk, opts()).unwrap();
@@ -686,6 +715,19 @@ fn concurrent_fsyncs(mode: Consistency) {
         .filter(|e| matches!(e, stitch_blockdev::record::LogEntry::Flush { .. }))
         .count();
     assert!(flushes > THREADS * FILES, "{flushes} flushes");
+    // Writes accepted while a flush ran (after its call, before its end).
+    let raced: usize = log
+        .entries()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            stitch_blockdev::record::LogEntry::Flush { covers } => Some(i - covers.0),
+            _ => None,
+        })
+        .sum();
+    if !flush_delay.is_zero() {
+        assert!(raced > 0, "no write landed during a flush: no race tested");
+    }
     // Any crash, with any of the writes in flight lost: consistent but for
     // leaks. A flush that committed more than it covered would let a
     // dependent write go while what it depends on could still be lost.

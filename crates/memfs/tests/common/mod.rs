@@ -239,3 +239,44 @@ pub fn bounded<T: Send + 'static>(
         Err(RecvTimeoutError::Timeout) => None,
     }
 }
+
+/// A device whose flushes take `delay` before reaching `inner`. A memory
+/// device's flush is instant, so another thread rarely writes while one
+/// runs; a real disk's cache flush takes 0.1–10 ms, and the disk lock is
+/// dropped around it, so there the next commit's writes routinely land
+/// while the previous flush is still running. Under a recording device,
+/// those writes are logged in flight, uncovered by that flush.
+pub struct SlowFlush<D> {
+    pub inner: D,
+    pub delay: std::time::Duration,
+}
+
+impl<D: stitch_blockdev::BlockDevice> stitch_blockdev::BlockDevice for SlowFlush<D> {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+
+    fn num_blocks(&self) -> u64 {
+        self.inner.num_blocks()
+    }
+
+    fn read(
+        &self,
+        block: stitch_blockdev::BlockNo,
+        buf: &mut [u8],
+    ) -> Result<(), stitch_blockdev::DevError> {
+        self.inner.read(block, buf)
+    }
+
+    fn write_batch(
+        &self,
+        writes: &[stitch_blockdev::BlockWrite<'_>],
+    ) -> Result<(), stitch_blockdev::DevError> {
+        self.inner.write_batch(writes)
+    }
+
+    fn flush(&self) -> Result<(), stitch_blockdev::DevError> {
+        std::thread::sleep(self.delay);
+        self.inner.flush()
+    }
+}
