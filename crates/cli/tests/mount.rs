@@ -949,7 +949,8 @@ fn a_directory_is_listed_at_its_first_read_and_again_at_a_rewind() {
 
 /// A shell whose working directory was removed (by `rm -r` elsewhere) can
 /// still stat and list it, as on ext4: no links, no entries, also once the
-/// removal is on disk. Nothing can be made in it, and the image stays clean.
+/// removal is on disk. Nothing can be made in it; its mode and times can
+/// be changed (in memory: its inode is freed), and the image stays clean.
 #[test]
 fn a_removed_working_directory_lists_empty() {
     let (_dir, img, mnt) = fresh(true);
@@ -958,7 +959,8 @@ fn a_removed_working_directory_lists_empty() {
     File::create(m.path("d/x")).unwrap();
     // `sync` flushes the removal first: the answer must outlive it.
     let script = "cd d && rm x && rmdir ../d && sync && ls -a . && echo listed \
-        && stat -c '%h %F' . && ! touch y 2>/dev/null && echo refused";
+        && stat -c '%h %F' . && ! touch y 2>/dev/null && echo refused \
+        && chmod 700 . && touch -d @1577836800 . && stat -c '%a %Y' . && sync";
     let out = Command::new("sh")
         .args(["-c", script])
         .current_dir(m.path("."))
@@ -966,7 +968,7 @@ fn a_removed_working_directory_lists_empty() {
         .unwrap();
     assert_eq!(
         text(&out.stdout),
-        "listed\n0 directory\nrefused\n",
+        "listed\n0 directory\nrefused\n700 1577836800\n",
         "stderr: {}",
         text(&out.stderr)
     );

@@ -250,7 +250,11 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
-        if s.gone() {
+        // A removed directory may still be a working directory, and
+        // `chmod .` or `touch .` there succeed on ext2; its inode is freed
+        // (or on its way to be), so the change stays in memory.
+        let removed_dir = s.gone() && s.kind == Kind::Dir;
+        if s.gone() && !removed_dir {
             return Err(MemError::Stale(ino));
         }
         let t = self.now();
@@ -288,7 +292,9 @@ impl MemFs {
             s.mtime = m;
         }
         s.ctime = t;
-        self.mark_dirty(ino, &mut s, t);
+        if !removed_dir {
+            self.mark_dirty(ino, &mut s, t);
+        }
         Ok(s.attr(ino, self.block_size()))
     }
 
