@@ -184,7 +184,7 @@ pub const SMALL_DATA: u32 = 32;
 
 /// How many syncs share one round of home writes (see
 /// [`JournalConfig::home_writes_every`] and [`Journal::sync_patch`]).
-pub const HOME_WRITES_EVERY: u32 = 8;
+pub const HOME_WRITES_EVERY: u32 = 32;
 
 /// A transaction of this many blocks has its home writes sent at once.
 const BIG_TRANSACTION: usize = 32;
