@@ -38,8 +38,13 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
-    /// `fusermount3 -u MOUNTPOINT` (or SIGTERM) unmounts it cleanly.
+    /// `stitchfs umount MOUNTPOINT`, `fusermount3 -u MOUNTPOINT` or
+    /// SIGTERM unmounts it cleanly.
     Mount(cmd::mount::Args),
+    /// Unmount a stitchfs mount and wait until its server has written
+    /// everything and marked the image clean (`fusermount3 -u` returns
+    /// before that).
+    Umount(cmd::umount::Args),
     /// Make everything a stitchfs mount holds durable (sync(1) does not
     /// reach FUSE servers): [PATH] is any file or directory on the mount.
     Sync(cmd::sync::Args),
@@ -58,6 +63,7 @@ fn main() {
         },
         Command::Bench(args) => cmd::bench::run(args),
         Command::Mount(args) => cmd::mount::run(args),
+        Command::Umount(args) => cmd::umount::run(args),
         Command::Sync(args) => cmd::sync::run(args),
         Command::Crashtest(args) => match cmd::crashtest::run(args) {
             Ok(code) => std::process::exit(code),

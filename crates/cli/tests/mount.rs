@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -81,20 +82,25 @@ fn assert_e2fsck_clean(img: &Path) {
 /// `fusermount3 -u`. Another test's fork may hold a descriptor of ours for
 /// a moment before its exec closes it, so busy is retried.
 fn fusermount_u(mnt: &Path) {
+    unmount_retrying_busy(mnt, "fusermount3", &["-u"]);
+}
+
+/// `stitchfs umount`, busy retried as in [`fusermount_u`].
+fn stitchfs_umount(mnt: &Path) {
+    unmount_retrying_busy(mnt, BIN, &["umount"]);
+}
+
+fn unmount_retrying_busy(mnt: &Path, program: &str, args: &[&str]) {
     for _ in 0..50 {
-        let out = Command::new("fusermount3")
-            .arg("-u")
-            .arg(mnt)
-            .output()
-            .unwrap();
+        let out = Command::new(program).args(args).arg(mnt).output().unwrap();
         let err = text(&out.stderr);
         if out.status.success() {
             return;
         }
-        assert!(err.contains("busy"), "fusermount3 -u: {err}");
+        assert!(err.contains("busy"), "{program} {args:?}: {err}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("fusermount3 -u {}: still busy", mnt.display());
+    panic!("{program} {args:?} {}: still busy", mnt.display());
 }
 
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -117,6 +123,8 @@ struct Mounted {
 enum Stop {
     Sigterm,
     Fusermount,
+    /// `stitchfs umount`, after which the image must be clean at once.
+    Umount,
 }
 
 impl Mounted {
@@ -179,6 +187,18 @@ impl Mounted {
                 assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
             }
             Stop::Fusermount => fusermount_u(&self.mnt),
+            Stop::Umount => {
+                stitchfs_umount(&self.mnt);
+                // Before this waits for the process: the command returned
+                // only once the server was done with the image, so no one
+                // holds its lock and e2fsck finds it clean.
+                let f = File::open(&self.img).unwrap();
+                // SAFETY: flock on a valid descriptor.
+                let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                assert_eq!(rc, 0, "the image is still locked after stitchfs umount");
+                drop(f);
+                assert_e2fsck_clean(&self.img);
+            }
         }
         let t0 = Instant::now();
         let status = loop {
@@ -507,6 +527,33 @@ fn what_is_not_an_image_is_refused_clearly() {
         fs::read(&junk).unwrap(),
         pattern(1 << 20, 3),
         "junk was written"
+    );
+}
+
+/// `fusermount3 -u` returns before the server has written what memory
+/// holds; `stitchfs umount` returns after, so the image is clean and a new
+/// mount can take it at once. Here 12.5 MiB wait in memory (no background
+/// flush) for the unmount to write them.
+#[test]
+fn umount_returns_once_the_server_is_done_with_the_image() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+    for i in 0..200u8 {
+        fs::write(m.path(&format!("f{i}")), pattern(64 << 10, i)).unwrap();
+    }
+    m.stop(Stop::Umount);
+    let again = Mounted::start(&img, &mnt, &[]);
+    assert_eq!(
+        fs::read(again.path("f199")).unwrap(),
+        pattern(64 << 10, 199)
+    );
+    again.stop(Stop::Umount);
+    let out = Command::new(BIN).arg("umount").arg(&mnt).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("is not a stitchfs mount"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

@@ -21,6 +21,7 @@
 //! machine shows there too). Unmounting returns the final counts: for a
 //! server, taken when it is reaped (`wait4`), after its last write.
 
+use crate::cmd::umount::unescape as unescape_mount;
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
 use std::fs::File;
@@ -743,28 +744,6 @@ pub fn is_mounted(mnt: &Path) -> anyhow::Result<bool> {
         .lines()
         .filter_map(|l| l.split(' ').nth(1))
         .any(|p| unescape_mount(p) == want))
-}
-
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(u8::is_ascii_digit));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Runs `cmd`; its stdout, or an error with its stderr.

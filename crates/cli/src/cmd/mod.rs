@@ -6,3 +6,4 @@ pub mod fsck;
 pub mod mkfs;
 pub mod mount;
 pub mod sync;
+pub mod umount;

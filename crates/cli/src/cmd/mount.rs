@@ -6,7 +6,8 @@
 //! returns once the mount works (non-zero with the error otherwise) and a
 //! daemon serves it. SIGINT, SIGTERM, SIGHUP and `fusermount3 -u` all end
 //! in a clean unmount: memfs makes everything durable and the image is
-//! marked clean before the process exits.
+//! marked clean before the process exits (`stitchfs umount` waits for
+//! that; `fusermount3 -u` returns before).
 
 use crate::fuse::{daemon, diag, StitchFuse};
 use anyhow::{bail, Context};

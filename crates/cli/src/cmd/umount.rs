@@ -1,0 +1,138 @@
+//! `stitchfs umount MOUNTPOINT`: unmounts a stitchfs mount and returns once
+//! its server has finished with the image.
+//!
+//! `fusermount3 -u` returns as soon as the kernel lets go of the mount; the
+//! server then writes what memory still holds, marks the image clean and
+//! exits. Until it has, the image is not clean (`e2fsck -fn` finds a journal
+//! to replay) and a new mount of it is refused. Every stitchfs mount holds an
+//! exclusive `flock` on its image until its server exits, so this waits for
+//! a shared one.
+
+use anyhow::{bail, Context};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the stitchfs image is mounted
+    pub mountpoint: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mountpoint = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let Some(source) = stitchfs_source(&mountinfo, &mountpoint) else {
+        bail!("{} is not a stitchfs mount", mountpoint.display());
+    };
+    // Opened before the unmount: the path may be relative to nothing we
+    // know afterwards, and a missing image is better said now.
+    let image = File::open(&source).ok();
+    let status = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mountpoint)
+        .status()
+        .context("running fusermount3 (apt-get install fuse3)")?;
+    if !status.success() {
+        bail!("fusermount3 -u {} failed ({status})", mountpoint.display());
+    }
+    match image {
+        Some(f) => wait_for_server(&f, &source),
+        None => {
+            eprintln!(
+                "stitchfs: unmounted {}; its source {} is not a file it can wait on \
+                 (mounted with -o fsname?), so the server may still be writing",
+                mountpoint.display(),
+                source.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The source (the image, unless `-o fsname` changed it) of the stitchfs
+/// mount at `mountpoint`, from `/proc/self/mountinfo` text.
+fn stitchfs_source(mountinfo: &str, mountpoint: &Path) -> Option<PathBuf> {
+    mountinfo.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let point = left.split(' ').nth(4)?;
+        let mut rest = right.split(' ');
+        let (fstype, source) = (rest.next()?, rest.next()?);
+        (fstype == "fuse.stitchfs" && Path::new(&unescape(point)) == mountpoint)
+            .then(|| PathBuf::from(unescape(source)))
+    })
+}
+
+/// A field of the mount table (`/proc/self/mounts`, `mountinfo`), which
+/// writes space, tab, newline and backslash as `\ooo` octal.
+pub(crate) fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Blocks until no server holds the image's exclusive lock.
+fn wait_for_server(image: &File, path: &Path) -> anyhow::Result<()> {
+    let lock = |flags: i32| loop {
+        // SAFETY: flock on a valid fd with constant flags has no memory effects.
+        if unsafe { libc::flock(image.as_raw_fd(), flags) } == 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(err),
+        }
+    };
+    let locked =
+        lock(libc::LOCK_SH | libc::LOCK_NB).with_context(|| format!("flock {}", path.display()))?;
+    if !locked {
+        eprintln!(
+            "stitchfs: waiting for the server to finish writing {}",
+            path.display()
+        );
+        lock(libc::LOCK_SH).with_context(|| format!("flock {}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_source_is_found_by_mount_point_and_type() {
+        let info = "\
+36 25 0:32 / /mnt/a rw,relatime shared:1 - ext4 /dev/vda rw
+37 25 0:45 / /mnt/with\\040space rw,nosuid - fuse.stitchfs /img/my\\040disk.img rw,user_id=0
+38 25 0:46 / /mnt/other rw - fuse.fuse2fs /img/x.img rw
+";
+        assert_eq!(
+            stitchfs_source(info, Path::new("/mnt/with space")),
+            Some(PathBuf::from("/img/my disk.img"))
+        );
+        assert_eq!(stitchfs_source(info, Path::new("/mnt/other")), None);
+        assert_eq!(stitchfs_source(info, Path::new("/mnt/a")), None);
+    }
+}
