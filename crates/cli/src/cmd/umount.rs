@@ -29,8 +29,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(source) = stitchfs_source(&mountinfo, &mountpoint) else {
         bail!("{} is not a stitchfs mount", mountpoint.display());
     };
-    // Opened before the unmount: the path may be relative to nothing we
-    // know afterwards, and a missing image is better said now.
+    // The source names the image unless `-o fsname` changed it; only an
+    // image can be waited on.
     let image = File::open(&source).ok();
     let status = std::process::Command::new("fusermount3")
         .arg("-u")
