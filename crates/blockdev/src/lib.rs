@@ -37,7 +37,7 @@ pub mod mem;
 pub mod record;
 
 pub use fault::{FaultDevice, FaultKind};
-pub use file::{FileDevice, OpenOptions};
+pub use file::{wait_for_writer, FileDevice, OpenOptions};
 pub use geometry::Geometry;
 pub use mem::MemDevice;
 pub use record::{

@@ -365,6 +365,18 @@ fn lock(file: &File, path: &Path, read_only: bool) -> Result<(), DevError> {
     }
 }
 
+/// Waits until no read-write open (a mount) holds the image `file` is
+/// open on, by the locking rule above: the lock a mount keeps until its
+/// process exits. Calls `on_wait` first if it has to wait. The shared lock
+/// taken goes with `file`.
+pub fn wait_for_writer(file: &File, on_wait: impl FnOnce()) -> io::Result<()> {
+    if !sys::try_lock(file, LockKind::Shared)? {
+        on_wait();
+        sys::lock(file, LockKind::Shared)?;
+    }
+    Ok(())
+}
+
 fn io_err(what: String, source: io::Error) -> DevError {
     DevError::Io { what, source }
 }

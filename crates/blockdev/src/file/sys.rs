@@ -24,13 +24,23 @@ pub enum LockKind {
 /// Tries to take an advisory lock without blocking. `Ok(false)` means another
 /// open file description holds a conflicting lock.
 pub fn try_lock(file: &File, kind: LockKind) -> io::Result<bool> {
+    flock(file, kind, libc::LOCK_NB)
+}
+
+/// Takes an advisory lock, waiting while another open file description
+/// holds a conflicting one.
+pub fn lock(file: &File, kind: LockKind) -> io::Result<()> {
+    flock(file, kind, 0).map(|_| ())
+}
+
+fn flock(file: &File, kind: LockKind, flags: libc::c_int) -> io::Result<bool> {
     let op = match kind {
         LockKind::Shared => libc::LOCK_SH,
         LockKind::Exclusive => libc::LOCK_EX,
     };
     loop {
         // SAFETY: flock on a valid fd with constant flags has no memory effects.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op | flags) };
         if rc == 0 {
             return Ok(true);
         }

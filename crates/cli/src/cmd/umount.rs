@@ -10,7 +10,6 @@
 
 use anyhow::{bail, Context};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -91,30 +90,15 @@ pub(crate) fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Blocks until no server holds the image's exclusive lock.
+/// Blocks until no server holds the image's lock.
 fn wait_for_server(image: &File, path: &Path) -> anyhow::Result<()> {
-    let lock = |flags: i32| loop {
-        // SAFETY: flock on a valid fd with constant flags has no memory effects.
-        if unsafe { libc::flock(image.as_raw_fd(), flags) } == 0 {
-            return Ok(true);
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            _ => return Err(err),
-        }
-    };
-    let locked =
-        lock(libc::LOCK_SH | libc::LOCK_NB).with_context(|| format!("flock {}", path.display()))?;
-    if !locked {
+    stitch_blockdev::wait_for_writer(image, || {
         eprintln!(
             "stitchfs: waiting for the server to finish writing {}",
             path.display()
-        );
-        lock(libc::LOCK_SH).with_context(|| format!("flock {}", path.display()))?;
-    }
-    Ok(())
+        )
+    })
+    .with_context(|| format!("flock {}", path.display()))
 }
 
 #[cfg(test)]
