@@ -250,11 +250,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
-        // A removed directory may still be a working directory, and
-        // `chmod .` or `touch .` there succeed on ext2; its inode is freed
-        // (or on its way to be), so the change stays in memory.
-        let removed_dir = s.gone() && s.kind == Kind::Dir;
-        if s.gone() && !removed_dir {
+        if s.attrs_stale() {
             return Err(MemError::Stale(ino));
         }
         let t = self.now();
@@ -292,7 +288,9 @@ impl MemFs {
             s.mtime = m;
         }
         s.ctime = t;
-        if !removed_dir {
+        // A removed directory's inode is freed (or on its way to be): the
+        // change stays in memory.
+        if !s.gone() {
             self.mark_dirty(ino, &mut s, t);
         }
         Ok(s.attr(ino, self.block_size()))

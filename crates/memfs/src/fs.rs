@@ -463,10 +463,7 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let s = n.s.read();
-        // A removed directory can still be someone's working directory,
-        // and the kernel asks for it (`stat .`, `ls`): it answers with no
-        // links, as ext2 does, while memory holds it.
-        if s.gone() && s.kind != Kind::Dir {
+        if s.attrs_stale() {
             return Err(MemError::Stale(ino));
         }
         Ok(s.attr(ino, self.inner.block_size))

@@ -157,6 +157,14 @@ impl NodeState {
         self.nlink == 0 && self.open == 0
     }
 
+    /// Gone and not a directory. A removed directory can still be someone's
+    /// working directory, whose attributes the kernel reads and sets (`stat
+    /// .`, `ls`, `chmod .`): it answers, with no links, as ext2 does, while
+    /// memory holds it.
+    pub fn attrs_stale(&self) -> bool {
+        self.gone() && self.kind != Kind::Dir
+    }
+
     /// A brand-new inode (not on disk yet).
     pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: u32) -> NodeState {
         NodeState {
