@@ -71,6 +71,18 @@ impl PatchCache {
         Ok(())
     }
 
+    /// The most patches any live empty patch waits on directly (tests:
+    /// [`crate::EMPTY_FAN_IN`] bounds it).
+    pub fn widest_empty_wait(&self) -> usize {
+        self.arena
+            .live_ids()
+            .map(|id| self.arena.get(id))
+            .filter(|p| p.block == NO_BLOCK)
+            .map(|p| p.ddeps.len())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Checks every bookkeeping invariant; returns the first broken one.
     pub fn check_graph(&self) -> Result<(), String> {
         let mut ext_in: HashMap<BlockIdx, u32> = HashMap::new();

@@ -35,6 +35,16 @@ enum Change<'a> {
 
 type DepList = SmallVec<[PatchId; 8]>;
 
+/// The most patches an empty patch waits on directly; more are put under
+/// intermediate empty patches, a tree of this fan-in. A patch that commits
+/// leaves the sorted dependency list of each patch waiting on it, a shift of
+/// the list behind it; patches commit about oldest first, so from the
+/// front, and one patch waiting on N of them cost O(N²). memfs groups every
+/// patch of a flush (after 20,000 new files, one group waited on about
+/// 56,000): a sync after 40,000 new files took 0.54–0.58 s of server CPU
+/// with one wide patch, 0.30–0.39 s with the tree.
+pub const EMPTY_FAN_IN: usize = 64;
+
 impl PatchCache {
     /// Creates a patch writing `data` at `offset` of `block`, depending on
     /// `deps` (committed handles are ignored). Returns the patch that now
@@ -164,7 +174,13 @@ impl PatchCache {
     fn new_empty(&mut self, deps: &[PatchId], held: bool) -> Result<PatchId> {
         self.check_running()?;
         self.stats.requests += 1;
-        let deps = self.live_deps(deps);
+        let mut deps = self.live_deps(deps);
+        while deps.len() > EMPTY_FAN_IN {
+            deps = deps
+                .chunks(EMPTY_FAN_IN)
+                .map(|part| self.empty_over(part))
+                .collect();
+        }
         let mut patch = Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default());
         patch.held = held;
         let id = self.arena.insert(patch);
@@ -177,6 +193,20 @@ impl PatchCache {
         }
         self.settle(id);
         Ok(id)
+    }
+
+    /// An empty patch over `deps`, live patches all (so it waits on at least
+    /// one and does not commit at once), for [`Self::new_empty`]'s tree.
+    fn empty_over(&mut self, deps: &[PatchId]) -> PatchId {
+        let id = self
+            .arena
+            .insert(Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default()));
+        self.stats.created_empty += 1;
+        for &d in deps {
+            self.add_edge(id, d);
+        }
+        debug_assert!(!self.arena.get(id).is_ready());
+        id
     }
 
     /// Resolves handles to live patches (following merges), drops committed

@@ -34,6 +34,7 @@ mod writeout;
 
 pub use block::DATA_KEEP;
 pub use config::{CacheConfig, Optimizations, CHAIN_DEPTH_LIMIT, CHAIN_NODE_LIMIT};
+pub use create::EMPTY_FAN_IN;
 pub use id::PatchId;
 pub use patch::{Kind, PatchFlags};
 pub use stats::Stats;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_patch::{
     BlockNo, CacheConfig, FlushTicket, Optimizations, PatchCache, PatchError, PatchFlags,
-    PatchState, SyncStep, DATA_KEEP,
+    PatchState, SyncStep, DATA_KEEP, EMPTY_FAN_IN,
 };
 
 const BS: usize = 4096;
@@ -266,6 +266,49 @@ fn write_back_over_waits_for_another_slice_before_trying_again() {
     }
     c.write_back_over(16).unwrap();
     assert_eq!(c.dirty_blocks(), 0);
+}
+
+/// An empty patch over many patches waits on them through a tree of empty
+/// patches of fan-in [`EMPTY_FAN_IN`] (one patch waiting on thousands cost
+/// a shift of its whole list at each of their commits), and means what one
+/// wide patch would: it commits with the last of them, not before.
+#[test]
+fn a_wide_group_is_a_tree_that_commits_with_its_last_member() {
+    let (_dev, mut c) = cache(4096, CacheConfig::default());
+    let (gate, last) = (c.create_held(&[]).unwrap(), c.create_held(&[]).unwrap());
+    let mut members: Vec<_> = (1..3000)
+        .map(|b| {
+            c.create_byte(BlockNo(b), 0, &[1; 4], &[gate], META)
+                .unwrap()
+        })
+        .collect();
+    let late = c
+        .create_byte(BlockNo(3000), 0, &[2; 4], &[last], META)
+        .unwrap();
+    members.insert(1234, late);
+    let group = c.create_empty(&members).unwrap();
+    assert!(
+        c.widest_empty_wait() <= EMPTY_FAN_IN,
+        "an empty patch waits on {} directly",
+        c.widest_empty_wait()
+    );
+    c.check_graph().unwrap();
+    c.release(gate).unwrap();
+    while c.write_round(usize::MAX).unwrap() > 0 {
+        c.flush().unwrap();
+    }
+    c.flush().unwrap();
+    let left: Vec<_> = members
+        .iter()
+        .filter(|&&m| c.state(m) != PatchState::Committed)
+        .collect();
+    assert_eq!(left, [&late], "all but the held member committed");
+    assert_eq!(c.state(group), PatchState::Uncommitted);
+    c.check_graph().unwrap();
+    c.release(last).unwrap();
+    c.sync().unwrap();
+    assert_eq!(c.state(group), PatchState::Committed);
+    c.check_graph().unwrap();
 }
 
 #[test]
