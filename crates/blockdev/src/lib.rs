@@ -19,7 +19,7 @@
 //! - [`geometry`]: block size and count, and the range/length checks.
 //! - [`latch`]: the first-failure latch shared by the devices that can fail.
 //! - [`mem`]: [`MemDevice`], a device in memory for tests.
-//! - [`file`]: [`FileDevice`], an image file or a Linux block device.
+//! - [`file`](mod@file): [`FileDevice`], an image file or a Linux block device.
 //! - [`fault`]: [`FaultDevice`], a wrapper that injects failures.
 //! - [`record`]: [`RecordingDevice`] and the crash-image library built on its
 //!   log (`crashtest` in DESIGN.md, "Tools").

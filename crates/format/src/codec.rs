@@ -1,7 +1,7 @@
 //! Byte order and the on-disk struct macro: the one place where integers meet bytes.
 //!
 //! ext2 structures are little-endian and JBD2 structures are big-endian; both go
-//! through [`Endian`] and [`Field`] here and nowhere else. The [`ondisk!`] macro
+//! through [`Endian`] and [`Field`] here and nowhere else. The `ondisk!` macro
 //! turns one table of `offset name: type` lines into a Rust struct, its decoder,
 //! its encoder and a compile-time check of the layout, so every offset is written
 //! exactly once.

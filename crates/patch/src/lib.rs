@@ -15,7 +15,7 @@
 //! builds). A violated invariant stops all further writes: an impossible state
 //! is never quietly repaired.
 //!
-//! Module map: [`id`] (handles and the arena), [`patch`] (one patch),
+//! Module map: `id` (handles and the arena), `patch` (one patch),
 //! `block` (one cached block), `graph` (edges, counts, searches), `create`
 //! (patch creation and the §4.1–4.3 optimizations), `writeout` (choosing,
 //! reverting, writing, committing: §4.4 and §6.3), `check` (invariants),

@@ -28,7 +28,7 @@
 //!
 //! Invariants: `geometry` describes a prefix of the file (a trailing partial
 //! block is ignored, as `mke2fs` does); when `direct`, every transfer goes
-//! through an [`aligned::AlignedBuf`].
+//! through an `aligned::AlignedBuf`.
 
 mod aligned;
 mod sys;

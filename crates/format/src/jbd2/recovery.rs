@@ -5,11 +5,11 @@
 //! pass by pass, each pass walking the log from `s_start`, expecting
 //! `s_sequence`, wrapping from `s_maxlen - 1` to `s_first`:
 //!
-//! 1. **scan** ([`scan`]): find the end of the log — the first transaction
+//! 1. **scan** (`scan`): find the end of the log — the first transaction
 //!    not replayed — and verify the checksums;
-//! 2. **revoke** ([`collect_revokes`]): for every home block a revoke record
+//! 2. **revoke** (`collect_revokes`): for every home block a revoke record
 //!    of a transaction before the end names, the newest such sequence;
-//! 3. **replay** ([`replay`]): every tagged block of those transactions,
+//! 3. **replay** (`replay`): every tagged block of those transactions,
 //!    except a copy in transaction `t` of a block revoked at a sequence
 //!    `>= t`. The last copy wins.
 //!
