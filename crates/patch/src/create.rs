@@ -176,11 +176,20 @@ impl PatchCache {
         self.stats.requests += 1;
         let mut deps = self.live_deps(deps);
         while deps.len() > EMPTY_FAN_IN {
+            // Each part holds live patches, so its patch waits and does not
+            // commit before the level above links it.
             deps = deps
                 .chunks(EMPTY_FAN_IN)
-                .map(|part| self.empty_over(part))
+                .map(|part| self.insert_empty(part, false))
                 .collect();
         }
+        let id = self.insert_empty(&deps, held);
+        self.settle(id);
+        Ok(id)
+    }
+
+    /// A new empty patch waiting on `deps` (live patches), not yet settled.
+    fn insert_empty(&mut self, deps: &[PatchId], held: bool) -> PatchId {
         let mut patch = Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default());
         patch.held = held;
         let id = self.arena.insert(patch);
@@ -188,24 +197,9 @@ impl PatchCache {
         if held {
             self.held += 1;
         }
-        for d in deps {
-            self.add_edge(id, d);
-        }
-        self.settle(id);
-        Ok(id)
-    }
-
-    /// An empty patch over `deps`, live patches all (so it waits on at least
-    /// one and does not commit at once), for [`Self::new_empty`]'s tree.
-    fn empty_over(&mut self, deps: &[PatchId]) -> PatchId {
-        let id = self
-            .arena
-            .insert(Patch::new(NO_BLOCK, Kind::Empty, PatchFlags::default()));
-        self.stats.created_empty += 1;
         for &d in deps {
             self.add_edge(id, d);
         }
-        debug_assert!(!self.arena.get(id).is_ready());
         id
     }
 
