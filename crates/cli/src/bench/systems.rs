@@ -21,7 +21,7 @@
 //! machine shows there too). Unmounting returns the final counts: for a
 //! server, taken when it is reaped (`wait4`), after its last write.
 
-use crate::cmd::umount::unescape as unescape_mount;
+use crate::fuse::unescape_mount_field;
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
 use std::fs::File;
@@ -743,7 +743,7 @@ pub fn is_mounted(mnt: &Path) -> anyhow::Result<bool> {
     Ok(table
         .lines()
         .filter_map(|l| l.split(' ').nth(1))
-        .any(|p| unescape_mount(p) == want))
+        .any(|p| unescape_mount_field(p) == want))
 }
 
 /// Runs `cmd`; its stdout, or an error with its stderr.
@@ -971,7 +971,7 @@ fn host_fs(dir: &Path) -> Option<String> {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            let mnt = unescape_mount(f.get(1)?);
+            let mnt = unescape_mount_field(f.get(1)?);
             let fstype = f.get(2)?.to_string();
             dir.starts_with(&mnt).then_some((mnt.len(), fstype))
         })
@@ -1027,8 +1027,8 @@ mod tests {
 
     #[test]
     fn mount_paths_unescape() {
-        assert_eq!(unescape_mount(r"/a\040b\011c"), "/a b\tc");
-        assert_eq!(unescape_mount(r"/plain\x"), r"/plain\x");
+        assert_eq!(unescape_mount_field(r"/a\040b\011c"), "/a b\tc");
+        assert_eq!(unescape_mount_field(r"/plain\x"), r"/plain\x");
     }
 
     #[test]

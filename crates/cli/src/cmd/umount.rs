@@ -8,6 +8,7 @@
 //! exclusive `flock` on its image until its server exits, so this waits for
 //! a shared one.
 
+use crate::fuse::unescape_mount_field;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -61,33 +62,9 @@ fn stitchfs_source(mountinfo: &str, mountpoint: &Path) -> Option<PathBuf> {
         let point = left.split(' ').nth(4)?;
         let mut rest = right.split(' ');
         let (fstype, source) = (rest.next()?, rest.next()?);
-        (fstype == "fuse.stitchfs" && Path::new(&unescape(point)) == mountpoint)
-            .then(|| PathBuf::from(unescape(source)))
+        (fstype == "fuse.stitchfs" && Path::new(&unescape_mount_field(point)) == mountpoint)
+            .then(|| PathBuf::from(unescape_mount_field(source)))
     })
-}
-
-/// A field of the mount table (`/proc/self/mounts`, `mountinfo`), which
-/// writes space, tab, newline and backslash as `\ooo` octal.
-pub(crate) fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Blocks until no server holds the image's lock.

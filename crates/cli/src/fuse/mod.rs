@@ -100,6 +100,30 @@ pub fn request_sync(f: &std::fs::File) -> std::io::Result<bool> {
     }
 }
 
+/// A field of the mount table (`/proc/self/mounts`, `mountinfo`), which
+/// writes space, tab, newline and backslash as `\ooo` octal.
+pub fn unescape_mount_field(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Has memfs tell the kernel, through `notifier`, of attributes a flush
 /// changed on its own, so that its cached attributes are dropped. The
 /// notification only marks attributes stale (no page cache is touched),
