@@ -24,11 +24,50 @@ use crate::id::PatchId;
 use crate::patch::BlockIdx;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::sync::Arc;
 use stitch_blockdev::BlockNo;
+
+/// A cached block's contents: a buffer of the cache's own, or a page the
+/// layer above wrote whole and still shares ([`PatchCache::create_byte_shared`]:
+/// file data reaches the device without being copied). A shared buffer is
+/// never written in place: a change to it copies it first.
+///
+/// [`PatchCache::create_byte_shared`]: crate::PatchCache::create_byte_shared
+pub(crate) enum BlockBuf {
+    Owned(Box<[u8]>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl BlockBuf {
+    /// The bytes, writable: a shared page is copied into a buffer of the
+    /// cache's own first unless nothing else holds it.
+    pub fn make_mut(&mut self) -> &mut [u8] {
+        if let BlockBuf::Shared(page) = self {
+            if Arc::get_mut(page).is_none() {
+                *self = BlockBuf::Owned(page.as_slice().into());
+            }
+        }
+        match self {
+            BlockBuf::Owned(b) => b,
+            BlockBuf::Shared(page) => Arc::get_mut(page).expect("held only here"),
+        }
+    }
+}
+
+impl Deref for BlockBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlockBuf::Owned(b) => b,
+            BlockBuf::Shared(page) => page,
+        }
+    }
+}
 
 pub(crate) struct CachedBlock {
     pub no: BlockNo,
-    pub data: Box<[u8]>,
+    pub data: BlockBuf,
     pub patches: Vec<PatchId>,
     pub inflight: Vec<PatchId>,
     pub ready: Vec<PatchId>,
@@ -199,7 +238,7 @@ impl Blocks {
     pub fn insert(&mut self, no: BlockNo, data: Box<[u8]>) -> BlockIdx {
         let block = CachedBlock {
             no,
-            data,
+            data: BlockBuf::Owned(data),
             patches: Vec::new(),
             inflight: Vec::new(),
             ready: Vec::new(),
@@ -290,9 +329,24 @@ impl Blocks {
         true
     }
 
-    /// Evicts clean file-data blocks, oldest first, down to `keep`.
+    /// Evicts clean file-data blocks: first every one whose buffer is a
+    /// page the layer above still holds (it has the contents, and keeping
+    /// the block would only stop it reusing the page), then the oldest of
+    /// the rest down to `keep`.
     pub fn evict_data_to(&mut self, keep: usize) -> usize {
-        let mut evicted = 0;
+        let shared: Vec<(u64, BlockIdx)> = self
+            .data_lru
+            .iter()
+            .filter(|&(_, &i)| {
+                matches!(&self.get(i).data, BlockBuf::Shared(p) if Arc::strong_count(p) > 1)
+            })
+            .map(|(&k, &i)| (k, i))
+            .collect();
+        for &(key, idx) in &shared {
+            self.data_lru.remove(&key);
+            self.evict(idx);
+        }
+        let mut evicted = shared.len();
         while self.data_lru.len() > keep {
             let (_, idx) = self.data_lru.pop_first().expect("longer than keep");
             self.evict(idx);
@@ -313,8 +367,16 @@ impl Blocks {
         );
         self.map.remove(&block.no);
         self.free.push(idx);
-        if self.pool.len() < POOL {
-            self.pool.push(block.data);
+        self.recycle(block.data);
+    }
+
+    /// Keeps a buffer of the cache's own for the next block loaded, if the
+    /// pool has room; a shared page is let go.
+    pub fn recycle(&mut self, data: BlockBuf) {
+        if let BlockBuf::Owned(b) = data {
+            if self.pool.len() < POOL {
+                self.pool.push(b);
+            }
         }
     }
 

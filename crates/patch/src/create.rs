@@ -19,17 +19,20 @@
 //! (checked exactly). So every block-level cycle through a patch exists when
 //! the patch is born (§4.1 and its footnote).
 
-use crate::block::chunk_mask;
+use crate::block::{chunk_mask, BlockBuf};
 use crate::graph::EdgeCheck;
 use crate::id::PatchId;
 use crate::patch::{xor_word, BlockIdx, Kind, Patch, PatchFlags, State, NO_BLOCK};
 use crate::{BlockNo, PatchCache, PatchError, Result};
 use smallvec::SmallVec;
+use std::sync::Arc;
 
-/// The change a new patch makes: bytes to write, or bits to flip.
+/// The change a new patch makes: bytes to write, a whole block's page to
+/// take as the block's contents, or bits to flip.
 #[derive(Copy, Clone)]
 enum Change<'a> {
     Bytes(&'a [u8]),
+    Page(&'a Arc<Vec<u8>>),
     Flip,
 }
 
@@ -64,6 +67,34 @@ impl PatchCache {
         };
         let full = offset == 0 && data.len() == self.block_size;
         self.create_on_block(block, kind, Change::Bytes(data), deps, flags, full)
+    }
+
+    /// [`create_byte`](Self::create_byte) of a whole block whose new
+    /// contents are `page`, which the caller keeps sharing: the block takes
+    /// the page as its buffer instead of a copy, and goes to the device from
+    /// it. Neither side writes a shared page in place (the caller must copy
+    /// it before changing it, as `Arc::make_mut` does; the cache copies it
+    /// before any later change to the block). Fails with `OutOfBlock` unless
+    /// the page is one block long.
+    pub fn create_byte_shared(
+        &mut self,
+        block: BlockNo,
+        page: &Arc<Vec<u8>>,
+        deps: &[PatchId],
+        flags: PatchFlags,
+    ) -> Result<PatchId> {
+        if page.len() != self.block_size {
+            return Err(PatchError::OutOfBlock {
+                offset: 0,
+                len: page.len(),
+                block_size: self.block_size,
+            });
+        }
+        let kind = Kind::Byte {
+            offset: 0,
+            len: self.block_size as u32,
+        };
+        self.create_on_block(block, kind, Change::Page(page), deps, flags, true)
     }
 
     /// Creates a patch flipping the bits of `mask` in the little-endian
@@ -658,7 +689,14 @@ impl PatchCache {
     }
 
     fn apply_change(&mut self, b: BlockIdx, kind: Kind, change: Change<'_>) {
-        let data = &mut self.blocks.get_mut(b).data;
+        if let Change::Page(page) = change {
+            debug_assert_eq!(kind.range(), (0, self.block_size as u32));
+            let new = BlockBuf::Shared(Arc::clone(page));
+            let old = std::mem::replace(&mut self.blocks.get_mut(b).data, new);
+            self.blocks.recycle(old);
+            return;
+        }
+        let data = self.blocks.get_mut(b).data.make_mut();
         match (kind, change) {
             (Kind::Byte { offset, len }, Change::Bytes(bytes)) => {
                 data[offset as usize..(offset + len) as usize].copy_from_slice(bytes)

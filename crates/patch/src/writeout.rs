@@ -295,7 +295,7 @@ impl PatchCache {
                 let block = self.blocks.get(*b);
                 BlockWrite {
                     block: block.no,
-                    data: copy.as_deref().unwrap_or(&block.data),
+                    data: copy.as_deref().unwrap_or(&block.data[..]),
                 }
             })
             .collect();

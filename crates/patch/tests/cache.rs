@@ -550,3 +550,42 @@ fn a_sync_step_waits_for_a_running_flush_that_covers_what_it_needs() {
     assert!(matches!(c.sync_step_or_wait(f).unwrap(), SyncStep::Done));
     c.check_graph().unwrap();
 }
+
+/// A whole block from a page its caller keeps: the block takes the page
+/// itself (no copy) and the device gets its bytes; a later change to the
+/// block copies it first, so the caller's page never changes; once written,
+/// the block lets the page go, so the caller can reuse it.
+#[test]
+fn a_shared_page_is_the_block_until_it_changes_or_is_written() {
+    let (dev, mut c) = cache(8, CacheConfig::default());
+    let data = PatchFlags { data: true };
+    let page = Arc::new(vec![7u8; BS]);
+    c.create_byte_shared(BlockNo(3), &page, &[], data).unwrap();
+    assert_eq!(Arc::strong_count(&page), 2, "the block holds the page");
+    assert_eq!(c.read(BlockNo(3)).unwrap(), &page[..]);
+    c.create_byte(BlockNo(3), 10, &[1, 2, 3], &[], data)
+        .unwrap();
+    assert_eq!(&page[..], &[7u8; BS][..], "the caller's page was changed");
+    assert_eq!(Arc::strong_count(&page), 1, "the change copied the page");
+
+    let other = Arc::new(vec![9u8; BS]);
+    c.create_byte_shared(BlockNo(4), &other, &[], data).unwrap();
+    c.sync().unwrap();
+    let img = dev.snapshot();
+    let mut want = vec![7u8; BS];
+    want[10..13].copy_from_slice(&[1, 2, 3]);
+    assert_eq!(&img[3 * BS..4 * BS], &want[..]);
+    assert_eq!(&img[4 * BS..5 * BS], &other[..]);
+    assert_eq!(Arc::strong_count(&other), 1, "a clean block kept the page");
+    assert_eq!(
+        c.read(BlockNo(4)).unwrap(),
+        &other[..],
+        "read back from disk"
+    );
+
+    let short = Arc::new(vec![1u8; BS / 2]);
+    assert!(matches!(
+        c.create_byte_shared(BlockNo(5), &short, &[], data),
+        Err(PatchError::OutOfBlock { .. })
+    ));
+}
