@@ -11,7 +11,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
-use std::borrow::Cow;
+use std::sync::Arc;
 use stitch_format::indirect::{map_path, pointer, set_pointer};
 use stitch_format::{Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
@@ -23,6 +23,67 @@ fn contents_flags(inode: &Inode) -> stitch_patch::PatchFlags {
         META
     } else {
         DATA
+    }
+}
+
+/// The bytes of a file write: a slice, or (from [`DiskFs::write_pages`])
+/// block-sized pages the caller keeps, starting on a block boundary, of
+/// which the first `len` bytes count. A block a page fills whole takes the
+/// page itself ([`stitch_modes::Modes::byte_shared`]); any other block
+/// copies what it needs.
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    Bytes(&'a [u8]),
+    Pages {
+        pages: &'a [Arc<Vec<u8>>],
+        len: usize,
+    },
+}
+
+impl<'a> Src<'a> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Src::Bytes(b) => b.len(),
+            Src::Pages { len, .. } => *len,
+        }
+    }
+
+    /// Bytes `pos..pos + len`, which lie within one block.
+    fn bytes(&self, pos: usize, len: usize) -> &'a [u8] {
+        match *self {
+            Src::Bytes(b) => &b[pos..pos + len],
+            Src::Pages { pages, .. } => {
+                let bs = pages[0].len();
+                let at = pos % bs;
+                &pages[pos / bs][at..at + len]
+            }
+        }
+    }
+
+    /// The page that is bytes `pos..pos + bs`, if there is one.
+    fn page(&self, pos: usize, bs: usize) -> Option<&'a Arc<Vec<u8>>> {
+        match *self {
+            Src::Pages { pages, len } if pos.is_multiple_of(bs) && pos + bs <= len => {
+                pages.get(pos / bs)
+            }
+            _ => None,
+        }
+    }
+
+    /// Bytes `pos..pos + len` as a source of their own; `pos` is on a block
+    /// boundary when the source is pages.
+    fn sub(&self, pos: usize, len: usize) -> Src<'a> {
+        match *self {
+            Src::Bytes(b) => Src::Bytes(&b[pos..pos + len]),
+            Src::Pages { pages, .. } => {
+                let bs = pages[0].len();
+                debug_assert!(pos.is_multiple_of(bs));
+                Src::Pages {
+                    pages: &pages[pos / bs..],
+                    len,
+                }
+            }
+        }
     }
 }
 
@@ -56,7 +117,7 @@ impl DiskFs {
         ino: InodeNo,
         inode: &mut Inode,
         offset: u64,
-        data: &[u8],
+        data: Src<'_>,
         now: u32,
     ) -> Result<(usize, Vec<PatchId>)> {
         let bs = self.bs as u64;
@@ -69,20 +130,12 @@ impl DiskFs {
             let mut len = (self.bs - in_block).min(data.len() - pos);
             let step = match self.bmap(inode, logical) {
                 Ok(Some(phys)) => self
-                    .m
-                    .byte(
-                        BlockNo(u64::from(phys)),
-                        in_block,
-                        &data[pos..pos + len],
-                        &[],
-                        contents_flags(inode),
-                    )
-                    .map(|p| vec![p])
-                    .map_err(Into::into),
+                    .write_block(BlockNo(u64::from(phys)), in_block, data, pos, len, inode)
+                    .map(|p| vec![p]),
                 Ok(None) => self
                     .new_run_len(inode, logical, in_block, data.len() - pos)
                     .and_then(|n| {
-                        let run = &data[pos..pos + n];
+                        let run = data.sub(pos, n);
                         let (done, ps, err) =
                             self.write_new_run(ino, inode, logical, in_block, run)?;
                         len = done;
@@ -186,7 +239,7 @@ impl DiskFs {
         inode: &mut Inode,
         first: u64,
         in_block: usize,
-        data: &[u8],
+        data: Src<'_>,
     ) -> Result<(usize, Vec<PatchId>, Option<DiskError>)> {
         let mut goal = self.goal(ino, inode, first)?;
         let mut phys_run = Vec::new();
@@ -209,25 +262,19 @@ impl DiskFs {
                 // A whole block is patched from `data` as it is; a partial
                 // one is padded with zeros (a new block has no old bytes to
                 // keep).
-                let full: Cow<[u8]> = if len == self.bs {
-                    Cow::Borrowed(&data[pos..pos + len])
-                } else {
-                    let mut b = vec![0u8; self.bs];
-                    b[at..at + len].copy_from_slice(&data[pos..pos + len]);
-                    Cow::Owned(b)
-                };
                 // The data need not wait for the bitmap: nothing points at
                 // the block yet, and no earlier owner can (allocation never
                 // takes a block whose free is not durable: `pending_frees`).
                 // Only the pointer waits for both, so data and bitmap go out
                 // in one device flush.
-                let d = self.m.byte(
-                    BlockNo(u64::from(phys)),
-                    0,
-                    &full,
-                    &[],
-                    contents_flags(inode),
-                )?;
+                let block = BlockNo(u64::from(phys));
+                let d = if len == self.bs {
+                    self.write_block(block, 0, data, pos, len, inode)?
+                } else {
+                    let mut b = vec![0u8; self.bs];
+                    b[at..at + len].copy_from_slice(data.bytes(pos, len));
+                    self.m.byte(block, 0, &b, &[], contents_flags(inode))?
+                };
                 out.push(d);
                 phys_run.push(phys);
                 pos += len;
@@ -255,6 +302,29 @@ impl DiskFs {
             }
         }
         Ok((pos, out, failure))
+    }
+
+    /// Writes bytes `pos..pos + len` of `data` at `in_block` of `block`:
+    /// the page itself when it fills the block, else a copy.
+    fn write_block(
+        &mut self,
+        block: BlockNo,
+        in_block: usize,
+        data: Src<'_>,
+        pos: usize,
+        len: usize,
+        inode: &Inode,
+    ) -> Result<PatchId> {
+        let flags = contents_flags(inode);
+        let page = (in_block == 0 && len == self.bs)
+            .then(|| data.page(pos, self.bs))
+            .flatten();
+        Ok(match page {
+            Some(page) => self.m.byte_shared(block, page, &[], flags)?,
+            None => self
+                .m
+                .byte(block, in_block, data.bytes(pos, len), &[], flags)?,
+        })
     }
 
     /// Where the next block of the file should go: right after its previous

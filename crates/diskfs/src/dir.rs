@@ -13,6 +13,7 @@
 //! count it matches (checked on use; a mismatch rebuilds it), and it goes
 //! when the inode is freed.
 
+use crate::bmap::Src;
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
@@ -278,7 +279,13 @@ impl DiskFs {
             ));
         }
         let logical = inode.size() / self.bs as u64;
-        let written = self.write_data(dir, &mut inode, logical * self.bs as u64, &bytes, now);
+        let written = self.write_data(
+            dir,
+            &mut inode,
+            logical * self.bs as u64,
+            Src::Bytes(&bytes),
+            now,
+        );
         let (n, ps) = match written {
             Ok(w) => w,
             Err(e) => {

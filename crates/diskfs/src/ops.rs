@@ -15,9 +15,11 @@
 //!   disk points to it). The operation waits for the entry's removal (and a
 //!   surviving inode's lower count); the deletion follows on its own.
 
+use crate::bmap::Src;
 use crate::dir::check_name;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
+use std::sync::Arc;
 use stitch_format::dir::new_dir_block;
 use stitch_format::inode::ROOT_INO;
 use stitch_format::{FileType, Inode, InodeNo};
@@ -199,6 +201,44 @@ impl DiskFs {
         ino: InodeNo,
         offset: u64,
         data: &[u8],
+        now: u32,
+    ) -> Result<(usize, PatchId)> {
+        self.write_src(ino, offset, Src::Bytes(data), now)
+    }
+
+    /// [`write`](Self::write) of the first `len` bytes of `pages`, each one
+    /// block long, at byte `offset`, a block boundary. A block a page fills
+    /// whole takes the page as it is rather than a copy, and the device
+    /// writes it from there: the caller keeps sharing it but must not change
+    /// it in place (copy first, as `Arc::make_mut` does).
+    pub fn write_pages(
+        &mut self,
+        ino: InodeNo,
+        offset: u64,
+        pages: &[Arc<Vec<u8>>],
+        len: usize,
+        now: u32,
+    ) -> Result<(usize, PatchId)> {
+        let bs = self.bs;
+        if !offset.is_multiple_of(bs as u64)
+            || pages.iter().any(|p| p.len() != bs)
+            || len > pages.len() * bs
+        {
+            return Err(DiskError::Invalid(
+                "write_pages: block-sized pages from a block boundary",
+            ));
+        }
+        if len == 0 {
+            return self.write(ino, offset, &[], now);
+        }
+        self.write_src(ino, offset, Src::Pages { pages, len }, now)
+    }
+
+    fn write_src(
+        &mut self,
+        ino: InodeNo,
+        offset: u64,
+        data: Src<'_>,
         now: u32,
     ) -> Result<(usize, PatchId)> {
         let mut inode = self.read_inode(ino)?;

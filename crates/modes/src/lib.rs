@@ -175,6 +175,24 @@ impl Modes {
         self.cache.create_byte(block, offset, data, deps, flags)
     }
 
+    /// [`byte`](Self::byte) of a whole block from a page the caller keeps
+    /// sharing ([`PatchCache::create_byte_shared`]: no copy).
+    pub fn byte_shared(
+        &mut self,
+        block: BlockNo,
+        page: &std::sync::Arc<Vec<u8>>,
+        deps: &[PatchId],
+        flags: PatchFlags,
+    ) -> Result<PatchId> {
+        if let Some(j) = &mut self.journal {
+            return j.change(&mut self.cache, block, flags, |c, d| {
+                c.create_byte_shared(block, page, d, flags)
+            });
+        }
+        let deps = self.keep(deps);
+        self.cache.create_byte_shared(block, page, deps, flags)
+    }
+
     pub fn bit(
         &mut self,
         block: BlockNo,
