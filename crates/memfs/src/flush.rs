@@ -986,13 +986,13 @@ fn write_file(
         let start = f.pages[i].0 * bs;
         let end = ((f.pages[j - 1].0 + 1) * bs).min(f.size);
         if end > start {
-            let mut buf = Vec::with_capacity((end - start) as usize);
-            for (_, p) in &f.pages[i..j] {
-                buf.extend_from_slice(p);
-            }
-            buf.truncate((end - start) as usize);
-            let (n, p) = disk.write(ino, start, &buf, t)?;
-            if n < buf.len() {
+            // The snapshot's pages themselves: diskfs keeps each page that
+            // fills a block rather than a copy, and a writer that changes
+            // one later copies it first (`page_for_write`).
+            let run: Vec<Page> = f.pages[i..j].iter().map(|(_, p)| Arc::clone(p)).collect();
+            let len = (end - start) as usize;
+            let (n, p) = disk.write_pages(ino, start, &run, len, t)?;
+            if n < len {
                 return Err(stitch_diskfs::DiskError::NoSpace("short write at flush"));
             }
             patches.push(p);

@@ -602,7 +602,13 @@ fn written_behind_pages_leave_memory_and_their_buffers_are_reused() {
         // its (reused) buffer must read as zeros.
         let far = 8 << 20;
         fs.write(big.ino, far + 1000, b"middle", false).unwrap();
-        assert!(fs.stats().pages_reused > 0, "{mode:?}: {:?}", fs.stats());
+        // With data=journal the blocks written behind wait in the cache for
+        // their home writes (after the commit), holding memfs's pages
+        // themselves (diskfs takes whole pages without a copy): memfs lets
+        // them go, and they are freed once home rather than reused here.
+        if mode != Consistency::Journal(stitch_diskfs::DataMode::Journal) {
+            assert!(fs.stats().pages_reused > 0, "{mode:?}: {:?}", fs.stats());
+        }
         fs.write(big.ino, far + 4090, b"ending", false).unwrap();
         let page = fs.read(big.ino, far, 4096).unwrap();
         let mut want = vec![0u8; 4096];
