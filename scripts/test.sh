@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints, every test, and a
+# The whole test suite, as CI runs it: formatting, lints, rustdoc, every test, and a
 # short benchmark smoke run. Keep it under 20 minutes on 2 cores. Ends with
 # one line totalling every cargo test binary ("tests: N passed, N failed").
 set -euo pipefail
@@ -12,6 +12,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo doc (broken or private links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== bench smoke: stitchfs bench optimizations --quick"
 cargo run -q --release -p stitchfs -- bench optimizations --quick
 echo "== cargo test"

@@ -3,7 +3,7 @@
 //! A crash lands during device writes, and the only writes are those of
 //! the flushes the workload triggers (mount, each persistence point, the
 //! final sync, unmount; background flushes are off). A crash state can
-//! arise at a range of crash points ([`CrashState::points`]); each point is
+//! arise at a range of crash points; each point is
 //! either *quiet* (between two flushes: the flush before it returned) or
 //! *busy* (inside a flush). The image must be acceptable at every point of
 //! its range:

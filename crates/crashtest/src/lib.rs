@@ -10,7 +10,7 @@
 //! - [`oracle`]: the independent statement of what each persistence point
 //!   makes durable (McoreFS §4.3's closure) and the states a flush passes
 //!   through;
-//! - [`run`]: the stack (memfs over diskfs over the patch cache over the
+//! - [`mod@run`]: the stack (memfs over diskfs over the patch cache over the
 //!   recording device), driven together with the reference model and the
 //!   oracle;
 //! - [`check`]: recovery and the two checkers on one image, cached by

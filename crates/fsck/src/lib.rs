@@ -6,16 +6,16 @@
 //! for what counts as a problem, and classifies each finding as corruption
 //! or soft-updates leak ([`finding`]).
 //!
-//! Passes: 0 superblock, descriptors, metadata blocks ([`fs`]) and the
-//! journal ([`journal`]), replayed in memory if the file system needs
+//! Passes: 0 superblock, descriptors, metadata blocks (`fs`) and the
+//! journal (`journal`), replayed in memory if the file system needs
 //! recovery, so the passes judge what the kernel would mount;
-//! 1 inodes and block maps ([`pass1`], [`blockmap`]); 2 directories
-//! ([`pass2`]); 3 connectivity ([`pass3`]); 4 link counts ([`pass4`]);
-//! 5 bitmaps and counts ([`pass5`]).
+//! 1 inodes and block maps (`pass1`, `blockmap`); 2 directories
+//! (`pass2`); 3 connectivity (`pass3`); 4 link counts (`pass4`);
+//! 5 bitmaps and counts (`pass5`).
 //!
 //! Architecture invariants:
 //! - Read-only, but for `CheckOptions::recover`: then the image is opened
-//!   for writing and the journal replay ([`journal::replay`]) is the only
+//!   for writing and the journal replay (`journal::replay`) is the only
 //!   code that writes, before any pass runs. The checker never repairs.
 //! - Every block is read at most once per pass, in increasing order (inode
 //!   tables in one sweep; indirect and directory blocks sorted), so a check

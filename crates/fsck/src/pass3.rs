@@ -5,7 +5,7 @@
 //! A directory nothing names is *unconnected*: used but unreferenced, a
 //! soft-updates leak (a crash between writing a new directory and its
 //! entry, or between removing an entry and freeing the directory). e2fsck
-//! then also says its `..` "should be <The NULL inode>"; that is the same
+//! then also says its `..` "should be `<The NULL inode>`"; that is the same
 //! finding, not a second one.
 //!
 //! Invariant: each directory is walked once (a done-set), so the pass is
