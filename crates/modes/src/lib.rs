@@ -158,6 +158,23 @@ impl Modes {
         }
     }
 
+    /// A change to `block` made by `make` (given the dependencies to use):
+    /// through the journal's transaction in journal modes, else with the
+    /// dependencies this mode keeps of `deps`.
+    fn on_block(
+        &mut self,
+        block: BlockNo,
+        deps: &[PatchId],
+        flags: PatchFlags,
+        make: impl FnOnce(&mut PatchCache, &[PatchId]) -> Result<PatchId>,
+    ) -> Result<PatchId> {
+        if let Some(j) = &mut self.journal {
+            return j.change(&mut self.cache, block, flags, make);
+        }
+        let deps = self.keep(deps);
+        make(&mut self.cache, deps)
+    }
+
     pub fn byte(
         &mut self,
         block: BlockNo,
@@ -166,13 +183,9 @@ impl Modes {
         deps: &[PatchId],
         flags: PatchFlags,
     ) -> Result<PatchId> {
-        if let Some(j) = &mut self.journal {
-            return j.change(&mut self.cache, block, flags, |c, d| {
-                c.create_byte(block, offset, data, d, flags)
-            });
-        }
-        let deps = self.keep(deps);
-        self.cache.create_byte(block, offset, data, deps, flags)
+        self.on_block(block, deps, flags, |c, d| {
+            c.create_byte(block, offset, data, d, flags)
+        })
     }
 
     /// [`byte`](Self::byte) of a whole block from a page the caller keeps
@@ -184,13 +197,9 @@ impl Modes {
         deps: &[PatchId],
         flags: PatchFlags,
     ) -> Result<PatchId> {
-        if let Some(j) = &mut self.journal {
-            return j.change(&mut self.cache, block, flags, |c, d| {
-                c.create_byte_shared(block, page, d, flags)
-            });
-        }
-        let deps = self.keep(deps);
-        self.cache.create_byte_shared(block, page, deps, flags)
+        self.on_block(block, deps, flags, |c, d| {
+            c.create_byte_shared(block, page, d, flags)
+        })
     }
 
     pub fn bit(
@@ -201,13 +210,9 @@ impl Modes {
         deps: &[PatchId],
         flags: PatchFlags,
     ) -> Result<PatchId> {
-        if let Some(j) = &mut self.journal {
-            return j.change(&mut self.cache, block, flags, |c, d| {
-                c.create_bit(block, offset, mask, d, flags)
-            });
-        }
-        let deps = self.keep(deps);
-        self.cache.create_bit(block, offset, mask, deps, flags)
+        self.on_block(block, deps, flags, |c, d| {
+            c.create_bit(block, offset, mask, d, flags)
+        })
     }
 
     /// An empty patch standing for a set of patches: an operation's result.
