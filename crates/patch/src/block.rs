@@ -329,30 +329,27 @@ impl Blocks {
         true
     }
 
-    /// Evicts clean file-data blocks: first every one whose buffer is a
-    /// page the layer above still holds (it has the contents, and keeping
-    /// the block would only stop it reusing the page), then the oldest of
-    /// the rest down to `keep`.
+    /// Evicts clean file-data blocks, oldest first, down to `keep`.
     pub fn evict_data_to(&mut self, keep: usize) -> usize {
-        let shared: Vec<(u64, BlockIdx)> = self
-            .data_lru
-            .iter()
-            .filter(|&(_, &i)| {
-                matches!(&self.get(i).data, BlockBuf::Shared(p) if Arc::strong_count(p) > 1)
-            })
-            .map(|(&k, &i)| (k, i))
-            .collect();
-        for &(key, idx) in &shared {
-            self.data_lru.remove(&key);
-            self.evict(idx);
-        }
-        let mut evicted = shared.len();
+        let mut evicted = 0;
         while self.data_lru.len() > keep {
             let (_, idx) = self.data_lru.pop_first().expect("longer than keep");
             self.evict(idx);
             evicted += 1;
         }
         evicted
+    }
+
+    /// Whether the block's buffer is a page the layer above still holds.
+    pub fn holds_shared_page(&self, idx: BlockIdx) -> bool {
+        matches!(&self.get(idx).data, BlockBuf::Shared(p) if Arc::strong_count(p) > 1)
+    }
+
+    /// Evicts clean block `idx` now, wherever it is in its LRU.
+    pub fn evict_clean(&mut self, idx: BlockIdx) {
+        let key = self.get_mut(idx).lru_key.take().expect("a clean block");
+        self.lru_of(idx).remove(&key);
+        self.evict(idx);
     }
 
     /// Drops a block just taken off its LRU; its buffer goes to the pool.

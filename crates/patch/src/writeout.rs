@@ -428,6 +428,7 @@ impl PatchCache {
                 return Err(self.stop(PatchError::Invariant(why)));
             }
         }
+        let mut shared = Vec::new();
         while let Some(&(seq, b)) = self.inflight_blocks.front() {
             if seq > ticket.upto {
                 break;
@@ -443,11 +444,21 @@ impl PatchCache {
             block.writing = false;
             if block.patches.is_empty() {
                 self.blocks.make_clean(b);
+                if self.blocks.holds_shared_page(b) {
+                    shared.push(b);
+                }
             }
         }
         // Blocks become clean only here; drop their FIFO entries before any
         // of them can be evicted and its slot reused.
         self.compact_fifo();
+        // A clean block whose page the layer above still holds goes now: it
+        // has the contents, and keeping the block would stop it reusing the
+        // page.
+        for &b in &shared {
+            self.blocks.evict_clean(b);
+        }
+        self.stats.evictions += shared.len() as u64;
         self.evict_to(self.cfg.max_blocks);
         self.stats.evictions += self.blocks.evict_data_to(crate::DATA_KEEP) as u64;
         Ok(())
