@@ -148,12 +148,15 @@ impl LogOp {
         }
     }
 
-    /// Whether the operation may need a new directory entry (space).
+    /// Whether the operation may need a new directory entry (space). A
+    /// rename over an existing name, or an exchange, retargets entries in
+    /// place (diskfs `retarget_entry`) and needs none.
     pub fn adds_entry(&self) -> bool {
-        matches!(
-            self,
-            LogOp::Create { .. } | LogOp::Link { .. } | LogOp::Rename { .. }
-        )
+        match self {
+            LogOp::Create { .. } | LogOp::Link { .. } => true,
+            LogOp::Rename { other, .. } => other.is_none(),
+            _ => false,
+        }
     }
 }
 

@@ -318,6 +318,35 @@ fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
     assert_eq!(during, flushed);
 }
 
+/// Free space counts what memory will need: a rename to a new name may need
+/// a directory block, one over an existing name or an exchange rewrites
+/// entries in place and needs none. (Counting every rename made a write
+/// fail with ENOSPC on a small disk while a fast renamer ran between
+/// flushes.)
+#[test]
+fn renames_in_place_reserve_no_space() {
+    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[0], opts());
+    let r = fs.root();
+    for n in [&b"a"[..], b"b", b"c"] {
+        fs.mknod(r, n, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    }
+    fs.sync().unwrap();
+    let before = fs.statfs().unwrap().bfree;
+    let exchange = RenameFlags {
+        exchange: true,
+        ..Default::default()
+    };
+    for _ in 0..100 {
+        fs.rename(r, b"a", r, b"b", exchange).unwrap();
+    }
+    fs.rename(r, b"a", r, b"c", RenameFlags::default()).unwrap();
+    assert_eq!(fs.statfs().unwrap().bfree, before, "in place");
+    fs.rename(r, b"b", r, b"d", RenameFlags::default()).unwrap();
+    assert_eq!(fs.statfs().unwrap().bfree, before - 1, "a new name");
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().unwrap().bfree, before, "after the flush");
+}
+
 /// A directory's size and blocks in `stat` are what the disk holds once its
 /// entries are flushed (diskfs decides when a directory grows a block), as
 /// they are after a remount.
