@@ -125,6 +125,44 @@ fn ordered_data_is_durable_before_the_commit_block() {
     );
 }
 
+/// A transaction with more data blocks than one patch waits on directly
+/// (`EMPTY_FAN_IN`): its commit block still reaches the disk only after
+/// every one of them is durable.
+#[test]
+fn ordered_commit_waits_for_every_data_block_of_a_wide_transaction() {
+    let (rec, mut m) = journaled(DataMode::Ordered);
+    let n = 3 * stitch_patch::EMPTY_FAN_IN as u64 + 7;
+    let data: Vec<_> = (0..n)
+        .map(|k| {
+            m.byte(BlockNo(100 + k), 0, &[k as u8; BS], &[], DATA)
+                .unwrap()
+        })
+        .collect();
+    let i = m.byte(BlockNo(20), 128, &[1; 64], &data, META).unwrap();
+    let mut all = data.clone();
+    all.push(i);
+    let op = m.group(&all).unwrap();
+    m.sync_patch(op).unwrap();
+    let log = rec.log();
+    let entries = log.entries();
+    let commit = entries
+        .iter()
+        .position(|e| {
+            matches!(e, LogEntry::Write { block: b, data }
+                if AREA.contains(&b.0) && data[..8] == [0xC0, 0x3B, 0x39, 0x98, 0, 0, 0, 2])
+        })
+        .expect("a commit block was written");
+    drop(log);
+    for k in 0..n {
+        let w = writes_of(&rec, 100 + k);
+        assert!(
+            w.first().is_some_and(|&w| flush_between(&rec, w, commit)),
+            "data block {} was not durable before the commit block",
+            100 + k
+        );
+    }
+}
+
 #[test]
 fn writeback_fsync_still_makes_data_durable() {
     let (_rec, mut m) = journaled(DataMode::Writeback);
