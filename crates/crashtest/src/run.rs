@@ -219,6 +219,11 @@ pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcom
             path: p(path),
             target: target.as_bytes().to_vec(),
         },
+        Action::Mkfifo(path) => Op::Mknod {
+            path: p(path),
+            kind: stitch_model::Special::Fifo,
+            perm: 0o644,
+        },
     };
     m.apply(&op)
 }
@@ -293,7 +298,10 @@ impl<'a> Driver<'a> {
             Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
         };
         match a {
-            Action::Creat(path) | Action::Mkdir(path) | Action::Symlink { path, .. } => {
+            Action::Creat(path)
+            | Action::Mkdir(path)
+            | Action::Symlink { path, .. }
+            | Action::Mkfifo(path) => {
                 let (parent, name) = parent_of(path)?;
                 let (attr, init) = match a {
                     Action::Creat(_) => (
@@ -309,6 +317,10 @@ impl<'a> Driver<'a> {
                         i.bytes = target.as_bytes().to_vec();
                         (fs.symlink(parent, &name, target.as_bytes(), 0, 0)?, i)
                     }
+                    Action::Mkfifo(_) => (
+                        fs.mknod(parent, &name, Kind::Fifo, 0o644, (0, 0), 0, 0)?,
+                        Inode::new(FileKind::Special, 0o644, 0, 0),
+                    ),
                     _ => unreachable!(),
                 };
                 self.oracle.log(LOp::Create {
