@@ -446,7 +446,9 @@ fn facts_each(found: &Found, f: &FlushRec, out: &mut Vec<Finding>) {
     for c in &all {
         keys.extend(
             c.keys()
-                .filter(|k| matches!(k, Cell::Entry(..)))
+                // Facts a found inode may lack: its entries, and its
+                // extended attributes.
+                .filter(|k| matches!(k, Cell::Entry(..) | Cell::Xattr(..)))
                 .filter(|k| found.state.inodes.contains_key(&k.ino()))
                 .cloned(),
         );

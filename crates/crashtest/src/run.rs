@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo};
-use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
+use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
 use stitch_model::{Errno, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
 
@@ -168,6 +168,11 @@ pub fn setup_model(setup: &[Action]) -> Model {
 pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcome, Errno> {
     let p = |s: &str| Path::parse(s);
     let op = match a {
+        // The model keeps no extended attributes: setting one succeeds
+        // wherever the path names something (the oracle keeps the values).
+        Action::Setxattr { path, .. } => {
+            return m.resolve(&p(path)).map(|_| Outcome::Done);
+        }
         Action::Creat(path) => Op::Create {
             path: p(path),
             perm: 0o644,
@@ -357,6 +362,19 @@ impl<'a> Driver<'a> {
                 )?;
                 self.oracle
                     .change(ino, |i| i.bytes.resize(*size as usize, 0));
+            }
+            Action::Setxattr { path, name, value } => {
+                let ino = resolve(fs, path)?;
+                fs.set_xattr(
+                    ino,
+                    name.as_bytes(),
+                    Some(value.as_bytes()),
+                    XattrSet::Either,
+                )?;
+                self.oracle.change(ino, |i| {
+                    i.xattrs
+                        .insert(name.as_bytes().to_vec(), value.as_bytes().to_vec());
+                });
             }
             Action::Chmod { path, perm } => {
                 let ino = resolve(fs, path)?;

@@ -38,6 +38,8 @@ pub struct Inode {
     pub bytes: Vec<u8>,
     /// A directory's entries, without `.` and `..`.
     pub entries: BTreeMap<Vec<u8>, u64>,
+    /// Extended attributes by full name (`user.k`).
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 impl Inode {
@@ -49,6 +51,7 @@ impl Inode {
             gid,
             bytes: Vec::new(),
             entries: BTreeMap::new(),
+            xattrs: BTreeMap::new(),
         }
     }
 }
@@ -331,6 +334,20 @@ pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, String> {
             }
             FileKind::Special => {}
         }
+        for x in fs
+            .xattrs(InodeNo(ino as u32))
+            .map_err(|e| format!("extended attributes of {ino}: {e}"))?
+        {
+            match x.full_name() {
+                Some(name) => {
+                    inode.xattrs.insert(name, x.value);
+                }
+                None => found.problems.push(format!(
+                    "inode {ino} has an extended attribute of unknown index {}",
+                    x.index
+                )),
+            }
+        }
         found.links.insert(ino, u32::from(a.nlink));
         found.state.inodes.insert(ino, inode);
     }
@@ -352,13 +369,15 @@ pub enum Cell {
     Size(u64),
     /// A file's bytes or a symlink's target.
     Bytes(u64),
+    /// The value of an inode's extended attribute.
+    Xattr(u64, Vec<u8>),
 }
 
 impl Cell {
     /// The inode the fact is about (the directory, for an entry).
     pub fn ino(&self) -> u64 {
         match self {
-            Cell::Entry(d, _) => *d,
+            Cell::Entry(d, _) | Cell::Xattr(d, _) => *d,
             Cell::Kind(i)
             | Cell::Perm(i)
             | Cell::Owner(i)
@@ -377,6 +396,10 @@ impl Cell {
             Cell::Links(i) => format!("link count of inode {i}"),
             Cell::Size(i) => format!("size of inode {i}"),
             Cell::Bytes(i) => format!("contents of inode {i}"),
+            Cell::Xattr(i, n) => format!(
+                "extended attribute {:?} of inode {i}",
+                String::from_utf8_lossy(n)
+            ),
         }
     }
 }
@@ -421,6 +444,9 @@ pub fn cells(state: &State, links: &BTreeMap<u64, u32>) -> Cells {
             Cell::Links(ino),
             Value::Num(u64::from(links.get(&ino).copied().unwrap_or(0))),
         );
+        for (name, value) in &i.xattrs {
+            c.insert(Cell::Xattr(ino, name.clone()), Value::Bytes(value.clone()));
+        }
         match i.kind {
             FileKind::File | FileKind::Symlink => {
                 c.insert(Cell::Size(ino), Value::Num(i.bytes.len() as u64));

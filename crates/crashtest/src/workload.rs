@@ -55,6 +55,12 @@ pub enum Action {
     },
     /// A named pipe (an inode with no data: a special file).
     Mkfifo(String),
+    /// Sets the extended attribute `name` (`user.k`) to `value`.
+    Setxattr {
+        path: String,
+        name: String,
+        value: String,
+    },
 }
 
 /// What follows an operation.
@@ -96,6 +102,7 @@ impl fmt::Display for Action {
             Action::Rename { from, to } => write!(f, "rename {from} {to}"),
             Action::Symlink { path, target } => write!(f, "symlink {path} -> {target}"),
             Action::Mkfifo(p) => write!(f, "mkfifo {p}"),
+            Action::Setxattr { path, name, value } => write!(f, "setxattr {path} {name}={value}"),
         }
     }
 }
@@ -154,6 +161,7 @@ fn action_spec(a: &Action) -> String {
         Action::Rename { from, to } => format!("rename:{from}:{to}"),
         Action::Symlink { path, target } => format!("symlink:{path}:{target}"),
         Action::Mkfifo(p) => format!("mkfifo:{p}"),
+        Action::Setxattr { path, name, value } => format!("setxattr:{path}:{name}:{value}"),
     }
 }
 
@@ -220,6 +228,11 @@ fn parse_action(s: &str) -> Result<Action, String> {
             target: path(2)?,
         },
         "mkfifo" => Action::Mkfifo(path(1)?),
+        "setxattr" => Action::Setxattr {
+            path: path(1)?,
+            name: path(2)?,
+            value: path(3)?,
+        },
         other => return Err(format!("unknown operation {other:?} in {s:?}")),
     })
 }
@@ -710,6 +723,15 @@ pub fn universe() -> Vec<Action> {
     }
     v.push(Action::Mkfifo(s("D/P")));
     v.push(Action::Unlink(s("D/P")));
+    // Extended attributes, of a file and of a directory (ext2 keeps a
+    // file's set in a block of its own, which the inode points to).
+    for (path, value) in [("A", "one"), ("D", "two")] {
+        v.push(Action::Setxattr {
+            path: s(path),
+            name: s("user.k"),
+            value: s(value),
+        });
+    }
     v
 }
 
@@ -729,7 +751,8 @@ fn touched(a: &Action) -> (Vec<String>, Vec<String>) {
         Action::Write { path, .. }
         | Action::Append { path, .. }
         | Action::Truncate { path, .. }
-        | Action::Chmod { path, .. } => (vec![path.clone()], vec![parent(path)]),
+        | Action::Chmod { path, .. }
+        | Action::Setxattr { path, .. } => (vec![path.clone()], vec![parent(path)]),
         Action::Link { from, to } => (vec![to.clone()], vec![parent(from), parent(to)]),
         Action::Unlink(p) | Action::Rmdir(p) => (vec![], vec![parent(p)]),
         Action::Rename { from, to } => (vec![to.clone()], vec![parent(from), parent(to)]),
