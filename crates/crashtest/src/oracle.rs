@@ -382,7 +382,7 @@ impl Oracle {
                 d.perm = now.perm;
                 d.uid = now.uid;
                 d.gid = now.gid;
-                d.xattrs = now.xattrs.clone();
+                d.xattrs = now.xattrs;
                 if d.kind != FileKind::Dir {
                     d.bytes = now.bytes;
                 }
