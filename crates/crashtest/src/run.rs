@@ -16,7 +16,7 @@ use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo};
 use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
-use stitch_model::{Errno, Limits, Model, Op, Outcome, Owner, Path};
+use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
 
 /// The clock every change is stamped with.
@@ -229,6 +229,16 @@ pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcom
             kind: stitch_model::Special::Fifo,
             perm: 0o644,
         },
+        Action::Open(path) => Op::Open { path: p(path) },
+        Action::WriteFd { fd, offset, len } => {
+            *writes += 1;
+            Op::WriteFd {
+                fd: Fd(*fd),
+                offset: *offset,
+                data: data(*writes, *offset, *len),
+            }
+        }
+        Action::Close(fd) => Op::Close { fd: Fd(*fd) },
     };
     m.apply(&op)
 }
@@ -259,6 +269,8 @@ struct Driver<'a> {
     writes: u64,
     /// The model's count, to check both sides count alike.
     model_writes: u64,
+    /// memfs's open handles by slot (the model numbers them alike).
+    handles: Vec<Option<u64>>,
 }
 
 impl<'a> Driver<'a> {
@@ -276,17 +288,43 @@ impl<'a> Driver<'a> {
             oracle: Oracle::new(state),
             writes,
             model_writes: writes,
+            handles: Vec::new(),
         }
+    }
+
+    /// Closes every handle still open, as a program's are when it exits.
+    fn close_all(&mut self) -> Result<(), String> {
+        for slot in 0..self.handles.len() {
+            if self.handles[slot].is_some() {
+                let close = Action::Close(slot as u32);
+                if !self.act(&close)? {
+                    return Err(format!("{close} failed"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One operation on all three; `Err` if memfs and the model disagree.
     /// Returns whether it succeeded.
     fn act(&mut self, a: &Action) -> Result<bool, String> {
         let expected = model_apply(&mut self.model, a, &mut self.model_writes);
-        let got = self.memfs(a);
+        let got = match a {
+            // No handle in that slot: what `close` on a bad descriptor
+            // says, without reaching memfs.
+            Action::Close(fd) | Action::WriteFd { fd, .. }
+                if self.handles.get(*fd as usize).copied().flatten().is_none() =>
+            {
+                if matches!(a, Action::WriteFd { .. }) {
+                    self.writes += 1; // as the model counts a failed write
+                }
+                Err((Errno::Ebadf.raw(), "no handle in that slot".to_string()))
+            }
+            _ => self.memfs(a).map_err(|e| (e.errno(), e.to_string())),
+        };
         match (&expected, &got) {
             (Ok(_), Ok(())) => Ok(true),
-            (Err(e), Err(g)) if e.raw() == g.errno() => Ok(false),
+            (Err(e), Err((g, _))) if e.raw() == *g => Ok(false),
             _ => Err(format!(
                 "{a}: the model says {:?}, memfs {:?}",
                 expected.map(|_| ()),
@@ -409,6 +447,41 @@ impl<'a> Driver<'a> {
                 let ino = ino.expect("memfs removed a name the oracle lacks");
                 self.oracle.log(LOp::Unlink { parent, name, ino });
             }
+            // Handles change nothing the disk shows: an orphan is freed at
+            // mount after a crash and at its last close otherwise, so the
+            // oracle drops an inode with its last name either way.
+            Action::Open(path) => {
+                let ino = resolve(fs, path)?;
+                match fs.getattr(ino)?.kind {
+                    Kind::File => {}
+                    Kind::Dir => return Err(MemError::IsDir),
+                    // O_NOFOLLOW and special files: not generated.
+                    _ => return Err(MemError::Invalid("open of a symlink or special file")),
+                }
+                fs.open(ino)?;
+                let slot = stitch_model::op::free_slot(&self.handles)
+                    .map_err(|_| MemError::Invalid("too many handles"))?;
+                if slot == self.handles.len() {
+                    self.handles.push(None);
+                }
+                self.handles[slot] = Some(ino);
+            }
+            Action::WriteFd { fd, offset, len } => {
+                self.writes += 1;
+                let ino = self.handles[*fd as usize].expect("act checked the slot");
+                let bytes = data(self.writes, *offset, *len);
+                fs.write(ino, *offset, &bytes, false)?;
+                // An orphan's bytes are on no name: nothing to expect.
+                if self.oracle.mem().inodes.contains_key(&ino) {
+                    self.oracle
+                        .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
+                }
+            }
+            Action::Close(fd) => {
+                let slot = self.handles.get_mut(*fd as usize);
+                let ino = slot.and_then(Option::take).expect("act checked the slot");
+                fs.release(ino)?;
+            }
             Action::Rename { from, to } => {
                 let (fd, fname) = parent_of(from)?;
                 let (td, tname) = parent_of(to)?;
@@ -461,6 +534,14 @@ impl<'a> Driver<'a> {
             Persist::Sync => {
                 self.fs.sync().map_err(|e| format!("sync: {e}"))?;
                 Scope::All
+            }
+            Persist::FsyncFd(fd) => {
+                let ino = self.handles.get(*fd as usize).copied().flatten();
+                let ino = ino.ok_or_else(|| format!("fsync(fd{fd}): no handle"))?;
+                self.fs
+                    .fsync(ino, false)
+                    .map_err(|e| format!("fsync(fd{fd}): {e}"))?;
+                Scope::Inode(ino)
             }
             Persist::Fsync(path) => {
                 let ino = resolve(self.fs, path).map_err(|e| format!("fsync({path}): {e}"))?;
@@ -668,6 +749,9 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
         if let Err(e) = d.compare_with_model() {
             problems.push((K::Semantics, e));
         }
+    }
+    if let Err(e) = d.close_all() {
+        problems.push((K::Semantics, format!("closing handles at exit: {e}")));
     }
     let start = len();
     match d.persist(&Persist::Sync) {

@@ -336,7 +336,8 @@ impl Model {
         Ok(Outcome::Opened(Fd(slot as u32)))
     }
 
-    fn fd_inode(&self, fd: Fd) -> Result<InodeNo, Errno> {
+    /// The inode open in handle slot `fd`, or `EBADF`.
+    pub fn fd_inode(&self, fd: Fd) -> Result<InodeNo, Errno> {
         let slot = self.fds.get(fd.0 as usize).copied().flatten();
         slot.ok_or(Errno::Ebadf)
     }

@@ -24,7 +24,7 @@ pub struct Args {
     pub data: String,
     /// Workloads: all (named and generated), named, generated, one named
     /// workload (featherstitch, mcorefs-rename, mcorefs-loop, mcorefs-rmrf,
-    /// ccfs-journal-update, maildelivery, large-write), or a spec
+    /// ccfs-journal-update, maildelivery, large-write, orphans), or a spec
     /// `gen:STEPS` as printed in a violation.
     #[arg(long, default_value = "all")]
     pub workload: String,
