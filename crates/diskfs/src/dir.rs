@@ -65,6 +65,10 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The patch that added a directory entry since mount, and the removals
+/// of older names its inode may still have on disk (a rename's source).
+pub(crate) type Added = (PatchId, Vec<PatchId>);
+
 impl DiskFs {
     pub(crate) fn dir_inode(&mut self, dir: InodeNo) -> Result<Inode> {
         let inode = self.read_inode(dir)?;
@@ -262,7 +266,8 @@ impl DiskFs {
         })?;
         if let Some(((), added, i)) = inserted {
             if let Some(&p) = added.first() {
-                self.entry_adds.insert((dir, name.to_vec()), p);
+                self.entry_adds
+                    .insert((dir, name.to_vec()), (p, Vec::new()));
             }
             if let Some(d) = self.dirs.get_mut(&dir) {
                 d.names.insert(name.to_vec(), i);
@@ -319,15 +324,16 @@ impl DiskFs {
     }
 
     /// Removes the entry `name` from `dir`; returns the inode it named, the
-    /// patches that removed it (what the inode's unlinking must follow), and
-    /// whether the entry never reached the disk.
+    /// patches that removed it (what the inode's unlinking must follow),
+    /// and, if the entry never reached the disk, what that unlinking must
+    /// follow instead ([`DiskFs::never_on_disk`]).
     pub(crate) fn remove_entry(
         &mut self,
         dir: InodeNo,
         name: &[u8],
         deps: &[PatchId],
         now: u32,
-    ) -> Result<(Entry, Vec<PatchId>, bool)> {
+    ) -> Result<(Entry, Vec<PatchId>, Option<Vec<PatchId>>)> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
         let candidates = self.block_of(dir, &inode, name)?;
@@ -389,20 +395,40 @@ impl DiskFs {
 
     /// Whether the entry `name` of `dir`, just removed by `gone`, never
     /// reached the disk: its removal merged into the still uncommitted patch
-    /// that added it (Featherstitch §4.5). Then nothing need wait for the
-    /// removal: no state of the disk ever held the entry.
-    fn never_on_disk(&mut self, dir: InodeNo, name: &[u8], gone: &[PatchId]) -> bool {
-        let Some(add) = self.entry_adds.remove(&(dir, name.to_vec())) else {
-            return false;
-        };
+    /// that added it (Featherstitch §4.5). Then no state of the disk ever
+    /// held the entry, and what the inode's loss of it must wait for is
+    /// only the removal of any older name a rename took it from, which may
+    /// still be on disk: `Some` of those (empty for a plain create).
+    fn never_on_disk(
+        &mut self,
+        dir: InodeNo,
+        name: &[u8],
+        gone: &[PatchId],
+    ) -> Option<Vec<PatchId>> {
+        let (add, before) = self.entry_adds.remove(&(dir, name.to_vec()))?;
         let cache = self.m.cache();
-        let (Some(a), Some(g)) = (
-            cache.resolve(add),
-            gone.first().and_then(|&g| cache.resolve(g)),
-        ) else {
-            return false;
-        };
-        a == g && cache.state(a) == stitch_patch::PatchState::Uncommitted
+        let a = cache.resolve(add)?;
+        let g = gone.first().and_then(|&g| cache.resolve(g))?;
+        (a == g && cache.state(a) == stitch_patch::PatchState::Uncommitted).then_some(before)
+    }
+
+    /// Records that the entry `name` of `dir`, just added by a rename,
+    /// names an inode whose older name goes with `removed` (and, if that
+    /// name never reached the disk either, with what it waited for).
+    pub(crate) fn renamed_from(
+        &mut self,
+        dir: InodeNo,
+        name: &[u8],
+        removed: &[PatchId],
+        before: Option<Vec<PatchId>>,
+    ) {
+        if let Some(added) = self.entry_adds.get_mut(&(dir, name.to_vec())) {
+            added.1 = removed
+                .iter()
+                .copied()
+                .chain(before.into_iter().flatten())
+                .collect();
+        }
     }
 
     /// Whether `dir` holds nothing but `.` and `..`.

@@ -34,10 +34,15 @@ pub struct DiskFs {
     pub(crate) bs: usize,
     /// Open counts of inodes the layer above holds open (in memory only).
     pub(crate) open: rustc_hash::FxHashMap<InodeNo, u32>,
+    /// Orphans made since mount, with the patches that put each on the
+    /// list and dropped its last link (see `orphan`).
+    pub(crate) orphaned: rustc_hash::FxHashMap<InodeNo, crate::orphan::Orphaned>,
     /// The patch that added each directory entry since mount, to tell at
     /// removal whether the entry ever reached the disk (Featherstitch
     /// §4.5): if the removal merged into it, it never did.
-    pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), stitch_patch::PatchId>,
+    /// With it, for a name a rename made, the removals of the names the
+    /// inode had before that may still be on disk (see `never_on_disk`).
+    pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), crate::dir::Added>,
     /// Blocks freed while their data is not journaled, with the patch that
     /// freed them: not reused until that free is durable (ext3's rule; see
     /// `alloc`).
@@ -86,6 +91,7 @@ impl DiskFs {
             gds,
             bs,
             open: Default::default(),
+            orphaned: Default::default(),
             entry_adds: Default::default(),
             pending_frees: Default::default(),
             replayed: None,

@@ -146,10 +146,11 @@ impl DiskFs {
             return Err(DiskError::IsDir);
         }
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
-        // An entry that never reached the disk needs no waiting for (§4.5).
-        if never_on_disk {
+        // An entry that never reached the disk needs no waiting for (§4.5),
+        // but an older name a rename took the inode from may still be there.
+        if let Some(before) = never_on_disk {
             // On disk the removal is a no-op: the operation is the inode's.
-            let dropped = self.drop_link(entry.ino, &[], now)?;
+            let dropped = self.drop_link(entry.ino, &before, now)?;
             return self.stands_for(&[&dropped]);
         }
         let dropped = self.drop_name(entry.ino, &removed, now)?;
@@ -185,7 +186,7 @@ impl DiskFs {
             return Err(DiskError::NotEmpty);
         }
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
-        let after: &[PatchId] = if never_on_disk { &[] } else { &removed };
+        let after: &[PatchId] = never_on_disk.as_deref().unwrap_or(&removed);
         let gone = self.delete_inode(entry.ino, true, after, now)?;
         // The child's ".." no longer counts once the child is deleted.
         let mut pinode = self.read_inode(parent)?;

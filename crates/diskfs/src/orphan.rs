@@ -13,6 +13,18 @@ use crate::fs::DiskFs;
 use stitch_format::InodeNo;
 use stitch_patch::PatchId;
 
+/// What made an orphan, for the changes that must follow it.
+#[derive(Debug, Default)]
+pub(crate) struct Orphaned {
+    /// Its place on the list: its link onward and the head naming it. What
+    /// a later orphan's removal from behind it waits for, so that the list
+    /// on disk then runs through it too.
+    listed: Vec<PatchId>,
+    /// The drop of its last link (after its name's removal): what freeing
+    /// it and writing to it wait for.
+    dropped: Vec<PatchId>,
+}
+
 impl DiskFs {
     /// The layer above opened `ino`: an unlink of its last name keeps it
     /// until [`DiskFs::release`].
@@ -34,10 +46,15 @@ impl DiskFs {
             return Ok(None);
         }
         self.open.remove(&ino);
+        let made = self.orphaned.remove(&ino).unwrap_or_default();
         if self.read_inode(ino)?.core.links_count > 0 {
             return Ok(None);
         }
-        let off = self.unlist(ino)?;
+        // Marked deleted only once off the list on disk and once its link
+        // count of zero is there: taken out of the middle of the list, only
+        // the inode before it changes, which says nothing of this one.
+        let mut off = self.unlist(ino)?;
+        off.extend(made.dropped);
         let dir = self.read_inode(ino)?.is_dir();
         let gone = self.delete_inode(ino, dir, &off, now)?;
         Ok(Some(self.m.group(&gone)?))
@@ -67,9 +84,36 @@ impl DiskFs {
             .copied()
             .collect();
         let mut out = self.write_inode(ino, &inode, &deps)?;
+        let dropped = if out.is_empty() { deps } else { out.clone() };
+        let listed = linked.iter().chain(&head).copied().collect();
+        self.orphaned.insert(ino, Orphaned { listed, dropped });
         out.extend(linked);
         out.extend(head);
         Ok(out)
+    }
+
+    /// Called before the data or attributes of `ino` are written: if it
+    /// is an orphan whose last link's drop (and so its name's removal) is
+    /// not on disk yet, puts that there first. Otherwise a crash could show
+    /// the file under its old name holding what was written after the name
+    /// went. Soft updates only: a journal transaction holds both whole.
+    pub fn settle_unlink(&mut self, ino: InodeNo) -> Result<()> {
+        if self.m.consistency() != crate::Consistency::SoftUpdates {
+            return Ok(());
+        }
+        let Some(made) = self.orphaned.get(&ino) else {
+            return Ok(());
+        };
+        let pending: Vec<PatchId> = made
+            .dropped
+            .iter()
+            .copied()
+            .filter(|p| !self.m.cache().is_committed(*p))
+            .collect();
+        for p in pending {
+            self.m.sync_patch(p)?;
+        }
+        Ok(())
     }
 
     /// Takes `ino` off the orphan list.
@@ -79,15 +123,24 @@ impl DiskFs {
             self.sb.last_orphan = next;
             return self.write_super_after(&[]);
         }
+        // Out of the middle: the inode before it skips it. That takes it
+        // off the list on disk only once the list there runs through the
+        // inodes ahead of it, so the result also names their places.
+        let mut ahead: Vec<PatchId> = Vec::new();
         let mut at = self.sb.last_orphan;
         for _ in 0..self.geo.inodes_count() {
             if at == 0 {
                 break;
             }
+            if let Some(made) = self.orphaned.get(&InodeNo(at)) {
+                ahead.extend(&made.listed);
+            }
             let mut prev = self.read_inode(InodeNo(at))?;
             if prev.core.dtime == ino.0 {
                 prev.core.dtime = next;
-                return self.write_inode(InodeNo(at), &prev, &[]);
+                let mut out = self.write_inode(InodeNo(at), &prev, &[])?;
+                out.extend(ahead);
+                return Ok(out);
             }
             at = prev.core.dtime;
         }

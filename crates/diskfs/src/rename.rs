@@ -154,7 +154,10 @@ impl DiskFs {
             Some(_) => self.retarget_entry(dp, dn, src, ft, &up, now)?,
             None => self.add_entry(dp, dn, src, ft, &up, now)?,
         };
-        let (_, removed, _) = self.remove_entry(sp, sn, &set, now)?;
+        let (_, removed, before) = self.remove_entry(sp, sn, &set, now)?;
+        if dst.is_none() {
+            self.renamed_from(dp, dn, &removed, before);
+        }
         let mut inode = self.read_inode(src)?;
         inode.core.links_count -= 1;
         inode.core.ctime = now;
@@ -180,7 +183,7 @@ impl DiskFs {
         dst: Option<InodeNo>,
         now: u32,
     ) -> Result<Vec<PatchId>> {
-        let (_, removed, _) = self.remove_entry(sp, sn, &[], now)?;
+        let (_, removed, before) = self.remove_entry(sp, sn, &[], now)?;
         let mut out = removed.clone();
         let mut up = Vec::new();
         if sp != dp {
@@ -214,6 +217,9 @@ impl DiskFs {
             },
         };
         out.extend(&set);
+        if dst.is_none() {
+            self.renamed_from(dp, dn, &removed, before);
+        }
         if sp != dp {
             let mut p = self.read_inode(sp)?;
             p.core.links_count -= 1;

@@ -1,5 +1,6 @@
 //! Crash tests of diskfs on the recording device (DESIGN.md "Testing"):
-//! a workload of creates, appends, overwrites, unlinks, mkdir and rmdir runs
+//! a workload of creates, appends, overwrites, unlinks, mkdir and rmdir,
+//! renames, and files unlinked while open and later closed (or not) runs
 //! with write-back rounds and flushes interleaved; then every crash image the
 //! recording allows (exhaustive per epoch up to a bound, sampled beyond) is
 //! judged:
@@ -47,6 +48,7 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
     let root = fs.root();
     let mut files: Vec<(InodeNo, InodeNo, String, u32, u64)> = Vec::new();
     let mut dirs = vec![root];
+    let mut orphans: Vec<InodeNo> = Vec::new();
     let trace = std::env::var_os("STITCH_TRACE").is_some();
     for step in 0..60u32 {
         let choice = rng.gen_range(0..16);
@@ -104,6 +106,9 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                             );
                         }
                         fs.rmdir(p, &name, NOW).unwrap();
+                        if trace {
+                            eprintln!("  rmdir {p:?} {}", String::from_utf8_lossy(&name));
+                        }
                         dirs.pop();
                     }
                 }
@@ -188,14 +193,26 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
                     }
                 }
             }
+            15 if !orphans.is_empty() && rng.gen_bool(0.5) => {
+                // The last close of one of them: off the orphan list, freed.
+                let o = orphans.swap_remove(rng.gen_range(0..orphans.len()));
+                fs.release(o, NOW).unwrap();
+                if trace {
+                    eprintln!("  release {o:?}");
+                }
+            }
             15 => {
-                // A file unlinked while open, never closed before the crash.
+                // A file unlinked while open (closed later, or never).
                 let name = format!("o{step}");
                 let (ino, _) = fs.create(root, name.as_bytes(), 0o600, 0, 0, NOW).unwrap();
                 let data: Vec<u8> = (0..9_000).map(|i| byte_of(ino.0, i)).collect();
                 fs.write(ino, 0, &data, NOW).unwrap();
                 fs.open(ino).unwrap();
                 fs.unlink(root, name.as_bytes(), NOW).unwrap();
+                orphans.push(ino);
+                if trace {
+                    eprintln!("  orphan {ino:?}");
+                }
             }
             _ => {
                 common::write_back_some(&mut fs, &mut rng);

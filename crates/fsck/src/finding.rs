@@ -307,6 +307,13 @@ impl FindingKind {
             InUseWithDtime {
                 orphan_link: true, ..
             } => Class::Leak,
+            // A deletion that stopped after the last link went and before
+            // the deletion time: an inode marked used that nothing reaches
+            // (an entry naming it is reported apart, as a corruption), as
+            // when a crash falls after an orphan left the orphan list and
+            // before its deletion. e2fsck's repair only finishes the
+            // deletion, and its preen mode makes it unasked.
+            DeletedWithoutDtime { .. } => Class::Leak,
             _ => Class::Corruption,
         }
     }

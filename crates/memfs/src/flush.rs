@@ -954,6 +954,7 @@ fn apply_plan(
             .map_err(stitch_diskfs::DiskError::from)?;
     }
     for f in plan.files.iter().filter(|f| f.write) {
+        disk.settle_unlink(InodeNo(f.ino as u32))?;
         write_file(disk, f, t, patches)?;
     }
     Ok(())
