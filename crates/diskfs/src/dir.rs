@@ -268,6 +268,7 @@ impl DiskFs {
             if let Some(&p) = added.first() {
                 self.entry_adds
                     .insert((dir, name.to_vec()), (p, Vec::new()));
+                self.forget_committed_adds();
             }
             if let Some(d) = self.dirs.get_mut(&dir) {
                 d.names.insert(name.to_vec(), i);
@@ -410,6 +411,22 @@ impl DiskFs {
         let a = cache.resolve(add)?;
         let g = gone.first().and_then(|&g| cache.resolve(g))?;
         (a == g && cache.state(a) == stitch_patch::PatchState::Uncommitted).then_some(before)
+    }
+
+    /// Drops the adds that have reached the disk (their entries can no
+    /// longer be elided), each time the map reaches a power of two from
+    /// 4096 on: otherwise every name made since mount would stay in it.
+    fn forget_committed_adds(&mut self) {
+        let n = self.entry_adds.len();
+        if n < 4096 || !n.is_power_of_two() {
+            return;
+        }
+        let cache = self.m.cache();
+        self.entry_adds.retain(|_, (add, _)| {
+            cache
+                .resolve(*add)
+                .is_some_and(|a| cache.state(a) == stitch_patch::PatchState::Uncommitted)
+        });
     }
 
     /// Records that the entry `name` of `dir`, just added by a rename,

@@ -187,6 +187,13 @@ impl DiskFs {
         ps.iter().try_for_each(|&p| self.sync_patch(p))
     }
 
+    /// How many directory entries added since mount are still remembered
+    /// for Featherstitch's §4.5 elision. Bounded: an add that reached the
+    /// disk is forgotten once the count reaches a power of two from 4096.
+    pub fn remembered_adds(&self) -> usize {
+        self.entry_adds.len()
+    }
+
     pub fn block_size(&self) -> usize {
         self.bs
     }

@@ -634,3 +634,22 @@ fn written_pages_are_shared_and_read_back_after_remount() {
         );
     }
 }
+
+#[test]
+fn adds_that_reached_the_disk_are_not_remembered_forever() {
+    // Each create is remembered for the §4.5 elision until its entry is on
+    // disk; a long-running mount must not keep them all.
+    let dir = tempfile::tempdir().unwrap();
+    let image = common::fresh_image(dir.path(), 128 << 20);
+    let (_dev, mut fs) = mount(image, Consistency::SoftUpdates);
+    let root = fs.root();
+    for i in 0..5000 {
+        fs.create(root, format!("f{i}").as_bytes(), 0o644, 0, 0, NOW)
+            .unwrap();
+        if i % 500 == 499 {
+            fs.sync().unwrap();
+        }
+    }
+    let kept = fs.remembered_adds();
+    assert!(kept < 4096, "{kept} adds remembered after 5000 creates");
+}
