@@ -22,10 +22,11 @@ pub struct Args {
     /// Data mode with --mode journal: writeback, ordered, journal, or all.
     #[arg(long, default_value = "ordered")]
     pub data: String,
-    /// Workloads: all (named and generated), named, generated, one named
-    /// workload (featherstitch, mcorefs-rename, mcorefs-loop, mcorefs-rmrf,
-    /// ccfs-journal-update, maildelivery, large-write, orphans), or a spec
-    /// `gen:STEPS` as printed in a violation.
+    /// Workloads: all (named, past regressions and generated), named,
+    /// generated, one named workload (featherstitch, mcorefs-rename,
+    /// mcorefs-loop, mcorefs-rmrf, ccfs-journal-update, maildelivery,
+    /// large-write, orphans), or a spec `gen:STEPS` as printed in a
+    /// violation.
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
@@ -113,6 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let workloads = match args.workload.as_str() {
         "all" => {
             let mut w = workload::named();
+            w.extend(workload::regressions());
             w.extend(workload::generated(length, samples, seed));
             w
         }

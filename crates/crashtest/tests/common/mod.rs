@@ -10,6 +10,7 @@ pub const SEED: u64 = 7;
 /// sample of length 2.
 pub fn short_workloads(samples: usize) -> Vec<Workload> {
     let mut w = workload::named();
+    w.extend(workload::regressions());
     w.extend(workload::exhaustive(1));
     w.extend(workload::sampled(2, samples, SEED));
     w
