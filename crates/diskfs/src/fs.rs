@@ -183,7 +183,7 @@ impl DiskFs {
         Ok(self.m.flushed(ticket, result)?)
     }
 
-    fn sync_patches(&mut self, ps: &[PatchId]) -> Result<()> {
+    pub(crate) fn sync_patches(&mut self, ps: &[PatchId]) -> Result<()> {
         ps.iter().try_for_each(|&p| self.sync_patch(p))
     }
 

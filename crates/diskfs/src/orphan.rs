@@ -104,16 +104,9 @@ impl DiskFs {
         let Some(made) = self.orphaned.get(&ino) else {
             return Ok(());
         };
-        let pending: Vec<PatchId> = made
-            .dropped
-            .iter()
-            .copied()
-            .filter(|p| !self.m.cache().is_committed(*p))
-            .collect();
-        for p in pending {
-            self.m.sync_patch(p)?;
-        }
-        Ok(())
+        // Returns at once for what is already on disk.
+        let dropped = made.dropped.clone();
+        self.sync_patches(&dropped)
     }
 
     /// Takes `ino` off the orphan list.
