@@ -1484,3 +1484,184 @@ fn written_behind_data_survives_a_killed_daemon() {
     // Stopping judges the image with e2fsck.
     m.stop(Stop::Sigterm);
 }
+
+/// Writes `data` to `path` until the first error, as `dd` would: returns
+/// the bytes taken and the error.
+fn write_until_error(path: &Path, data: &[u8]) -> (Vec<u8>, Option<std::io::Error>) {
+    let mut f = File::create(path).unwrap();
+    let mut taken = 0;
+    while taken < data.len() {
+        let end = (taken + (1 << 20)).min(data.len());
+        match f.write(&data[taken..end]) {
+            Ok(0) => break,
+            Ok(n) => taken += n,
+            Err(e) => return (data[..taken].to_vec(), Some(e)),
+        }
+    }
+    f.sync_all().unwrap();
+    (data[..taken].to_vec(), None)
+}
+
+/// A disk filled through the mount, in both consistency modes: the write
+/// that does not fit fails with ENOSPC, what was taken is fsynced and
+/// stays, the room a removed file frees is writable again, and the image
+/// is clean at unmount with every accepted byte on it.
+#[test]
+fn a_full_disk_says_enospc_and_keeps_every_byte_it_took() {
+    for journal in [true, false] {
+        let (_dir, img, mnt) = fresh(journal);
+        let m = Mounted::start(&img, &mnt, &[]);
+        let first = pattern(20 << 20, 1);
+        fs::write(m.path("first"), &first).unwrap();
+        let (big, err) = write_until_error(&m.path("big"), &pattern(200 << 20, 2));
+        let err = err.expect("a 128 MiB image took 220 MiB");
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::ENOSPC),
+            "journal {journal}: {err}"
+        );
+        File::open(m.path("big")).unwrap().sync_all().unwrap();
+        assert!(fs::read(m.path("big")).unwrap() == big);
+        let (_, err) = write_until_error(&m.path("more"), &pattern(1 << 20, 3));
+        let err = err.expect("a full disk took another MiB");
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::ENOSPC),
+            "journal {journal}: {err}"
+        );
+        fs::remove_file(m.path("more")).unwrap();
+
+        fs::remove_file(m.path("first")).unwrap();
+        Command::new("sync").arg("-f").arg(&m.mnt).status().unwrap();
+        let again = pattern(16 << 20, 4);
+        let (taken, err) = write_until_error(&m.path("again"), &again);
+        assert!(
+            err.is_none(),
+            "journal {journal}: after freeing 20 MiB: {err:?}"
+        );
+        assert_eq!(taken.len(), again.len());
+        m.stop(Stop::Umount);
+
+        let m = Mounted::start(&img, &mnt, &[]);
+        assert!(
+            fs::read(m.path("big")).unwrap() == big,
+            "journal {journal}: big"
+        );
+        assert!(
+            fs::read(m.path("again")).unwrap() == again,
+            "journal {journal}: again"
+        );
+        assert!(!m.path("first").exists());
+        m.stop(Stop::Fusermount);
+    }
+}
+
+/// The image's own storage fails under the mount (a sparse image on a
+/// tmpfs too small for it, as a thin-provisioned volume runs out): the
+/// fsync that meets the failure reports EIO, the mount turns read-only
+/// (EROFS) and still reads, the daemon says the image needs a check, and
+/// once the storage has room again the image recovers with what was
+/// fsynced before, e2fsck finding it clean.
+#[test]
+fn a_failing_backing_store_turns_the_mount_read_only() {
+    for journal in [true, false] {
+        let dir = scratch();
+        let store = mountpoint(dir.path(), "store");
+        let tmpfs = |opts: &str| {
+            let st = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+                .arg(&store)
+                .status()
+                .unwrap();
+            assert!(st.success(), "mount -t tmpfs -o {opts} (needs root)");
+        };
+        tmpfs("size=40M");
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+            }
+        }
+        let _store = Unmount(store.clone());
+        let img = mkfs(&store, journal);
+        let mnt = mountpoint(dir.path(), "mnt");
+        let mut m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+        let kept = pattern(8 << 20, 5);
+        let mut f = File::create(m.path("kept")).unwrap();
+        f.write_all(&kept).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        File::open(&m.mnt).unwrap().sync_all().unwrap();
+
+        // More than the store has left: the writes land in memory, the
+        // fsync meets the device's ENOSPC.
+        let mut f = File::create(m.path("lost")).unwrap();
+        let chunk = pattern(1 << 20, 6);
+        let mut failed = None;
+        for _ in 0..64 {
+            if let Err(e) = f.write_all(&chunk) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let synced = f.sync_all();
+        let err = failed.or(synced.err()).expect("64 MiB fit a 40 MiB store");
+        assert!(
+            matches!(err.raw_os_error(), Some(libc::EIO | libc::EROFS)),
+            "journal {journal}: {err}"
+        );
+        drop(f);
+        let e = fs::write(m.path("after"), b"x").unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EROFS),
+            "journal {journal}: {e}"
+        );
+        let e = fs::create_dir(m.path("d")).unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EROFS),
+            "journal {journal}: {e}"
+        );
+        assert!(fs::read(m.path("kept")).unwrap() == kept);
+
+        fusermount_u(&mnt);
+        let mut child = m.child.take().unwrap();
+        let status = child.wait().unwrap();
+        let log = m.stderr();
+        assert!(!status.success(), "journal {journal}: exit {status}: {log}");
+        assert!(log.contains("stitchfs fsck"), "journal {journal}: {log}");
+
+        // The store grows again; the image is a crash image now.
+        tmpfs("remount,size=400M");
+        let e2fsck = |args: &[&str]| {
+            let out = Command::new("e2fsck")
+                .args(args)
+                .arg(&img)
+                .output()
+                .unwrap();
+            (out.status.code(), text(&out.stdout))
+        };
+        if journal {
+            let (code, out) = e2fsck(&["-E", "journal_only", "-y"]);
+            assert!(matches!(code, Some(0 | 1)), "replay {code:?}\n{out}");
+        }
+        // Soft updates may leak what was in flight (exit 4, blocks or
+        // inodes marked used that nothing reaches); nothing else.
+        let (code, out) = e2fsck(&["-fn"]);
+        assert!(
+            code == Some(0) || (!journal && code == Some(4)),
+            "journal {journal}: e2fsck -fn {code:?}\n{out}"
+        );
+        if code == Some(4) {
+            let (code, out) = e2fsck(&["-fy"]);
+            assert!(matches!(code, Some(0 | 1)), "e2fsck -fy {code:?}\n{out}");
+        }
+        let m = Mounted::start(&img, &mnt, &[]);
+        assert!(
+            fs::read(m.path("kept")).unwrap() == kept,
+            "journal {journal}"
+        );
+        m.stop(Stop::Umount);
+    }
+}

@@ -43,6 +43,7 @@ pub use more_ops::{SetAttr, Special};
 pub use ops::Attr;
 pub use rename::RenameFlags;
 pub use repair::Leak;
+pub use stitch_format::symlink::FAST_MAX as FAST_SYMLINK_MAX;
 pub use stitch_format::xattr::{fits_block as xattrs_fit_block, Xattr};
 pub use stitch_format::{FileType, InodeNo};
 pub use stitch_modes::{Consistency, DataMode, JournalConfig};

@@ -3,10 +3,12 @@
 //! its pages, and the first change since a flush logs a `Dirty` entry.
 
 use crate::error::{MemError, Result};
-use crate::fs::MemFs;
+use crate::fs::{Claim, MemFs};
 use crate::log::LogOp;
 use crate::node::{NodeState, Page, Xattrs};
 use crate::types::{Attr, DropSetId, Kind, SetAttrs, XattrSet};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Xattr};
@@ -109,22 +111,20 @@ impl MemFs {
             return Ok(0);
         }
         let bs = self.block_size();
-        let pages_needed = (data.len() as u64).div_ceil(bs) + 1;
-        let mut data = data;
-        if !self.room_for(pages_needed) {
-            if let Err(MemError::NoSpace) = self.ensure_room(pages_needed) {
-                // Write what fits, if anything does.
-                let mut fit = pages_needed;
-                while fit > 1 && !self.room_for(fit) {
-                    fit /= 2;
-                }
-                if fit <= 1 {
-                    return Err(MemError::NoSpace);
-                }
-                data = &data[..((fit - 1) * bs) as usize - (offset % bs) as usize];
-            }
-        }
+        // Room for every page as new, with the indirect blocks to map them.
+        let pages = (data.len() as u64).div_ceil(bs) + 1;
+        let mut claim = match self.claim_or_flush((pages + pages / (bs / 4) + 3) as i64) {
+            Ok(c) => Some(c),
+            Err(MemError::NoSpace) => None,
+            Err(e) => return Err(e),
+        };
         let (written, dirty_pages, dropped) = {
+            // Near full, diskfs is asked which blocks the file already holds:
+            // with the flush locks held, every plan cut so far is applied, so
+            // its answer is the one the next flush will find.
+            let _flushes = claim
+                .is_none()
+                .then(|| (self.inner.merged.lock(), self.inner.apply_lock.lock()));
             let _g = self.inner.gate.read();
             let n = self.node(ino)?;
             let mut s = n.s.write();
@@ -134,6 +134,18 @@ impl MemFs {
                 _ => return Err(MemError::Invalid("write to a special file")),
             }
             let offset = if append { s.size } else { offset };
+            let mut data = data;
+            let mut held = BTreeSet::new();
+            if claim.is_none() {
+                let (fit, h, c) = self.what_fits(ino, &s, offset, data.len() as u64)?;
+                if fit == 0 {
+                    return Err(MemError::NoSpace);
+                }
+                data = &data[..fit as usize];
+                held = h;
+                claim = Some(c);
+            }
+            let claim = claim.as_mut().expect("room claimed");
             let end = offset
                 .checked_add(data.len() as u64)
                 .filter(|e| *e <= MAX_FILE)
@@ -144,8 +156,9 @@ impl MemFs {
                 let idx = pos / bs;
                 let within = (pos % bs) as usize;
                 let take = ((bs - pos % bs).min(end - pos)) as usize;
-                let page =
-                    self.page_for_write(ino, &mut s, idx, within == 0 && take == bs as usize)?;
+                let whole = within == 0 && take == bs as usize;
+                let room = (!held.contains(&idx)).then_some(&mut *claim);
+                let page = self.page_for_write(ino, &mut s, idx, whole, room)?;
                 page[within..within + take].copy_from_slice(&src[..take]);
                 src = &src[take..];
                 pos += take as u64;
@@ -172,14 +185,74 @@ impl MemFs {
         Ok(written)
     }
 
+    /// Near a full disk: how many of `len` bytes written at `offset` fit,
+    /// counting only the pages that need a new block (and the indirect
+    /// blocks to map them). A page already dirty has its room; a page whose
+    /// block the file holds on disk, below the size the next flush cuts it
+    /// to, is rewritten in place and needs none (these come back as
+    /// `held`: a database rewriting its pages on a full disk is not
+    /// refused). The caller holds the flush locks and the inode's.
+    fn what_fits(
+        &self,
+        ino: u64,
+        s: &NodeState,
+        offset: u64,
+        len: u64,
+    ) -> Result<(u64, BTreeSet<u64>, Claim<'_>)> {
+        let bs = self.block_size();
+        let per = bs / 4;
+        let kept = s.min_size.min(s.disk_size).div_ceil(bs);
+        let mut held = BTreeSet::new();
+        let mut maps = s.reserved_maps.clone();
+        let mut costs = Vec::new();
+        let end = offset.saturating_add(len);
+        let first = offset / bs;
+        let mut idx = first;
+        while idx * bs < end {
+            let cost = if s.dirty_pages.contains(&idx) || s.never_disk {
+                0
+            } else if idx < kept
+                && self
+                    .disk_op(|d| d.physical_block(InodeNo(ino as u32), idx))?
+                    .is_some()
+            {
+                held.insert(idx);
+                0
+            } else {
+                1 + new_maps(&mut maps, idx, per) as i64
+            };
+            costs.push(cost);
+            idx += 1;
+        }
+        let (pages, claim) = self.claim_prefix(&costs);
+        let fit = ((first + pages as u64) * bs)
+            .min(end)
+            .saturating_sub(offset);
+        Ok((fit, held, claim))
+    }
+
+    /// Holds room for a newly dirty page and for the indirect blocks that
+    /// map it (each counted once a flush, as if none were on disk yet).
+    fn reserve_page(&self, s: &mut NodeState, idx: u64, claim: &mut Claim<'_>) {
+        if s.never_disk {
+            return;
+        }
+        let per = self.block_size() / 4;
+        let n = 1 + new_maps(&mut s.reserved_maps, idx, per) as i64;
+        claim.hold(s, n);
+    }
+
     /// Page `idx`, writable and marked dirty (copied first if a flush
-    /// holds it: copy-on-write).
+    /// holds it: copy-on-write). A newly dirty page holds room for its
+    /// block, from `room`, unless there is none to hold (the file holds
+    /// that block already).
     fn page_for_write<'a>(
         &self,
         ino: u64,
         s: &'a mut NodeState,
         idx: u64,
         whole: bool,
+        room: Option<&mut Claim<'_>>,
     ) -> Result<&'a mut Vec<u8>> {
         if !s.pages.contains_key(&idx) {
             let p = if whole {
@@ -198,7 +271,9 @@ impl MemFs {
             self.inner.pages.fetch_add(1, Ordering::AcqRel);
         }
         if s.dirty_pages.insert(idx) {
-            self.inner.reserved_blocks.fetch_add(1, Ordering::AcqRel);
+            if let Some(claim) = room {
+                self.reserve_page(s, idx, claim);
+            }
         }
         Ok(Arc::make_mut(s.pages.get_mut(&idx).expect("inserted")))
     }
@@ -223,14 +298,15 @@ impl MemFs {
                     self.inner.page_pool.give(p);
                 }
                 self.inner.pages.fetch_sub(1, Ordering::AcqRel);
-                if s.dirty_pages.remove(&k) {
-                    self.inner.reserved_blocks.fetch_sub(1, Ordering::AcqRel);
-                }
+                // Its room stays held until the flush (it may have had
+                // none, and it may be written again before then).
+                s.dirty_pages.remove(&k);
             }
             if !size.is_multiple_of(bs) {
                 let idx = size / bs;
                 if idx * bs < s.size {
-                    let page = self.page_for_write(ino, s, idx, false)?;
+                    let mut room = self.unclaimed();
+                    let page = self.page_for_write(ino, s, idx, false, Some(&mut room))?;
                     page[(size % bs) as usize..].fill(0);
                 }
             }
@@ -349,10 +425,10 @@ impl MemFs {
             return Err(MemError::NoSpace);
         }
         if !s.xattrs_dirty && !s.never_disk {
-            if !self.room_for(1) {
+            let Some(mut room) = self.claim(1) else {
                 return Err(MemError::NoSpace);
-            }
-            self.inner.reserved_blocks.fetch_add(1, Ordering::AcqRel);
+            };
+            room.hold(&mut s, 1);
             s.xattrs_dirty = true;
         }
         s.xattrs = Some(Arc::new(set));
@@ -361,4 +437,36 @@ impl MemFs {
         self.mark_dirty(ino, &mut s, t);
         Ok(())
     }
+}
+
+/// Names the indirect blocks that map block `idx` of a file in ext2's
+/// `i_block` (12 direct blocks, then single, double and triple indirect,
+/// `per` addresses to a block), each distinct within one file, the
+/// deepest first; adds those not in `seen` and returns how many were new.
+/// An ancestor is always added with its first child, so the walk stops at
+/// the first one already there.
+fn new_maps(seen: &mut FxHashSet<u64>, idx: u64, per: u64) -> u64 {
+    const DIRECT: u64 = 12;
+    let (single, double, triple, triple_mid) = (1 << 60, 2 << 60, 3 << 60, 4 << 60);
+    let Some(i) = idx.checked_sub(DIRECT) else {
+        return 0;
+    };
+    let (path, levels) = if i < per {
+        ([single, 0, 0], 1)
+    } else if i - per < per * per {
+        let i = i - per;
+        ([double | (1 + i / per), double, 0], 2)
+    } else {
+        let i = i - per - per * per;
+        let mid = triple_mid | (1 + i / per);
+        ([mid, triple | (1 + i / (per * per)), triple], 3)
+    };
+    let mut added = 0;
+    for key in &path[..levels] {
+        if !seen.insert(*key) {
+            break;
+        }
+        added += 1;
+    }
+    added
 }

@@ -337,9 +337,7 @@ impl MemFs {
                     n.pending.fetch_sub(1, Ordering::AcqRel);
                 }
             }
-            if e.op.adds_entry() {
-                plan.reserved += 1;
-            }
+            plan.reserved += e.op.reserves();
             if e.op.subjects().iter().any(|s| dead.contains(s)) {
                 plan.absorbed += 1;
                 continue;
@@ -378,10 +376,8 @@ impl MemFs {
             let mut s = n.s.write();
             s.never_disk = true;
             s.dirty = false;
-            if s.xattrs_dirty {
-                s.xattrs_dirty = false;
-                plan.reserved += 1;
-            }
+            s.xattrs_dirty = false;
+            plan.reserved += s.take_reserved();
             if s.open == 0 {
                 let dir = s.kind == Kind::Dir;
                 drop(s);
@@ -464,11 +460,10 @@ impl MemFs {
             .iter()
             .map(|i| (*i, s.pages[i].clone()))
             .collect();
-        *reserved += pages.len() as i64;
+        *reserved += s.take_reserved();
         s.dirty_pages.clear();
         let xattrs = if s.xattrs_dirty {
             s.xattrs_dirty = false;
-            *reserved += 1;
             s.xattrs.clone()
         } else {
             None
@@ -574,9 +569,14 @@ impl MemFs {
         let sectors = match result {
             Ok(s) => s,
             Err(e) => {
+                // The plan's state left memory with its cut, and part of
+                // it may be in diskfs: nothing after it may be written, or
+                // what was lost would be lost silently. Any failure here
+                // latches, a device's or not (a full disk should not get
+                // this far: writes and creates hold room for what they
+                // need), and later changes fail with EROFS.
                 let e = self.latch(e);
-                // The operations stay in the history they were cut from;
-                // a failed device latches and nothing more is written.
+                self.inner.read_only.store(true, Ordering::SeqCst);
                 return Err(match e {
                     MemError::NoSpace => MemError::NoSpace,
                     MemError::Io(m) => MemError::Io(m),

@@ -57,7 +57,8 @@ pub(crate) struct Inner {
     pub flush_gate: crate::flush::FlushGate,
     /// Reserved inode numbers not yet used: [files, directories].
     pub pool: Mutex<[Vec<u64>; 2]>,
-    /// Blocks the in-memory changes will need (dirty pages, new entries).
+    /// Blocks the in-memory changes will need: every inode's `reserved`,
+    /// the log entries' `reserves`, and claims of changes in progress.
     pub reserved_blocks: AtomicI64,
     /// Free blocks and inodes on disk after the last flush.
     pub disk_free_blocks: AtomicU64,
@@ -347,32 +348,63 @@ impl MemFs {
                 n.pending.fetch_add(1, Ordering::AcqRel);
             }
         }
-        if op.adds_entry() {
-            self.inner.reserved_blocks.fetch_add(1, Ordering::AcqRel);
+        let need = op.reserves();
+        if need > 0 {
+            self.inner.reserved_blocks.fetch_add(need, Ordering::AcqRel);
         }
         self.inner.logs.append(time, op);
     }
 
-    /// Whether `n` more blocks fit beside what memory already needs.
-    pub(crate) fn room_for(&self, n: u64) -> bool {
+    /// Holds room for the longest prefix of `costs` (blocks, in order)
+    /// that fits beside what memory already needs, in one step against
+    /// every other claim (two writers cannot both take the last blocks):
+    /// how many fit, and the claim.
+    pub(crate) fn claim_prefix(&self, costs: &[i64]) -> (usize, Claim<'_>) {
         let free = self.inner.disk_free_blocks.load(Ordering::Acquire) as i64;
-        // Indirect blocks: about one per 1024 data blocks, plus slack.
+        // Slack for what is not counted (a large directory's indirect
+        // blocks, say).
         let margin = free / 512 + 8;
-        self.inner.reserved_blocks.load(Ordering::Acquire) + n as i64 <= free - margin
+        let held = &self.inner.reserved_blocks;
+        let mut now = held.load(Ordering::Acquire);
+        loop {
+            let room = free - margin - now;
+            let (mut k, mut sum) = (0, 0);
+            while k < costs.len() && sum + costs[k] <= room {
+                sum += costs[k];
+                k += 1;
+            }
+            match held.compare_exchange_weak(now, now + sum, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let claim = Claim {
+                        fs: self,
+                        left: sum,
+                    };
+                    return (k, claim);
+                }
+                Err(seen) => now = seen,
+            }
+        }
     }
 
-    /// Makes room for `n` blocks: flushes once if memory's needs would
-    /// exceed the disk's free space.
-    pub(crate) fn ensure_room(&self, n: u64) -> Result<()> {
-        if self.room_for(n) {
-            return Ok(());
+    /// Room for `n` blocks, if memory's needs leave it.
+    pub(crate) fn claim(&self, n: i64) -> Option<Claim<'_>> {
+        let (k, c) = self.claim_prefix(&[n]);
+        (k == 1).then_some(c)
+    }
+
+    /// Room for `n` blocks: flushes once if memory's needs would exceed the
+    /// disk's free space, then `ENOSPC`.
+    pub(crate) fn claim_or_flush(&self, n: i64) -> Result<Claim<'_>> {
+        if let Some(c) = self.claim(n) {
+            return Ok(c);
         }
         self.sync()?;
-        if self.room_for(n) {
-            Ok(())
-        } else {
-            Err(MemError::NoSpace)
-        }
+        self.claim(n).ok_or(MemError::NoSpace)
+    }
+
+    /// A claim of nothing: what an inode takes from it is added as it goes.
+    pub(crate) fn unclaimed(&self) -> Claim<'_> {
+        Claim { fs: self, left: 0 }
     }
 
     /// A reserved inode number for a new inode in `parent`.
@@ -643,7 +675,7 @@ impl MemFs {
     ) -> Result<Attr> {
         check_name(name)?;
         self.writable()?;
-        self.ensure_room(1)?;
+        let _room = self.claim_or_flush(1 + made.blocks())?;
         let is_dir = kind == Kind::Dir;
         // Reserved before the gate: running out may need a flush.
         let ino = self.new_ino(parent, is_dir)?;
@@ -731,7 +763,7 @@ impl MemFs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         self.writable()?;
-        self.ensure_room(1)?;
+        let _room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(newparent)?;
         if self.entry(&dir, newname)?.is_some() {
@@ -856,7 +888,7 @@ impl MemFs {
             return Err(MemError::NameTooLong);
         }
         self.writable()?;
-        self.ensure_room(1)?;
+        let _room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let from = self.loaded_dir(parent)?;
         let to = self.loaded_dir(newparent)?;
@@ -1057,7 +1089,7 @@ impl MemFs {
         s.open -= 1;
         if s.open == 0 && s.nlink == 0 {
             // The last close of an unlinked inode: its pages go now.
-            let dropped = s.dirty_pages.len() as i64;
+            let dropped = s.take_reserved();
             self.inner
                 .reserved_blocks
                 .fetch_sub(dropped, Ordering::AcqRel);
@@ -1077,6 +1109,43 @@ impl MemFs {
             }
         }
         Ok(())
+    }
+}
+
+/// Room held in `reserved_blocks` while a change is made. What the change
+/// passes to an inode (`hold`) stays held with it until a flush takes the
+/// inode's state; the rest goes back when the claim is dropped. (A create,
+/// link or rename keeps its claim only while it runs: its log entry holds
+/// its own, `LogOp::reserves`.)
+pub(crate) struct Claim<'a> {
+    fs: &'a MemFs,
+    left: i64,
+}
+
+impl Claim<'_> {
+    /// Passes `n` blocks to the inode `s`: from the claim as far as it
+    /// goes, and beyond it (an estimate that fell short) held anew.
+    pub(crate) fn hold(&mut self, s: &mut NodeState, n: i64) {
+        s.reserved += n;
+        let from = n.min(self.left);
+        self.left -= from;
+        if n > from {
+            self.fs
+                .inner
+                .reserved_blocks
+                .fetch_add(n - from, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.left > 0 {
+            self.fs
+                .inner
+                .reserved_blocks
+                .fetch_sub(self.left, Ordering::AcqRel);
+        }
     }
 }
 

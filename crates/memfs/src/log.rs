@@ -30,6 +30,19 @@ pub(crate) enum Made {
     Symlink { target: Vec<u8> },
 }
 
+impl Made {
+    /// Blocks the new inode needs on disk when made: a directory's first
+    /// block, a slow symlink's target block (ext2 keeps a target shorter
+    /// than 60 bytes in the inode).
+    pub fn blocks(&self) -> i64 {
+        match self {
+            Made::Dir { .. } => 1,
+            Made::Symlink { target } => i64::from(target.len() >= stitch_diskfs::FAST_SYMLINK_MAX),
+            Made::File { .. } | Made::Special { .. } => 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum LogOp {
     Create {
@@ -148,14 +161,17 @@ impl LogOp {
         }
     }
 
-    /// Whether the operation may need a new directory entry (space). A
-    /// rename over an existing name, or an exchange, retargets entries in
-    /// place (diskfs `retarget_entry`) and needs none.
-    pub fn adds_entry(&self) -> bool {
+    /// Blocks the operation may take on disk, held from when it is logged
+    /// until a flush applies it: one for a new directory entry (a rename
+    /// over an existing name, or an exchange, retargets entries in place,
+    /// diskfs `retarget_entry`, and needs none), and one more for a new
+    /// directory's first block or a slow symlink's target.
+    pub fn reserves(&self) -> i64 {
         match self {
-            LogOp::Create { .. } | LogOp::Link { .. } => true,
-            LogOp::Rename { other, .. } => other.is_none(),
-            _ => false,
+            LogOp::Create { made, .. } => 1 + made.blocks(),
+            LogOp::Link { .. } => 1,
+            LogOp::Rename { other, .. } => i64::from(other.is_none()),
+            _ => 0,
         }
     }
 }

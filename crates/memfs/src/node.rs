@@ -7,6 +7,7 @@
 
 use crate::types::{Attr, Kind};
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -130,6 +131,13 @@ pub(crate) struct NodeState {
     /// The attributes changed since the last flush took them (one block
     /// is reserved for them meanwhile).
     pub xattrs_dirty: bool,
+    /// Blocks held for this inode in `reserved_blocks` since a flush last
+    /// took its state: new pages, the indirect blocks that map them, the
+    /// attribute block. The flush that takes the state gives them back,
+    /// and so does the last close of an unlinked file.
+    pub reserved: i64,
+    /// The indirect blocks counted in `reserved` (`data::map_blocks`).
+    pub reserved_maps: FxHashSet<u64>,
 }
 
 /// An inode's extended attributes: full names (`user.k`) and values.
@@ -151,6 +159,13 @@ impl Node {
 }
 
 impl NodeState {
+    /// The blocks held for this inode, given up (the caller returns them
+    /// to `reserved_blocks`, at once or with the flush that took them).
+    pub fn take_reserved(&mut self) -> i64 {
+        self.reserved_maps.clear();
+        std::mem::take(&mut self.reserved)
+    }
+
     /// No name and no open handle: nothing can reach the inode through the
     /// file system any more, and its number may be freed and reused.
     pub fn gone(&self) -> bool {
@@ -191,6 +206,8 @@ impl NodeState {
             target: None,
             xattrs: Some(Arc::default()),
             xattrs_dirty: false,
+            reserved: 0,
+            reserved_maps: FxHashSet::default(),
         }
     }
 
