@@ -104,6 +104,19 @@ impl DiskFs {
             ino: Some(ino),
         };
         let plain = |patch: PatchId| Done { patch, ino: None };
+        // Writes and truncates make their own room; the rest may need a
+        // directory block (and its indirect block) and a new block of
+        // their own.
+        if !matches!(
+            op,
+            Op::Write { .. }
+                | Op::Truncate { .. }
+                | Op::SetAttr { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+        ) {
+            self.room_before_op(3)?;
+        }
         Ok(match op {
             Op::Create {
                 parent,

@@ -206,6 +206,9 @@ impl DiskFs {
         }
         let mut out = Vec::new();
         if size < inode.size() {
+            // A cut inside the indirect map copies the kept part of each
+            // indirect block on the way.
+            self.room_before_op(3)?;
             out.extend(self.zero_tail(&inode, size)?);
             let (freed, cleared) = self.cut_map(&mut inode, size.div_ceil(self.bs as u64))?;
             inode.core.blocks_lo -= freed.len() as u32 * (self.bs / 512) as u32;

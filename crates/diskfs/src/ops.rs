@@ -253,6 +253,10 @@ impl DiskFs {
         {
             return Err(DiskError::TooLarge);
         }
+        // Every block new, each 1,024 with an indirect block, and the
+        // chain to the first (a double or triple indirect block).
+        let blocks = (data.len() as u64).div_ceil(self.bs as u64) + 1;
+        self.room_before_op(blocks + blocks / (self.bs as u64 / 4) + 3)?;
         let (n, ps) = self.write_data(ino, &mut inode, offset, data, now)?;
         Ok((n, self.stands_for(&[&ps])?))
     }

@@ -81,6 +81,7 @@ impl DiskFs {
         if !self.supports_xattrs() {
             return Err(DiskError::Invalid("the image has no ext_attr feature"));
         }
+        self.room_before_op(1)?;
         let mut inode: Inode = self.read_inode(ino)?;
         let old = inode.file_acl();
         let mut made = Vec::new();
