@@ -101,6 +101,11 @@ fn opts() -> Options {
 }
 
 fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
+    if setup.iter().any(|a| matches!(a, Action::Fill(_))) {
+        return Err(
+            "fill is a step, not part of a setup: its length is known only as it runs".into(),
+        );
+    }
     let image = fresh_image(journal)?;
     let mode = if journal {
         Consistency::Journal(DataMode::Ordered)
@@ -201,6 +206,9 @@ pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcom
                 data: data(*writes, size, *len),
             }
         }
+        // What a fill takes is known only once memfs has taken it:
+        // `Driver::act` applies it to the model as that append.
+        Action::Fill(_) => return Err(Errno::Einval),
         Action::Truncate { path, size } => Op::Truncate {
             path: p(path),
             size: *size,
@@ -271,6 +279,15 @@ struct Driver<'a> {
     model_writes: u64,
     /// memfs's open handles by slot (the model numbers them alike).
     handles: Vec<Option<u64>>,
+    /// The device log's length, when recording.
+    at: Option<Box<dyn Fn() -> usize + 'a>>,
+    /// memfs's flushes, the log's length and the journal's commits before
+    /// the operation in progress (`caught_up`).
+    mark: (u64, usize, u64),
+    /// Flushes memfs made inside the last operation to find room (a
+    /// fill's): where each began and ended in the log, the journal
+    /// commits it wrote, and the oracle's.
+    inside: Vec<(usize, usize, u64, Flush)>,
 }
 
 impl<'a> Driver<'a> {
@@ -289,6 +306,9 @@ impl<'a> Driver<'a> {
             writes,
             model_writes: writes,
             handles: Vec::new(),
+            at: None,
+            mark: (0, 0, 0),
+            inside: Vec::new(),
         }
     }
 
@@ -308,6 +328,24 @@ impl<'a> Driver<'a> {
     /// One operation on all three; `Err` if memfs and the model disagree.
     /// Returns whether it succeeded.
     fn act(&mut self, a: &Action) -> Result<bool, String> {
+        if let Action::Fill(path) = a {
+            // memfs first: the model then appends what it took.
+            let got = self.fill(path);
+            let len = *got.as_ref().unwrap_or(&0);
+            let append = Action::Append {
+                path: path.clone(),
+                len,
+            };
+            let expected = model_apply(&mut self.model, &append, &mut self.model_writes);
+            return match (&expected, got) {
+                (Ok(_), Ok(_)) => Ok(true),
+                (Err(e), Err(g)) if e.raw() == g.errno() => Ok(false),
+                (_, got) => Err(format!(
+                    "{a}: the model says {:?} to {append}, memfs {got:?}",
+                    expected.map(|_| ())
+                )),
+            };
+        }
         let expected = model_apply(&mut self.model, a, &mut self.model_writes);
         let got = match a {
             // No handle in that slot: what `close` on a bad descriptor
@@ -320,7 +358,11 @@ impl<'a> Driver<'a> {
                 }
                 Err((Errno::Ebadf.raw(), "no handle in that slot".to_string()))
             }
-            _ => self.memfs(a).map_err(|e| (e.errno(), e.to_string())),
+            _ => {
+                let r = self.memfs(a);
+                self.caught_up(); // a flush before a change that then failed
+                r.map_err(|e| (e.errno(), e.to_string()))
+            }
         };
         match (&expected, &got) {
             (Ok(_), Ok(())) => Ok(true),
@@ -335,6 +377,7 @@ impl<'a> Driver<'a> {
 
     /// The operation on memfs, logged in the oracle if it succeeded.
     fn memfs(&mut self, a: &Action) -> Result<(), MemError> {
+        self.mark();
         let fs = self.fs;
         let parent_of = |path: &str| -> Result<(u64, Vec<u8>), MemError> {
             let (d, n) = split(path);
@@ -366,7 +409,7 @@ impl<'a> Driver<'a> {
                     ),
                     _ => unreachable!(),
                 };
-                self.oracle.log(LOp::Create {
+                self.caught_up().log(LOp::Create {
                     parent,
                     name,
                     ino: attr.ino,
@@ -378,7 +421,7 @@ impl<'a> Driver<'a> {
                 let ino = resolve(fs, path)?;
                 let bytes = data(self.writes, *offset, *len);
                 fs.write(ino, *offset, &bytes, false)?;
-                self.oracle
+                self.caught_up()
                     .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
             }
             Action::Append { path, len } => {
@@ -387,7 +430,11 @@ impl<'a> Driver<'a> {
                 let size = fs.getattr(ino)?.size;
                 let bytes = data(self.writes, size, *len);
                 fs.write(ino, 0, &bytes, true)?;
-                self.oracle.change(ino, |i| put(&mut i.bytes, size, &bytes));
+                self.caught_up()
+                    .change(ino, |i| put(&mut i.bytes, size, &bytes));
+            }
+            Action::Fill(path) => {
+                self.fill(path)?;
             }
             Action::Truncate { path, size } => {
                 let ino = resolve(fs, path)?;
@@ -398,7 +445,7 @@ impl<'a> Driver<'a> {
                         ..Default::default()
                     },
                 )?;
-                self.oracle
+                self.caught_up()
                     .change(ino, |i| i.bytes.resize(*size as usize, 0));
             }
             Action::Setxattr { path, name, value } => {
@@ -409,7 +456,7 @@ impl<'a> Driver<'a> {
                     Some(value.as_bytes()),
                     XattrSet::Either,
                 )?;
-                self.oracle.change(ino, |i| {
+                self.caught_up().change(ino, |i| {
                     i.xattrs
                         .insert(name.as_bytes().to_vec(), value.as_bytes().to_vec());
                 });
@@ -423,13 +470,13 @@ impl<'a> Driver<'a> {
                         ..Default::default()
                     },
                 )?;
-                self.oracle.change(ino, |i| i.perm = *perm & 0o7777);
+                self.caught_up().change(ino, |i| i.perm = *perm & 0o7777);
             }
             Action::Link { from, to } => {
                 let ino = resolve(fs, from)?;
                 let (parent, name) = parent_of(to)?;
                 fs.link(ino, parent, &name)?;
-                self.oracle.log(LOp::Link { ino, parent, name });
+                self.caught_up().log(LOp::Link { ino, parent, name });
             }
             Action::Unlink(path) | Action::Rmdir(path) => {
                 let (parent, name) = parent_of(path)?;
@@ -445,7 +492,7 @@ impl<'a> Driver<'a> {
                     fs.unlink(parent, &name)?;
                 }
                 let ino = ino.expect("memfs removed a name the oracle lacks");
-                self.oracle.log(LOp::Unlink { parent, name, ino });
+                self.caught_up().log(LOp::Unlink { parent, name, ino });
             }
             // Handles change nothing the disk shows: an orphan is freed at
             // mount after a crash and at its last close otherwise, so the
@@ -473,7 +520,7 @@ impl<'a> Driver<'a> {
                 fs.write(ino, *offset, &bytes, false)?;
                 // An orphan's bytes are on no name: nothing to expect.
                 if self.oracle.mem().inodes.contains_key(&ino) {
-                    self.oracle
+                    self.caught_up()
                         .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
                 }
             }
@@ -513,7 +560,7 @@ impl<'a> Driver<'a> {
                 if other == Some(moved) {
                     return Ok(()); // two names of one file: nothing happens
                 }
-                self.oracle.log(LOp::Rename {
+                self.caught_up().log(LOp::Rename {
                     from_dir: fd,
                     from: fname,
                     to_dir: td,
@@ -525,6 +572,69 @@ impl<'a> Driver<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Appends to `path` in 64 KiB writes until memfs refuses one
+    /// (`ENOSPC`, or nothing taken); returns the bytes taken. A write that
+    /// flushed to find room flushed everything logged before it: the
+    /// oracle syncs there too, and the log span is kept as a persistence
+    /// point (`inside`).
+    fn fill(&mut self, path: &str) -> Result<u64, MemError> {
+        const CHUNK: u64 = 64 << 10;
+        const LIMIT: u64 = 1 << 30;
+        let fs = self.fs;
+        self.writes += 1;
+        let ino = resolve(fs, path)?;
+        let size = fs.getattr(ino)?.size;
+        let mut taken = 0;
+        while taken < LIMIT {
+            let at = size + taken;
+            let bytes = data(self.writes, at, CHUNK);
+            self.mark();
+            let r = fs.write(ino, at, &bytes, false);
+            self.caught_up();
+            match r {
+                Ok(0) | Err(MemError::NoSpace) => break,
+                Ok(n) => {
+                    let n = u64::from(n);
+                    self.oracle
+                        .change(ino, |i| put(&mut i.bytes, at, &bytes[..n as usize]));
+                    taken += n;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Notes where memfs stands before an operation.
+    fn mark(&mut self) {
+        let at = self.at.as_ref().map_or(0, |f| f());
+        self.mark = (self.fs.stats().flushes, at, self.commits());
+    }
+
+    /// The oracle, once any flush memfs made since the mark is recorded:
+    /// memfs flushes everything to find room for a change before making
+    /// it (`claim_or_flush`), so the oracle syncs there too, and the span
+    /// of the log it wrote is a persistence point of its own (`inside`).
+    fn caught_up(&mut self) -> &mut Oracle {
+        let (flushes, start, commits) = self.mark;
+        let now = self.fs.stats().flushes;
+        if now != flushes {
+            let flush = self.oracle.flush(Scope::All);
+            let end = self.at.as_ref().map_or(0, |f| f());
+            let c = self.commits();
+            self.inside.push((start, end, c - commits, flush));
+            self.mark = (now, end, c);
+        }
+        &mut self.oracle
+    }
+
+    /// Journal commits so far (none without a journal).
+    fn commits(&self) -> u64 {
+        self.fs
+            .with_disk(|d| d.modes().journal().map_or(0, |j| j.stats().commits))
+            .unwrap_or(0)
     }
 
     /// A persistence point on memfs and in the oracle.
@@ -632,6 +742,11 @@ pub struct FlushRec {
     pub start: usize,
     pub end: usize,
     pub flush: Flush,
+    /// Journal commits written in between: more than one, and the flush
+    /// was split across transactions (a batch outgrowing half the log,
+    /// ARCHITECTURE.md "One unit"), so the disk passes through its
+    /// intermediate states.
+    pub commits: u64,
 }
 
 /// A workload as it ran.
@@ -689,12 +804,13 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
     let image = base.image.to_vec();
     let mem = MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?;
     let rec = Arc::new(RecordingDevice::with_base(mem, image).map_err(|e| e.to_string())?);
-    let len = || rec.log().len();
+    let len = || rec.log_len();
     let cache = PatchCache::new(rec.clone(), CacheConfig::default());
     let still = |label: &str, start: usize, end: usize, s: &State| FlushRec {
         label: label.to_string(),
         start,
         end,
+        commits: 0,
         flush: Flush {
             states: vec![s.clone(), s.clone()],
             min_sizes: BTreeMap::new(),
@@ -706,19 +822,36 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
     let mut problems = Vec::new();
     let fs = MemFs::mount(disk, opts()).map_err(|e| e.to_string())?;
     let mut d = Driver::new(&fs, base.state.clone(), base.writes);
+    d.at = Some(Box::new(len));
     let mut setup_writes = 0;
     for a in &w.setup {
         // The model replays the setup (the image already holds it).
         model_apply(&mut d.model, a, &mut setup_writes).map_err(|e| format!("setup {a}: {e}"))?;
     }
     for (i, step) in w.steps.iter().enumerate() {
-        let before = len();
-        match d.act(&step.action) {
-            Ok(_) => {}
-            Err(e) => {
-                problems.push((K::Semantics, format!("step {}: {e}", i + 1)));
-                break;
+        let mut before = len();
+        let acted = d.act(&step.action);
+        // Flushes inside the operation (a fill's, to find room), in order
+        // and back to back with nothing written between them.
+        for (start, end, commits, flush) in std::mem::take(&mut d.inside) {
+            if start != before {
+                problems.push((
+                    K::Harness,
+                    format!("step {}: a write outside a flush in {}", i + 1, step.action),
+                ));
             }
+            flushes.push(FlushRec {
+                label: format!("step {}: {}: a sync to find room", i + 1, step.action),
+                start,
+                end,
+                flush,
+                commits,
+            });
+            before = end;
+        }
+        if let Err(e) = acted {
+            problems.push((K::Semantics, format!("step {}: {e}", i + 1)));
+            break;
         }
         if len() != before {
             problems.push((
@@ -731,12 +864,14 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
             ));
         }
         let start = len();
+        let commits = d.commits();
         match d.persist(&step.persist) {
             Ok(Some(flush)) => flushes.push(FlushRec {
                 label: format!("step {}: {step}", i + 1),
                 start,
                 end: len(),
                 flush,
+                commits: d.commits() - commits,
             }),
             Ok(None) => {}
             Err(e) => {
@@ -754,12 +889,14 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
         problems.push((K::Semantics, format!("closing handles at exit: {e}")));
     }
     let start = len();
+    let commits = d.commits();
     match d.persist(&Persist::Sync) {
         Ok(Some(flush)) => flushes.push(FlushRec {
             label: "final sync".into(),
             start,
             end: len(),
             flush,
+            commits: d.commits() - commits,
         }),
         Ok(None) => {}
         Err(e) => problems.push((K::Harness, format!("final {e}"))),

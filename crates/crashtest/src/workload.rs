@@ -31,6 +31,11 @@ pub enum Action {
         path: String,
         len: u64,
     },
+    /// Appends to a file until the disk refuses (`ENOSPC`): the length is
+    /// what memfs takes, and the model and the oracle are told it. The
+    /// flushes memfs makes on the way to find room are persistence points
+    /// of their own (`sync`s).
+    Fill(String),
     Truncate {
         path: String,
         size: u64,
@@ -110,6 +115,7 @@ impl fmt::Display for Action {
             Action::Mkdir(p) => write!(f, "mkdir {p}"),
             Action::Write { path, offset, len } => write!(f, "write {path} {offset}+{len}"),
             Action::Append { path, len } => write!(f, "append {path} {len}"),
+            Action::Fill(p) => write!(f, "fill {p}"),
             Action::Truncate { path, size } => write!(f, "truncate {path} {size}"),
             Action::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
             Action::Link { from, to } => write!(f, "link {from} {to}"),
@@ -173,6 +179,7 @@ fn action_spec(a: &Action) -> String {
         Action::Mkdir(p) => format!("mkdir:{p}"),
         Action::Write { path, offset, len } => format!("write:{path}:{offset}:{len}"),
         Action::Append { path, len } => format!("append:{path}:{len}"),
+        Action::Fill(p) => format!("fill:{p}"),
         Action::Truncate { path, size } => format!("truncate:{path}:{size}"),
         Action::Chmod { path, perm } => format!("chmod:{path}:{perm:o}"),
         Action::Link { from, to } => format!("link:{from}:{to}"),
@@ -229,6 +236,7 @@ fn parse_action(s: &str) -> Result<Action, String> {
             path: path(1)?,
             len: num(2)?,
         },
+        "fill" => Action::Fill(path(1)?),
         "truncate" => Action::Truncate {
             path: path(1)?,
             size: num(2)?,
@@ -337,7 +345,47 @@ pub fn named() -> Vec<Workload> {
         maildelivery(),
         large_write(),
         orphans(),
+        full(),
     ]
+}
+
+/// A disk filled to `ENOSPC` and freed again. A fill takes what memfs
+/// accepts; memfs flushes everything to find room before refusing, and
+/// those flushes are persistence points of their own (a flush larger than
+/// half these small logs is split across transactions, so crash states
+/// fall between them). Then room freed by an unlink and a truncate, not
+/// yet on disk, is found by the next change's flush and written again:
+/// nothing fsynced is lost, no file shows another's bytes, and every
+/// image is consistent.
+fn full() -> Workload {
+    let append = |p: &str, len: u64| Action::Append { path: s(p), len };
+    Workload {
+        name: s("full"),
+        setup: vec![
+            Action::Creat(s("old")),
+            append("old", 1 << 20),
+            Action::Mkdir(s("D")),
+            Action::Creat(s("D/keep")),
+            append("D/keep", 5000),
+        ],
+        steps: vec![
+            step(Action::Creat(s("big")), Persist::None),
+            step(Action::Fill(s("big")), fsync("big")),
+            step(Action::Unlink(s("old")), Persist::None),
+            step(Action::Creat(s("D/new")), fsync("D")),
+            step(Action::Fill(s("D/new")), fsync("D/new")),
+            step(
+                Action::Truncate {
+                    path: s("big"),
+                    size: 300_000,
+                },
+                Persist::None,
+            ),
+            step(append("D/keep", 200_000), fsync("D/keep")),
+            step(Action::Unlink(s("big")), Persist::Sync),
+            step(Action::Fill(s("D/keep")), Persist::Sync),
+        ],
+    }
 }
 
 /// Open-unlinked files (a mail reader holding a message its server
@@ -865,6 +913,7 @@ fn touched(a: &Action) -> (Vec<String>, Vec<String>) {
         Action::Symlink { path, .. } | Action::Mkfifo(path) => (vec![], vec![parent(path)]),
         Action::Write { path, .. }
         | Action::Append { path, .. }
+        | Action::Fill(path)
         | Action::Truncate { path, .. }
         | Action::Chmod { path, .. }
         | Action::Setxattr { path, .. } => (vec![path.clone()], vec![parent(path)]),

@@ -69,6 +69,11 @@ impl<D: BlockDevice> RecordingDevice<D> {
         self.lock().clone()
     }
 
+    /// The log's length so far, without copying it.
+    pub fn log_len(&self) -> usize {
+        self.lock().len()
+    }
+
     pub fn inner(&self) -> &D {
         &self.inner
     }

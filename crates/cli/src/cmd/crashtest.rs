@@ -25,7 +25,7 @@ pub struct Args {
     /// Workloads: all (named, past regressions and generated), named,
     /// generated, one named workload (featherstitch, mcorefs-rename,
     /// mcorefs-loop, mcorefs-rmrf, ccfs-journal-update, maildelivery,
-    /// large-write, orphans), or a spec `gen:STEPS` as printed in a
+    /// large-write, orphans, full), or a spec `gen:STEPS` as printed in a
     /// violation.
     #[arg(long, default_value = "all")]
     pub workload: String,
