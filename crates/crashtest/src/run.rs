@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo};
+use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo};
 use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
 use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
@@ -232,9 +232,9 @@ pub fn model_apply(m: &mut Model, a: &Action, writes: &mut u64) -> Result<Outcom
             path: p(path),
             target: target.as_bytes().to_vec(),
         },
-        Action::Mkfifo(path) => Op::Mknod {
+        Action::Mknod { path, kind } => Op::Mknod {
             path: p(path),
-            kind: stitch_model::Special::Fifo,
+            kind: *kind,
             perm: 0o644,
         },
         Action::Open(path) => Op::Open { path: p(path) },
@@ -387,7 +387,7 @@ impl<'a> Driver<'a> {
             Action::Creat(path)
             | Action::Mkdir(path)
             | Action::Symlink { path, .. }
-            | Action::Mkfifo(path) => {
+            | Action::Mknod { path, .. } => {
                 let (parent, name) = parent_of(path)?;
                 let (attr, init) = match a {
                     Action::Creat(_) => (
@@ -403,10 +403,19 @@ impl<'a> Driver<'a> {
                         i.bytes = target.as_bytes().to_vec();
                         (fs.symlink(parent, &name, target.as_bytes(), 0, 0)?, i)
                     }
-                    Action::Mkfifo(_) => (
-                        fs.mknod(parent, &name, Kind::Fifo, 0o644, (0, 0), 0, 0)?,
-                        Inode::new(FileKind::Special, 0o644, 0, 0),
-                    ),
+                    Action::Mknod { kind, .. } => {
+                        use stitch_model::Special as S;
+                        let (k, rdev) = match *kind {
+                            S::Fifo => (Kind::Fifo, (0, 0)),
+                            S::Socket => (Kind::Socket, (0, 0)),
+                            S::Char(r) => (Kind::CharDev, (r.major, r.minor)),
+                            S::Block(r) => (Kind::BlockDev, (r.major, r.minor)),
+                        };
+                        (
+                            fs.mknod(parent, &name, k, 0o644, rdev, 0, 0)?,
+                            Inode::new(FileKind::Special(*kind), 0o644, 0, 0),
+                        )
+                    }
                     _ => unreachable!(),
                 };
                 self.caught_up().log(LOp::Create {
@@ -707,7 +716,12 @@ fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<u64, u32>), MemError> {
             Kind::File => FileKind::File,
             Kind::Dir => FileKind::Dir,
             Kind::Symlink => FileKind::Symlink,
-            _ => FileKind::Special,
+            Kind::Fifo => FileKind::Special(crate::state::special(FileType::Fifo, a.rdev)),
+            Kind::Socket => FileKind::Special(crate::state::special(FileType::Socket, a.rdev)),
+            Kind::CharDev => FileKind::Special(crate::state::special(FileType::CharDevice, a.rdev)),
+            Kind::BlockDev => {
+                FileKind::Special(crate::state::special(FileType::BlockDevice, a.rdev))
+            }
         };
         let mut i = Inode::new(kind, a.perm, a.uid, a.gid);
         match kind {
@@ -723,7 +737,7 @@ fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<u64, u32>), MemError> {
                     i.entries.insert(e.name, e.ino);
                 }
             }
-            FileKind::Special => {}
+            FileKind::Special(_) => {}
         }
         links.insert(ino, a.nlink);
         st.inodes.insert(ino, i);

@@ -24,7 +24,21 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
-    Special,
+    /// A fifo, socket or device node, with its device number.
+    Special(stitch_model::Special),
+}
+
+/// The special file of type `t` (not a file, directory or symlink) with
+/// device number `rdev`.
+pub fn special(t: stitch_diskfs::FileType, (major, minor): (u32, u32)) -> stitch_model::Special {
+    use stitch_diskfs::FileType;
+    use stitch_model::{Rdev, Special};
+    match t {
+        FileType::CharDevice => Special::Char(Rdev { major, minor }),
+        FileType::BlockDevice => Special::Block(Rdev { major, minor }),
+        FileType::Socket => Special::Socket,
+        _ => Special::Fifo,
+    }
 }
 
 /// One inode.
@@ -158,11 +172,7 @@ impl State {
                     Some(i.bytes.len() as u64),
                     Content::Target(i.bytes.clone()),
                 ),
-                FileKind::Special => (
-                    stitch_model::Kind::Special(stitch_model::Special::Fifo),
-                    Some(0),
-                    Content::None,
-                ),
+                FileKind::Special(sp) => (stitch_model::Kind::Special(sp), Some(0), Content::None),
             };
             let meta = Meta {
                 kind,
@@ -279,7 +289,7 @@ pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, String> {
             Some(FileType::Regular) => FileKind::File,
             Some(FileType::Directory) => FileKind::Dir,
             Some(FileType::Symlink) => FileKind::Symlink,
-            Some(_) => FileKind::Special,
+            Some(t) => FileKind::Special(special(t, a.rdev.unwrap_or((0, 0)))),
             None => {
                 found.problems.push(format!(
                     "an entry names inode {ino}, which has no file type"
@@ -332,7 +342,7 @@ pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, String> {
                     stack.push(child);
                 }
             }
-            FileKind::Special => {}
+            FileKind::Special(_) => {}
         }
         for x in fs
             .xattrs(InodeNo(ino as u32))
@@ -457,7 +467,7 @@ pub fn cells(state: &State, links: &BTreeMap<u64, u32>) -> Cells {
                     c.insert(Cell::Entry(ino, name.clone()), Value::Ino(e));
                 }
             }
-            FileKind::Special => {}
+            FileKind::Special(_) => {}
         }
     }
     c

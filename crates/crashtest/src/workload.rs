@@ -15,6 +15,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::fmt;
+use stitch_model::{Rdev, Special};
 
 /// One operation, by path (`D/C`; the root is `/` where a path may name it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -58,8 +59,12 @@ pub enum Action {
         path: String,
         target: String,
     },
-    /// A named pipe (an inode with no data: a special file).
-    Mkfifo(String),
+    /// A special file (no data): a named pipe, a socket, or a character
+    /// or block device node with its device number.
+    Mknod {
+        path: String,
+        kind: Special,
+    },
     /// Sets the extended attribute `name` (`user.k`) to `value`.
     Setxattr {
         path: String,
@@ -123,7 +128,12 @@ impl fmt::Display for Action {
             Action::Rmdir(p) => write!(f, "rmdir {p}"),
             Action::Rename { from, to } => write!(f, "rename {from} {to}"),
             Action::Symlink { path, target } => write!(f, "symlink {path} -> {target}"),
-            Action::Mkfifo(p) => write!(f, "mkfifo {p}"),
+            Action::Mknod { path, kind } => match kind {
+                Special::Fifo => write!(f, "mkfifo {path}"),
+                Special::Socket => write!(f, "mknod {path} socket"),
+                Special::Char(r) => write!(f, "mknod {path} char {}:{}", r.major, r.minor),
+                Special::Block(r) => write!(f, "mknod {path} block {}:{}", r.major, r.minor),
+            },
             Action::Setxattr { path, name, value } => write!(f, "setxattr {path} {name}={value}"),
             Action::Open(p) => write!(f, "open {p}"),
             Action::WriteFd { fd, offset, len } => write!(f, "write fd{fd} {offset}+{len}"),
@@ -187,7 +197,12 @@ fn action_spec(a: &Action) -> String {
         Action::Rmdir(p) => format!("rmdir:{p}"),
         Action::Rename { from, to } => format!("rename:{from}:{to}"),
         Action::Symlink { path, target } => format!("symlink:{path}:{target}"),
-        Action::Mkfifo(p) => format!("mkfifo:{p}"),
+        Action::Mknod { path, kind } => match kind {
+            Special::Fifo => format!("mkfifo:{path}"),
+            Special::Socket => format!("mknod:{path}:s"),
+            Special::Char(r) => format!("mknod:{path}:c:{}:{}", r.major, r.minor),
+            Special::Block(r) => format!("mknod:{path}:b:{}:{}", r.major, r.minor),
+        },
         Action::Setxattr { path, name, value } => format!("setxattr:{path}:{name}:{value}"),
         Action::Open(p) => format!("open:{p}"),
         Action::WriteFd { fd, offset, len } => format!("writefd:{fd}:{offset}:{len}"),
@@ -259,7 +274,29 @@ fn parse_action(s: &str) -> Result<Action, String> {
             path: path(1)?,
             target: path(2)?,
         },
-        "mkfifo" => Action::Mkfifo(path(1)?),
+        "mkfifo" => Action::Mknod {
+            path: path(1)?,
+            kind: Special::Fifo,
+        },
+        "mknod" => {
+            let rdev = || -> Result<Rdev, String> {
+                Ok(Rdev {
+                    major: num(3)? as u32,
+                    minor: num(4)? as u32,
+                })
+            };
+            let kind = match f.get(2).copied() {
+                Some("p") => Special::Fifo,
+                Some("s") => Special::Socket,
+                Some("c") => Special::Char(rdev()?),
+                Some("b") => Special::Block(rdev()?),
+                _ => return Err(format!("{s}: mknod:PATH:p|s|c:MAJ:MIN|b:MAJ:MIN")),
+            };
+            Action::Mknod {
+                path: path(1)?,
+                kind,
+            }
+        }
         "setxattr" => Action::Setxattr {
             path: path(1)?,
             name: path(2)?,
@@ -884,8 +921,26 @@ pub fn universe() -> Vec<Action> {
         len: 5000,
     });
     v.push(Action::Close(0));
-    v.push(Action::Mkfifo(s("D/P")));
-    v.push(Action::Unlink(s("D/P")));
+    // Special files: no data, but a type and, for a device, a number the
+    // inode must keep (in `i_block`, where a file has its map).
+    for (path, kind) in [
+        ("D/P", Special::Fifo),
+        ("D/N", Special::Char(Rdev { major: 1, minor: 3 })),
+        (
+            "Q",
+            Special::Block(Rdev {
+                major: 8,
+                minor: 17,
+            }),
+        ),
+        ("D/K", Special::Socket),
+    ] {
+        v.push(Action::Mknod {
+            path: s(path),
+            kind,
+        });
+        v.push(Action::Unlink(s(path)));
+    }
     // Extended attributes, of a file and of a directory (ext2 keeps a
     // file's set in a block of its own, which the inode points to).
     for (path, value) in [("A", "one"), ("D", "two")] {
@@ -908,9 +963,10 @@ fn touched(a: &Action) -> (Vec<String>, Vec<String>) {
     match a {
         Action::Creat(p) | Action::Mkdir(p) => (vec![p.clone()], vec![parent(p)]),
         // A program cannot fsync a symlink (opening one follows it, and a
-        // descriptor from `O_PATH` refuses fsync) or a fifo (its descriptor
-        // is the pipe's, which answers EINVAL): only their directory.
-        Action::Symlink { path, .. } | Action::Mkfifo(path) => (vec![], vec![parent(path)]),
+        // descriptor from `O_PATH` refuses fsync) or a special file (its
+        // descriptor is the pipe's, socket's or device's, not the
+        // inode's): only their directory.
+        Action::Symlink { path, .. } | Action::Mknod { path, .. } => (vec![], vec![parent(path)]),
         Action::Write { path, .. }
         | Action::Append { path, .. }
         | Action::Fill(path)

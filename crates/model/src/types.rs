@@ -100,7 +100,7 @@ pub struct Rdev {
 }
 
 /// The kinds of special file `mknod` makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Special {
     Fifo,
     Socket,
