@@ -343,15 +343,19 @@ impl MemFs {
     }
 
     pub(crate) fn log(&self, time: u32, op: LogOp) {
+        self.log_held(time, op, self.unclaimed());
+    }
+
+    /// Logs `op`, its entry holding the room it needs (`LogOp::reserves`,
+    /// given back by the flush that applies it) out of `room`, the claim
+    /// the change made before it began; the rest of the claim goes back.
+    pub(crate) fn log_held(&self, time: u32, op: LogOp, mut room: Claim<'_>) {
         for o in op.objects() {
             if let Some(n) = self.inner.nodes.read().get(&o) {
                 n.pending.fetch_add(1, Ordering::AcqRel);
             }
         }
-        let need = op.reserves();
-        if need > 0 {
-            self.inner.reserved_blocks.fetch_add(need, Ordering::AcqRel);
-        }
+        room.take(op.reserves());
         self.inner.logs.append(time, op);
     }
 
@@ -675,7 +679,7 @@ impl MemFs {
     ) -> Result<Attr> {
         check_name(name)?;
         self.writable()?;
-        let _room = self.claim_or_flush(1 + made.blocks())?;
+        let room = self.claim_or_flush(1 + made.blocks())?;
         let is_dir = kind == Kind::Dir;
         // Reserved before the gate: running out may need a flush.
         let ino = self.new_ino(parent, is_dir)?;
@@ -745,17 +749,15 @@ impl MemFs {
         d.ctime = t;
         let attr = node.s.read().attr(ino, self.inner.block_size);
         self.inner.nodes.write().insert(ino, node);
-        self.log(
-            t,
-            LogOp::Create {
-                parent,
-                name: name.to_vec(),
-                ino,
-                made,
-                uid,
-                gid,
-            },
-        );
+        let create = LogOp::Create {
+            parent,
+            name: name.to_vec(),
+            ino,
+            made,
+            uid,
+            gid,
+        };
+        self.log_held(t, create, room);
         drop(d);
         Ok(attr)
     }
@@ -763,7 +765,7 @@ impl MemFs {
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         self.writable()?;
-        let _room = self.claim_or_flush(1)?;
+        let room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(newparent)?;
         if self.entry(&dir, newname)?.is_some() {
@@ -798,14 +800,12 @@ impl MemFs {
         d.mtime = t;
         d.ctime = t;
         let attr = s.attr(ino, self.inner.block_size);
-        self.log(
-            t,
-            LogOp::Link {
-                ino,
-                parent: newparent,
-                name: newname.to_vec(),
-            },
-        );
+        let link = LogOp::Link {
+            ino,
+            parent: newparent,
+            name: newname.to_vec(),
+        };
+        self.log_held(t, link, room);
         Ok(attr)
     }
 
@@ -888,7 +888,7 @@ impl MemFs {
             return Err(MemError::NameTooLong);
         }
         self.writable()?;
-        let _room = self.claim_or_flush(1)?;
+        let room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let from = self.loaded_dir(parent)?;
         let to = self.loaded_dir(newparent)?;
@@ -1049,7 +1049,7 @@ impl MemFs {
                 }
             }
         }
-        self.log(
+        self.log_held(
             t,
             LogOp::Rename {
                 from_dir: parent,
@@ -1061,6 +1061,7 @@ impl MemFs {
                 other: other.map(|o| o.0),
                 ancestors,
             },
+            room,
         );
         drop(locks);
         Ok(())
@@ -1113,20 +1114,25 @@ impl MemFs {
 }
 
 /// Room held in `reserved_blocks` while a change is made. What the change
-/// passes to an inode (`hold`) stays held with it until a flush takes the
-/// inode's state; the rest goes back when the claim is dropped. (A create,
-/// link or rename keeps its claim only while it runs: its log entry holds
-/// its own, `LogOp::reserves`.)
+/// passes to an inode (`hold`) or to its log entry (`MemFs::log_held`)
+/// stays held until a flush takes the inode's state or applies the entry;
+/// the rest goes back when the claim is dropped.
 pub(crate) struct Claim<'a> {
     fs: &'a MemFs,
     left: i64,
 }
 
 impl Claim<'_> {
-    /// Passes `n` blocks to the inode `s`: from the claim as far as it
-    /// goes, and beyond it (an estimate that fell short) held anew.
+    /// Passes `n` blocks to the inode `s`.
     pub(crate) fn hold(&mut self, s: &mut NodeState, n: i64) {
         s.reserved += n;
+        self.take(n);
+    }
+
+    /// Takes `n` blocks out of the claim, to stay held once it is dropped:
+    /// from the claim as far as it goes, and beyond it (an estimate that
+    /// fell short) held anew.
+    fn take(&mut self, n: i64) {
         let from = n.min(self.left);
         self.left -= from;
         if n > from {
