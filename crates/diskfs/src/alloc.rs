@@ -442,6 +442,9 @@ pub(crate) struct PendingFrees {
     queue: VecDeque<(usize, usize, PatchId)>,
     /// Per group: the mask and how many bits it has set.
     masks: FxHashMap<usize, (Vec<u8>, usize)>,
+    /// Bits set in all the masks (checked before every operation that
+    /// may allocate, `room_before_op`).
+    held: u64,
 }
 
 impl PendingFrees {
@@ -451,7 +454,7 @@ impl PendingFrees {
 
     /// Blocks held back.
     fn count(&self) -> u64 {
-        self.masks.values().map(|(_, set)| *set as u64).sum()
+        self.held
     }
 
     fn push(&mut self, group: usize, bit: usize, free: PatchId) {
@@ -462,6 +465,7 @@ impl PendingFrees {
         if mask[bit / 8] & (1 << (bit % 8)) == 0 {
             mask[bit / 8] |= 1 << (bit % 8);
             *set += 1;
+            self.held += 1;
         }
         self.queue.push_back((group, bit, free));
     }
@@ -478,6 +482,7 @@ impl PendingFrees {
                 if mask[bit / 8] & (1 << (bit % 8)) != 0 {
                     mask[bit / 8] &= !(1 << (bit % 8));
                     *set -= 1;
+                    self.held -= 1;
                 }
                 if *set == 0 {
                     self.masks.remove(&g);
