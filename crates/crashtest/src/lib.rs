@@ -69,6 +69,10 @@ pub struct Config {
     pub only_state: Option<usize>,
     /// How the reproduction commands start (`stitchfs crashtest`).
     pub command: String,
+    /// memfs keeps at most this many pages of file data in memory, so
+    /// reads and writes past the bound flush and evict (`None`: the
+    /// default bound, which no workload reaches).
+    pub memory_pages: Option<u64>,
 }
 
 impl Config {
@@ -83,6 +87,7 @@ impl Config {
             keep: 100,
             only_state: None,
             command: "stitchfs crashtest".into(),
+            memory_pages: None,
         }
     }
 }
@@ -197,6 +202,9 @@ impl Job<'_> {
             self.cfg.max_states,
             self.cfg.seed
         );
+        if let Some(p) = self.cfg.memory_pages {
+            c.push_str(&format!(" --memory-pages {p}"));
+        }
         if let Some(s) = state {
             c.push_str(&format!(" --state {s}"));
         }
@@ -291,10 +299,11 @@ fn one(
 
 fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
     let (cfg, mode, w) = (job.cfg, job.mode, job.w);
-    let rec = match run::record(mode, w) {
+    let rec = match run::record(mode, w, cfg.memory_pages) {
         Ok(r) => r,
         Err(e) => return job.problem(Kind::Harness, e, None),
     };
+    job.ms.own_flushes += rec.own_flushes;
     for (kind, message) in &rec.problems {
         job.problem(*kind, message.clone(), None);
     }

@@ -112,6 +112,9 @@ pub struct ModeSummary {
     pub checked: usize,
     /// Crash states whose recovery replayed journal transactions.
     pub replayed: usize,
+    /// Flushes memfs made on its own (to find room, under memory
+    /// pressure), each a persistence point of the workload.
+    pub own_flushes: usize,
     /// Violating crash states (or runs).
     pub violating: usize,
     /// Violating crash states (or runs) per kind (one may have several).
@@ -129,6 +132,7 @@ impl ModeSummary {
         self.images += o.images;
         self.checked += o.checked;
         self.replayed += o.replayed;
+        self.own_flushes += o.own_flushes;
         self.violating += o.violating;
         for (k, n) in &o.violations {
             *self.violations.entry(*k).or_default() += n;
@@ -165,8 +169,15 @@ impl Summary {
             .filter(|k| self.modes.iter().any(|(_, m)| m.violations.contains_key(k)))
             .collect();
         let mut s = format!(
-            "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>10}",
-            "mode", "workloads", "crash states", "images", "checked", "replayed", "violations"
+            "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>11} {:>10}",
+            "mode",
+            "workloads",
+            "crash states",
+            "images",
+            "checked",
+            "replayed",
+            "own flushes",
+            "violations"
         );
         for k in &kinds {
             s.push_str(&format!(" {:>w$}", k.name(), w = k.name().len().max(4)));
@@ -178,13 +189,14 @@ impl Summary {
         }
         for (name, m) in rows {
             s.push_str(&format!(
-                "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>10}",
+                "{:<18} {:>9} {:>12} {:>8} {:>8} {:>9} {:>11} {:>10}",
                 name,
                 m.workloads,
                 m.states,
                 m.images,
                 m.checked,
                 m.replayed,
+                m.own_flushes,
                 m.total_violations()
             ));
             for k in &kinds {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo};
-use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
+use stitch_memfs::{FlushCause, Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
 use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
 
@@ -92,11 +92,16 @@ fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
     std::fs::read(&path).map_err(|e| e.to_string())
 }
 
-fn opts() -> Options {
+/// memfs as the crash tests run it: no background flusher, a fixed
+/// clock, and a memory bound of `memory_pages` pages if given (`None`:
+/// the default, which no workload reaches).
+fn opts(memory_pages: Option<u64>) -> Options {
+    let d = Options::default();
     Options {
         flush_interval: None,
         fixed_time: Some(NOW),
-        ..Options::default()
+        memory_limit: memory_pages.map_or(d.memory_limit, |p| p * BS as u64),
+        ..d
     }
 }
 
@@ -116,8 +121,8 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
     let cache = PatchCache::new(dev.clone(), CacheConfig::default());
     let mut disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let empty = read_tree(&mut disk)?.state;
-    let fs = MemFs::mount(disk, opts()).map_err(|e| e.to_string())?;
-    let mut d = Driver::new(&fs, empty, 0);
+    let fs = MemFs::mount(disk, opts(None)).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(&fs, empty, 0, None);
     for a in setup {
         d.act(a).map_err(|e| format!("setup: {a}: {e}"))?;
     }
@@ -279,19 +284,61 @@ struct Driver<'a> {
     model_writes: u64,
     /// memfs's open handles by slot (the model numbers them alike).
     handles: Vec<Option<u64>>,
-    /// The device log's length, when recording.
-    at: Option<Box<dyn Fn() -> usize + 'a>>,
-    /// memfs's flushes, the log's length and the journal's commits before
-    /// the operation in progress (`caught_up`).
-    mark: (u64, usize, u64),
-    /// Flushes memfs made inside the last operation to find room (a
-    /// fill's): where each began and ended in the log, the journal
-    /// commits it wrote, and the oracle's.
-    inside: Vec<(usize, usize, u64, Flush)>,
+    /// The device, when recording.
+    rec: Option<Arc<RecordingDevice<MemDevice>>>,
+    /// The flushes memfs began on its own (`MemFs::on_own_flush`) and the
+    /// log's length as each began, not yet taken into the oracle.
+    own: Arc<Mutex<Vec<(FlushCause, usize)>>>,
+    /// The journal's commits before the operation in progress.
+    mark: u64,
+    /// Flushes memfs made on its own so far, recorded.
+    own_flushes: usize,
+    /// Flushes memfs made on its own inside the last operation, as
+    /// persistence points: to find room (before the change), or under
+    /// memory pressure (after it).
+    inside: Vec<Inside>,
+}
+
+/// A flush memfs made on its own inside an operation.
+struct Inside {
+    cause: FlushCause,
+    /// Where it began and ended in the log.
+    start: usize,
+    end: usize,
+    /// Journal commits the operation's flushes wrote: all of them, as the
+    /// hook tells where a flush begins but not its commits (counting too
+    /// many only judges the flush fact by fact, which is weaker, never
+    /// wrong).
+    commits: u64,
+    flush: Flush,
+}
+
+impl Inside {
+    fn label(&self) -> &'static str {
+        match self.cause {
+            FlushCause::Room => "a sync to find room",
+            FlushCause::Pressure => "a flush under memory pressure",
+            FlushCause::Periodic => "a periodic flush",
+            FlushCause::WriteBehind(_) => "a write-behind flush",
+        }
+    }
 }
 
 impl<'a> Driver<'a> {
-    fn new(fs: &'a MemFs, state: State, writes: u64) -> Driver<'a> {
+    fn new(
+        fs: &'a MemFs,
+        state: State,
+        writes: u64,
+        rec: Option<Arc<RecordingDevice<MemDevice>>>,
+    ) -> Driver<'a> {
+        let own: Arc<Mutex<Vec<(FlushCause, usize)>>> = Arc::default();
+        let (seen, dev) = (own.clone(), rec.clone());
+        fs.on_own_flush(move |cause| {
+            let at = dev.as_ref().map_or(0, |d| d.log_len());
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((cause, at));
+        });
         let root_perm = state.inodes.get(&ROOT).map_or(0o755, |r| r.perm);
         let mut model = Model::new(
             u32::from(root_perm),
@@ -306,8 +353,10 @@ impl<'a> Driver<'a> {
             writes,
             model_writes: writes,
             handles: Vec::new(),
-            at: None,
-            mark: (0, 0, 0),
+            rec,
+            own,
+            mark: 0,
+            own_flushes: 0,
             inside: Vec::new(),
         }
     }
@@ -361,6 +410,7 @@ impl<'a> Driver<'a> {
             _ => {
                 let r = self.memfs(a);
                 self.caught_up(); // a flush before a change that then failed
+                self.settled(); // one after the change
                 r.map_err(|e| (e.errno(), e.to_string()))
             }
         };
@@ -608,6 +658,7 @@ impl<'a> Driver<'a> {
                     let n = u64::from(n);
                     self.oracle
                         .change(ino, |i| put(&mut i.bytes, at, &bytes[..n as usize]));
+                    self.settled();
                     taken += n;
                 }
                 Err(e) => return Err(e),
@@ -618,25 +669,57 @@ impl<'a> Driver<'a> {
 
     /// Notes where memfs stands before an operation.
     fn mark(&mut self) {
-        let at = self.at.as_ref().map_or(0, |f| f());
-        self.mark = (self.fs.stats().flushes, at, self.commits());
+        self.mark = self.commits();
     }
 
-    /// The oracle, once any flush memfs made since the mark is recorded:
-    /// memfs flushes everything to find room for a change before making
-    /// it (`claim_or_flush`), so the oracle syncs there too, and the span
-    /// of the log it wrote is a persistence point of its own (`inside`).
+    /// The device log's length (0 when not recording).
+    fn len(&self) -> usize {
+        self.rec.as_ref().map_or(0, |r| r.log_len())
+    }
+
+    /// The oracle, once every flush memfs began on its own before the
+    /// change is recorded: memfs flushes everything to find room for a
+    /// change before making it (`claim_or_flush`, a new inode number), so
+    /// the oracle syncs there too, and the span of the log it wrote is a
+    /// persistence point of its own (`inside`).
     fn caught_up(&mut self) -> &mut Oracle {
-        let (flushes, start, commits) = self.mark;
-        let now = self.fs.stats().flushes;
-        if now != flushes {
-            let flush = self.oracle.flush(Scope::All);
-            let end = self.at.as_ref().map_or(0, |f| f());
-            let c = self.commits();
-            self.inside.push((start, end, c - commits, flush));
-            self.mark = (now, end, c);
-        }
+        self.take_own(false);
         &mut self.oracle
+    }
+
+    /// Records the flushes memfs began after the change the oracle now
+    /// holds: a read or write that took memory past its bound flushes
+    /// everything, this change included.
+    fn settled(&mut self) {
+        self.take_own(true);
+    }
+
+    /// Takes memfs's own flushes into the oracle, in order: those that
+    /// come before an operation's change, or (`after_change`) all.
+    fn take_own(&mut self, after_change: bool) {
+        let events = std::mem::take(&mut *self.own.lock().unwrap_or_else(|p| p.into_inner()));
+        let now = self.len();
+        let commits = self.commits() - self.mark;
+        let mut rest = Vec::new();
+        for (i, &(cause, start)) in events.iter().enumerate() {
+            if !after_change && (cause == FlushCause::Pressure || !rest.is_empty()) {
+                rest.push((cause, start));
+                continue;
+            }
+            let end = events.get(i + 1).map_or(now, |e| e.1);
+            let flush = self.oracle.flush(match cause {
+                FlushCause::WriteBehind(ino) => Scope::Inode(ino),
+                _ => Scope::All,
+            });
+            self.inside.push(Inside {
+                cause,
+                start,
+                end,
+                commits,
+                flush,
+            });
+        }
+        *self.own.lock().unwrap_or_else(|p| p.into_inner()) = rest;
     }
 
     /// Journal commits so far (none without a journal).
@@ -748,6 +831,34 @@ fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<u64, u32>), MemError> {
     Ok((st, links))
 }
 
+/// Moves the flushes memfs made on its own during `what` from the driver
+/// to `flushes`, checking each begins where the last ended (`before`).
+fn inside_flushes(
+    d: &mut Driver<'_>,
+    what: &str,
+    before: &mut usize,
+    flushes: &mut Vec<FlushRec>,
+    problems: &mut Vec<(crate::report::Kind, String)>,
+) {
+    for f in std::mem::take(&mut d.inside) {
+        d.own_flushes += 1;
+        if f.start != *before {
+            problems.push((
+                crate::report::Kind::Harness,
+                format!("{what}: a write outside a flush"),
+            ));
+        }
+        flushes.push(FlushRec {
+            label: format!("{what}: {}", f.label()),
+            start: f.start,
+            end: f.end,
+            flush: f.flush,
+            commits: f.commits,
+        });
+        *before = f.end;
+    }
+}
+
 /// One persistence point in the log.
 #[derive(Clone, Debug)]
 pub struct FlushRec {
@@ -775,6 +886,8 @@ pub struct Recording {
     pub flushes: Vec<FlushRec>,
     /// What went wrong outside crash states: (kind, message).
     pub problems: Vec<(crate::report::Kind, String)>,
+    /// Flushes memfs made on its own (among `flushes`).
+    pub own_flushes: usize,
 }
 
 impl Recording {
@@ -811,8 +924,13 @@ impl Recording {
     }
 }
 
-/// Runs `w` in `mode` on the recording device.
-pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
+/// Runs `w` in `mode` on the recording device, memfs keeping at most
+/// `memory_pages` pages of file data in memory if given.
+pub fn record(
+    mode: Consistency,
+    w: &Workload,
+    memory_pages: Option<u64>,
+) -> Result<Recording, String> {
     use crate::report::Kind as K;
     let base = base(journaled(mode), &w.setup)?;
     let image = base.image.to_vec();
@@ -834,9 +952,8 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
     let disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let mut flushes = vec![still("mount", 0, len(), &base.state)];
     let mut problems = Vec::new();
-    let fs = MemFs::mount(disk, opts()).map_err(|e| e.to_string())?;
-    let mut d = Driver::new(&fs, base.state.clone(), base.writes);
-    d.at = Some(Box::new(len));
+    let fs = MemFs::mount(disk, opts(memory_pages)).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(&fs, base.state.clone(), base.writes, Some(rec.clone()));
     let mut setup_writes = 0;
     for a in &w.setup {
         // The model replays the setup (the image already holds it).
@@ -845,24 +962,11 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
     for (i, step) in w.steps.iter().enumerate() {
         let mut before = len();
         let acted = d.act(&step.action);
-        // Flushes inside the operation (a fill's, to find room), in order
-        // and back to back with nothing written between them.
-        for (start, end, commits, flush) in std::mem::take(&mut d.inside) {
-            if start != before {
-                problems.push((
-                    K::Harness,
-                    format!("step {}: a write outside a flush in {}", i + 1, step.action),
-                ));
-            }
-            flushes.push(FlushRec {
-                label: format!("step {}: {}: a sync to find room", i + 1, step.action),
-                start,
-                end,
-                flush,
-                commits,
-            });
-            before = end;
-        }
+        // Flushes memfs made on its own inside the operation (to find
+        // room, under memory pressure), in order and back to back with
+        // nothing written between them.
+        let what = format!("step {}: {}", i + 1, step.action);
+        inside_flushes(&mut d, &what, &mut before, &mut flushes, &mut problems);
         if let Err(e) = acted {
             problems.push((K::Semantics, format!("step {}: {e}", i + 1)));
             break;
@@ -895,12 +999,28 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
         }
     }
     if problems.is_empty() {
-        if let Err(e) = d.compare_with_model() {
+        // Reading every file back may take memory past its bound, and
+        // memfs flushes then too.
+        let mut before = len();
+        d.mark();
+        let compared = d.compare_with_model();
+        d.settled();
+        let what = "reading the tree back";
+        inside_flushes(&mut d, what, &mut before, &mut flushes, &mut problems);
+        if let Err(e) = compared {
             problems.push((K::Semantics, e));
+        } else if len() != before {
+            problems.push((K::Harness, format!("{what} wrote outside a flush")));
         }
     }
+    let mut before = len();
     if let Err(e) = d.close_all() {
         problems.push((K::Semantics, format!("closing handles at exit: {e}")));
+    }
+    let what = "closing handles at exit";
+    inside_flushes(&mut d, what, &mut before, &mut flushes, &mut problems);
+    if len() != before {
+        problems.push((K::Harness, format!("{what} wrote outside a flush")));
     }
     let start = len();
     let commits = d.commits();
@@ -934,5 +1054,6 @@ pub fn record(mode: Consistency, w: &Workload) -> Result<Recording, String> {
         log,
         flushes,
         problems,
+        own_flushes: d.own_flushes,
     })
 }

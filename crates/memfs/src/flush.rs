@@ -31,7 +31,7 @@ use crate::error::{MemError, Result};
 use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made};
 use crate::node::{Node, NodeState, Page};
-use crate::types::Kind;
+use crate::types::{FlushCause, Kind};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
@@ -138,7 +138,7 @@ struct Plan {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Scope {
+pub(crate) enum Scope {
     All,
     Inode(u64),
 }
@@ -269,7 +269,7 @@ impl MemFs {
         self.flush(Scope::Inode(ino))
     }
 
-    fn flush(&self, scope: Scope) -> Result<()> {
+    pub(crate) fn flush(&self, scope: Scope) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return Err(MemError::Io("an earlier device error is latched".into()));
         }
@@ -684,7 +684,7 @@ impl MemFs {
         while !orders.stop {
             if Instant::now() >= due {
                 drop(orders);
-                if let Err(e) = self.sync() {
+                if let Err(e) = self.flush_own(Scope::All, FlushCause::Periodic) {
                     eprintln!("stitchfs: background flush failed: {e}");
                 }
                 self.inner.page_pool.trim_idle();
@@ -693,7 +693,7 @@ impl MemFs {
             } else if let Some(&ino) = orders.behind.first() {
                 drop(orders);
                 // As an fsync would, so only this file's closure goes.
-                let flushed = self.fsync(ino, true);
+                let flushed = self.flush_own(Scope::Inode(ino), FlushCause::WriteBehind(ino));
                 if flushed.is_ok() {
                     self.shed_clean_pages(ino);
                 }
@@ -786,7 +786,7 @@ impl MemFs {
         if self.inner.pages.load(Ordering::Acquire) <= limit {
             return;
         }
-        if let Err(e) = self.sync() {
+        if let Err(e) = self.flush_own(Scope::All, FlushCause::Pressure) {
             eprintln!("stitchfs: flush under memory pressure failed: {e}");
             return;
         }

@@ -10,10 +10,10 @@
 //! so another flush may apply and write its plan meanwhile.
 
 use crate::error::{MemError, Result};
-use crate::flush::{Merged, Orders};
+use crate::flush::{Merged, Orders, Scope};
 use crate::log::{LogOp, Logs, Made};
 use crate::node::{Node, NodeState, PagePool, Xattrs};
-use crate::types::{Attr, DirEntry, Kind, Options, StatFs, Stats};
+use crate::types::{Attr, DirEntry, FlushCause, Kind, Options, StatFs, Stats};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -36,6 +36,7 @@ pub struct MemFs {
 
 /// See [`MemFs::on_attr_change`].
 pub type AttrHook = Arc<dyn Fn(u64) + Send + Sync>;
+pub type FlushHook = Arc<dyn Fn(FlushCause) + Send + Sync>;
 
 pub(crate) struct Inner {
     pub disk: Mutex<Option<DiskFs>>,
@@ -88,6 +89,8 @@ pub(crate) struct Inner {
     /// size): no request changed them, so a kernel caching attributes must
     /// be told.
     pub attr_changed: RwLock<Option<AttrHook>>,
+    /// Told as each flush memfs makes on its own begins.
+    pub own_flush: RwLock<Option<FlushHook>>,
     pub flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -162,6 +165,7 @@ impl MemFs {
             stats: Mutex::new(Stats::default()),
             bg: (Mutex::new(Orders::default()), Condvar::new()),
             attr_changed: RwLock::new(None),
+            own_flush: RwLock::new(None),
             flusher: Mutex::new(None),
         });
         let fs = MemFs { inner };
@@ -402,7 +406,7 @@ impl MemFs {
         if let Some(c) = self.claim(n) {
             return Ok(c);
         }
-        self.sync()?;
+        self.flush_own(Scope::All, FlushCause::Room)?;
         self.claim(n).ok_or(MemError::NoSpace)
     }
 
@@ -433,7 +437,7 @@ impl MemFs {
             Ok(v) => v,
             Err(MemError::NoSpace) => {
                 // Frees may be waiting in the logs: flush and try once more.
-                self.sync()?;
+                self.flush_own(Scope::All, FlushCause::Room)?;
                 self.disk_op(|d| {
                     let ino = d.reserve_inode(InodeNo(parent as u32), dir);
                     self.note_reserved(d);
@@ -464,6 +468,26 @@ impl MemFs {
         if let Some(hook) = hook {
             inos.into_iter().for_each(|ino| hook(ino));
         }
+    }
+
+    /// Calls `hook` as each flush that memfs makes on its own begins (no
+    /// caller asked for it: see [`FlushCause`]), on the flushing thread,
+    /// before the flush takes any lock. Nothing memfs writes to the disk
+    /// is outside a flush, so with this a caller watching the device can
+    /// tell every write it sees by the flush it belongs to. The hook must
+    /// not call memfs.
+    pub fn on_own_flush(&self, hook: impl Fn(FlushCause) + Send + Sync + 'static) {
+        *self.inner.own_flush.write() = Some(Arc::new(hook));
+    }
+
+    /// A flush memfs makes on its own, told to the
+    /// [`MemFs::on_own_flush`] hook first.
+    pub(crate) fn flush_own(&self, scope: Scope, cause: FlushCause) -> Result<()> {
+        let hook = self.inner.own_flush.read().clone();
+        if let Some(hook) = hook {
+            hook(cause);
+        }
+        self.flush(scope)
     }
 
     /// Records how many inode numbers `disk` holds reserved, for `statfs`.

@@ -28,4 +28,6 @@ pub use error::{MemError, Result};
 pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::RenameFlags;
-pub use types::{Attr, DirEntry, DropSetId, Kind, Options, SetAttrs, StatFs, Stats, XattrSet};
+pub use types::{
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, SetAttrs, StatFs, Stats, XattrSet,
+};

@@ -150,6 +150,23 @@ pub struct Stats {
     pub pages_reused: u64,
 }
 
+/// Why memfs began a flush that no caller asked for
+/// ([`crate::MemFs::on_own_flush`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushCause {
+    /// Everything, because a change found too little room on disk while
+    /// frees or reservations waited in memory; before the change is made.
+    Room,
+    /// Everything, then clean pages and inodes leave memory: the pages in
+    /// memory passed `memory_limit`. After the read or write that passed it.
+    Pressure,
+    /// Everything, every `flush_interval`.
+    Periodic,
+    /// This file's closure, as an fsync would: it holds `write_behind`
+    /// bytes of dirty pages.
+    WriteBehind(u64),
+}
+
 /// How `set_xattr` treats an attribute that is (not) there already:
 /// `setxattr(2)`'s flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -409,3 +409,103 @@ fn a_write_that_drops_set_id_bits_tells_the_attribute_hook() {
     assert_eq!(fs.getattr(g.ino).unwrap().perm, 0o666);
     fs.unmount().unwrap();
 }
+
+/// The flushes memfs makes with nobody asking, as `on_own_flush` tells
+/// them: a write past the memory bound, one that finds too little room,
+/// the periodic flush and write-behind. A flush a caller asks for is not
+/// told.
+#[test]
+fn memfs_tells_each_flush_it_makes_on_its_own() {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    use stitch_memfs::{FlushCause, MemFs, Options};
+    let mode = MODES[1];
+    let watch = |fs: &MemFs| {
+        let seen: Arc<Mutex<Vec<FlushCause>>> = Arc::default();
+        let s = seen.clone();
+        fs.on_own_flush(move |c| s.lock().unwrap().push(c));
+        seen
+    };
+    let file = |fs: &MemFs, name: &[u8]| {
+        fs.mknod(fs.root(), name, Kind::File, 0o644, (0, 0), 0, 0)
+            .unwrap()
+            .ino
+    };
+    let chunk = vec![7u8; 1 << 20];
+
+    // Pressure: 16 pages, then a 128 KiB write; asked-for syncs are not told.
+    let fs = mount_on(
+        device(image_for(mode)),
+        mode,
+        Options {
+            memory_limit: 16 << 12,
+            ..opts()
+        },
+    );
+    let seen = watch(&fs);
+    let f = file(&fs, b"f");
+    fs.sync().unwrap();
+    fs.fsync(f, false).unwrap();
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    fs.write(f, 0, &chunk[..128 << 10], false).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [FlushCause::Pressure]);
+    fs.unmount().unwrap();
+
+    // Room: 20 MiB of new pages on a 32 MiB image, then 20 MiB more: the
+    // second write flushes to count again before it is refused.
+    let fs = mount_on(device(image_for(mode)), mode, opts());
+    let seen = watch(&fs);
+    let (a, b) = (file(&fs, b"a"), file(&fs, b"b"));
+    for i in 0..20u64 {
+        fs.write(a, i << 20, &chunk, false).unwrap();
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    let mut refused = false;
+    for i in 0..20u64 {
+        match fs.write(b, i << 20, &chunk, false) {
+            Ok(_) => {}
+            Err(MemError::NoSpace) => {
+                refused = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(refused, "40 MiB fit on a 32 MiB image");
+    let got = seen.lock().unwrap().clone();
+    assert!(
+        !got.is_empty() && got.iter().all(|c| *c == FlushCause::Room),
+        "{got:?}"
+    );
+    fs.unmount().unwrap();
+
+    // The background flusher: write-behind of the file past 1 MiB, then the
+    // periodic flush.
+    let fs = mount_on(
+        device(image_for(mode)),
+        mode,
+        Options {
+            flush_interval: Some(Duration::from_millis(300)),
+            write_behind: 1 << 20,
+            ..opts()
+        },
+    );
+    let seen = watch(&fs);
+    let big = file(&fs, b"big");
+    fs.write(big, 0, &chunk, false).unwrap();
+    fs.write(big, 1 << 20, &chunk, false).unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let both = || {
+        let got = seen.lock().unwrap();
+        got.contains(&FlushCause::WriteBehind(big)) && got.contains(&FlushCause::Periodic)
+    };
+    while !both() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(both(), "{:?}", seen.lock().unwrap());
+    fs.unmount().unwrap();
+}

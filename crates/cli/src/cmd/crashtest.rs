@@ -61,6 +61,13 @@ pub struct Args {
     /// reproduction command gives it).
     #[arg(long)]
     pub state: Option<usize>,
+    /// Bound memfs's file pages in memory to N (4 KiB each; default: 1
+    /// GiB's worth, which no workload reaches). Past the bound a read or
+    /// write flushes everything and evicts clean pages and inodes, so
+    /// later operations reload them from the disk: the memory-pressure
+    /// path, crash-tested.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub memory_pages: Option<u64>,
     /// Run only part K of N of the selected workloads (`K/N`: those whose
     /// index i in the selection has i % N == K), to split a long run or
     /// take a deterministic sample of it.
@@ -150,6 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         out: Some(args.out.clone()),
         keep: args.keep,
         only_state: args.state,
+        memory_pages: args.memory_pages,
         ..Config::new(modes(&args.mode, &args.data)?, workloads)
     };
     println!(

@@ -19,11 +19,17 @@ pub fn short_workloads(samples: usize) -> Vec<Workload> {
 /// Runs `workloads` in `mode` (small epochs sampled), prints the table
 /// and the first violations.
 pub fn run(mode: Consistency, workloads: Vec<Workload>) -> Summary {
+    run_in(mode, workloads, None)
+}
+
+/// [`run`] with memfs's file pages bounded to `memory_pages`.
+pub fn run_in(mode: Consistency, workloads: Vec<Workload>, memory_pages: Option<u64>) -> Summary {
     let cfg = Config {
         max_states: 8,
         seed: SEED,
         jobs: 1,
         command: "cargo run -p stitchfs -- crashtest".into(),
+        memory_pages,
         ..Config::new(vec![mode], workloads)
     };
     let s = stitch_crashtest::run(&cfg, &|_| {}).expect("crashtest runs");
