@@ -680,6 +680,20 @@ fn concurrent_fsyncs_racing_slow_flushes_in_soft_updates() {
     concurrent_fsyncs(Consistency::SoftUpdates, SLOW_FLUSH);
 }
 
+/// The same beside memfs's own flushes, which no crashtest workload runs
+/// concurrently with an operation: the periodic flush every 2 ms, a
+/// memory bound of 16 pages (a flush under pressure and eviction after
+/// most writes) and a third thread churning files it never fsyncs
+/// (creates, writes past the bound, renames, unlinks), on slow flushes.
+/// Every fsync must still hold when it returns, and every crash state
+/// be consistent.
+#[test]
+fn concurrent_fsyncs_beside_background_and_pressure_flushes() {
+    for mode in [Consistency::SoftUpdates, JOURNAL] {
+        concurrent_fsyncs_with(mode, SLOW_FLUSH, true);
+    }
+}
+
 const JOURNAL: Consistency = Consistency::Journal(stitch_diskfs::DataMode::Ordered);
 
 /// About what this machine's virtual disk takes for a flush (0.15–0.25 ms)
@@ -687,7 +701,15 @@ const JOURNAL: Consistency = Consistency::Journal(stitch_diskfs::DataMode::Order
 const SLOW_FLUSH: Duration = Duration::from_millis(1);
 
 fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
-    use std::sync::Arc;
+    concurrent_fsyncs_with(mode, flush_delay, false)
+}
+
+/// Two threads creating, writing and fsyncing files, and with `churn` a
+/// third changing files it never fsyncs while memfs flushes on its own
+/// (periodically and under memory pressure); then crash states judged.
+fn concurrent_fsyncs_with(mode: Consistency, flush_delay: Duration, churn: bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
     use stitch_blockdev::record::{build_image, CrashPoint, CrashState, RecordingDevice};
     const THREADS: usize = 2;
     const FILES: usize = 40;
@@ -702,7 +724,20 @@ fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
     let dev = Arc::new(RecordingDevice::with_base(slow, image).unwrap());
     let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
     let disk = stitch_diskfs::DiskFs::mount(cache, mode, NOW).unwrap();
-    let fs = MemFs::mount(disk, opts()).unwrap();
+    let mount_opts = if churn {
+        stitch_memfs::Options {
+            flush_interval: Some(Duration::from_millis(2)),
+            memory_limit: 16 << 12,
+            ..opts()
+        }
+    } else {
+        opts()
+    };
+    let fs = MemFs::mount(disk, mount_opts).unwrap();
+    let own: Arc<Mutex<Vec<stitch_memfs::FlushCause>>> = Arc::default();
+    let seen = own.clone();
+    fs.on_own_flush(move |c| seen.lock().unwrap().push(c));
+    let scratch = fs.mkdir(fs.root(), b"scratch", 0o755, 0, 0).unwrap().ino;
     let dirs: Vec<u64> = (0..THREADS)
         .map(|t| {
             fs.mkdir(fs.root(), format!("d{t}").as_bytes(), 0o755, 0, 0)
@@ -712,7 +747,35 @@ fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
         .collect();
     fs.sync().unwrap();
     let body = |t: usize, i: usize| vec![b'a' + (t * FILES + i) as u8 % 26; 1024 + i];
+    let done = AtomicBool::new(false);
     let returned: Vec<Vec<(usize, CrashPoint)>> = std::thread::scope(|s| {
+        if churn {
+            let (fs, done) = (&fs, &done);
+            s.spawn(move || {
+                let page = vec![b'z'; 20 << 10];
+                let mut i = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    let (a, b) = (format!("s{i}"), format!("t{i}"));
+                    let f = fs
+                        .mknod(scratch, a.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
+                        .unwrap();
+                    fs.write(f.ino, 0, &page, false).unwrap();
+                    fs.rename(
+                        scratch,
+                        a.as_bytes(),
+                        scratch,
+                        b.as_bytes(),
+                        stitch_memfs::RenameFlags::default(),
+                    )
+                    .unwrap();
+                    if i >= 2 {
+                        let old = format!("t{}", i - 2);
+                        fs.unlink(scratch, old.as_bytes()).unwrap();
+                    }
+                    i += 1;
+                }
+            });
+        }
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (fs, dev, dir) = (&fs, &dev, dirs[t]);
@@ -731,9 +794,24 @@ fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
+        let r = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        done.store(true, Ordering::Release);
+        r
     });
     fs.unmount().unwrap();
+    if churn {
+        let own = own.lock().unwrap();
+        let count = |c: fn(&stitch_memfs::FlushCause) -> bool| own.iter().filter(|x| c(x)).count();
+        let periodic = count(|c| *c == stitch_memfs::FlushCause::Periodic);
+        let pressure = count(|c| *c == stitch_memfs::FlushCause::Pressure);
+        println!("{mode:?}: {periodic} periodic flushes, {pressure} under pressure");
+        assert!(
+            periodic > 0 && pressure > 0,
+            "{periodic} periodic, {pressure} under pressure"
+        );
+    } else {
+        assert!(own.lock().unwrap().is_empty());
+    }
     let log = dev.log();
     let flushes = log
         .entries()
