@@ -100,7 +100,7 @@ fn opts(memory_pages: Option<u64>) -> Options {
     Options {
         flush_interval: None,
         fixed_time: Some(NOW),
-        memory_limit: memory_pages.map_or(d.memory_limit, |p| p * BS as u64),
+        memory_limit: memory_pages.map_or(d.memory_limit, |p| p.saturating_mul(BS as u64)),
         ..d
     }
 }

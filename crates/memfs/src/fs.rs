@@ -475,7 +475,9 @@ impl MemFs {
     /// before the flush takes any lock. Nothing memfs writes to the disk
     /// is outside a flush, so with this a caller watching the device can
     /// tell every write it sees by the flush it belongs to. The hook must
-    /// not call memfs.
+    /// not call memfs. (The background flusher starts at mount, so with a
+    /// short `flush_interval` a periodic flush may come before the hook
+    /// is set, untold.)
     pub fn on_own_flush(&self, hook: impl Fn(FlushCause) + Send + Sync + 'static) {
         *self.inner.own_flush.write() = Some(Arc::new(hook));
     }
@@ -483,6 +485,11 @@ impl MemFs {
     /// A flush memfs makes on its own, told to the
     /// [`MemFs::on_own_flush`] hook first.
     pub(crate) fn flush_own(&self, scope: Scope, cause: FlushCause) -> Result<()> {
+        // A latched mount writes nothing more: nothing to tell (the flush
+        // says why).
+        if self.inner.read_only.load(Ordering::SeqCst) {
+            return self.flush(scope);
+        }
         let hook = self.inner.own_flush.read().clone();
         if let Some(hook) = hook {
             hook(cause);

@@ -794,9 +794,11 @@ fn concurrent_fsyncs_with(mode: Consistency, flush_delay: Duration, churn: bool)
                 })
             })
             .collect();
-        let r = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        // Every worker joined before the churn is stopped, then their
+        // panics raised: a failed worker must not leave the churn running.
+        let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         done.store(true, Ordering::Release);
-        r
+        joined.into_iter().map(|r| r.unwrap()).collect()
     });
     fs.unmount().unwrap();
     if churn {
