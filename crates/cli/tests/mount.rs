@@ -1665,3 +1665,50 @@ fn a_failing_backing_store_turns_the_mount_read_only() {
         m.stop(Stop::Umount);
     }
 }
+
+/// A mount whose memory bound (`--memory 1`, MiB) a file passes flushes
+/// and evicts as it is written, with no periodic flush to do it
+/// (`--flush-interval 0`): with the kernel's cached copy dropped, the file
+/// reads back whole from the server, which loads its evicted pages again;
+/// it survives a remount, and the unmount line counts the flushes under
+/// memory pressure (none on a mount that never reached its bound).
+#[test]
+fn a_mount_past_its_memory_bound_flushes_evicts_and_says_so() {
+    let under_pressure = |err: &str| -> u64 {
+        let line = err
+            .lines()
+            .find(|l| l.contains("unmounted cleanly"))
+            .unwrap_or_else(|| panic!("no unmount line: {err}"));
+        let before = line
+            .split(" under memory pressure")
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no pressure count: {line}"));
+        before
+            .parse()
+            .unwrap_or_else(|e| panic!("{before:?} in {line}: {e}"))
+    };
+    let (_dir, img, mnt) = fresh(true);
+    let data = pattern(6 << 20, 11);
+    let m = Mounted::start(&img, &mnt, &["--memory", "1", "--flush-interval", "0"]);
+    fs::write(m.path("big"), &data).unwrap();
+    let f = File::open(m.path("big")).unwrap();
+    // SAFETY: an advice call on a valid descriptor.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    drop(f);
+    assert!(
+        fs::read(m.path("big")).unwrap() == data,
+        "read back before unmount"
+    );
+    let err = m.stop(Stop::Sigterm);
+    println!("{err}");
+    assert!(under_pressure(&err) > 0, "{err}");
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert!(
+        fs::read(m.path("big")).unwrap() == data,
+        "read back after remount"
+    );
+    let err = m.stop(Stop::Sigterm);
+    assert_eq!(under_pressure(&err), 0, "{err}");
+}

@@ -490,6 +490,7 @@ impl MemFs {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return self.flush(scope);
         }
+        self.inner.stats.lock().own_flushes.count(cause);
         let hook = self.inner.own_flush.read().clone();
         if let Some(hook) = hook {
             hook(cause);

@@ -29,5 +29,6 @@ pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::RenameFlags;
 pub use types::{
-    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, SetAttrs, StatFs, Stats, XattrSet,
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, OwnFlushes, SetAttrs, StatFs, Stats,
+    XattrSet,
 };

@@ -148,6 +148,28 @@ pub struct Stats {
     /// New pages given the buffer of a page written behind and let go,
     /// rather than memory never touched before.
     pub pages_reused: u64,
+    /// Flushes memfs began on its own, by cause.
+    pub own_flushes: OwnFlushes,
+}
+
+/// Flushes memfs began on its own ([`FlushCause`]), counted as they begin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnFlushes {
+    pub room: u64,
+    pub pressure: u64,
+    pub periodic: u64,
+    pub write_behind: u64,
+}
+
+impl OwnFlushes {
+    pub(crate) fn count(&mut self, cause: FlushCause) {
+        *match cause {
+            FlushCause::Room => &mut self.room,
+            FlushCause::Pressure => &mut self.pressure,
+            FlushCause::Periodic => &mut self.periodic,
+            FlushCause::WriteBehind(_) => &mut self.write_behind,
+        } += 1;
+    }
 }
 
 /// Why memfs began a flush that no caller asked for

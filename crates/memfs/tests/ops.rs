@@ -453,6 +453,11 @@ fn memfs_tells_each_flush_it_makes_on_its_own() {
     );
     fs.write(f, 0, &chunk[..128 << 10], false).unwrap();
     assert_eq!(*seen.lock().unwrap(), [FlushCause::Pressure]);
+    let counted = fs.stats().own_flushes;
+    assert_eq!(
+        (counted.pressure, counted.room, counted.periodic),
+        (1, 0, 0)
+    );
     fs.unmount().unwrap();
 
     // Room: 20 MiB of new pages on a 32 MiB image, then 20 MiB more: the

@@ -55,6 +55,8 @@ pub struct Args {
     #[arg(long, value_name = "MIB", default_value_t = 16)]
     pub write_behind: u64,
     /// File data kept in memory before it is flushed and evicted, in MiB.
+    /// The line printed at unmount counts the flushes this bound caused
+    /// ("under memory pressure"); many say it is too small for the work.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub memory: u64,
     /// Threads serving requests (default: one per core).
@@ -216,7 +218,7 @@ impl Finisher {
                 Ok(_) => {
                     // After a failure the failure is the news.
                     if err.is_none() {
-                        diag::info("unmounted cleanly");
+                        diag::info(&format!("unmounted cleanly ({})", flush_summary(&self.fs)));
                     }
                     Ok(())
                 }
@@ -235,6 +237,20 @@ impl Finisher {
             (None, Ok(())) => Ok(()),
         }
     }
+}
+
+/// What the mount's flushes were, for the unmount line: a count under
+/// memory pressure says `--memory` is too small for the work, one for room
+/// that the disk ran nearly full.
+fn flush_summary(fs: &MemFs) -> String {
+    let s = fs.stats();
+    let o = s.own_flushes;
+    format!(
+        "{} flushes wrote to the disk; memfs began on its own, whether or not anything \
+         was left to write, {} periodic, {} write-behind, {} under memory pressure and {} to \
+         find room",
+        s.flushes, o.periodic, o.write_behind, o.pressure, o.room
+    )
 }
 
 fn now() -> u32 {
