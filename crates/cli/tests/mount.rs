@@ -165,6 +165,11 @@ impl Mounted {
             assert!(t0.elapsed() < Duration::from_secs(15), "mount timed out");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The daemon says what it mounted just after the kernel shows the
+        // mount: tests read that line.
+        wait_until("the daemon's mounted line", Duration::from_secs(15), || {
+            m.stderr().contains("stitchfs: mounted ")
+        });
         m
     }
 
@@ -597,11 +602,11 @@ fn without_an_image_it_makes_stitchfs_img_in_the_current_directory() {
     let img = dir.path().join("stitchfs.img");
     let m = Mounted::start_in(Some(dir.path()), &img, &mnt, &[]);
     assert!(m.stderr().contains("making a 4 GiB"), "{}", m.stderr());
-    // The daemon says what it mounted just after the kernel shows the
-    // mount, which is what start_in waits for.
-    wait_until("the daemon's mounted line", Duration::from_secs(15), || {
-        m.stderr().contains("journal (data=ordered)")
-    });
+    assert!(
+        m.stderr().contains("journal (data=ordered)"),
+        "{}",
+        m.stderr()
+    );
     assert_eq!(fs::metadata(&img).unwrap().len(), 4 << 30);
     fs::write(m.path("f"), b"default").unwrap();
     m.stop(Stop::Sigterm);
