@@ -138,7 +138,7 @@ struct Plan {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scope {
+enum Scope {
     All,
     Inode(u64),
 }
@@ -269,7 +269,27 @@ impl MemFs {
         self.flush(Scope::Inode(ino))
     }
 
-    pub(crate) fn flush(&self, scope: Scope) -> Result<()> {
+    /// A flush memfs makes on its own: counted, and told to the
+    /// [`MemFs::on_own_flush`] hook first. Everything, or for write-behind
+    /// the file's closure.
+    pub(crate) fn flush_own(&self, cause: FlushCause) -> Result<()> {
+        let scope = match cause {
+            FlushCause::WriteBehind(ino) => Scope::Inode(ino),
+            FlushCause::Room | FlushCause::Pressure | FlushCause::Periodic => Scope::All,
+        };
+        // A latched mount writes nothing more: nothing to tell (the flush
+        // says why).
+        if !self.inner.read_only.load(Ordering::SeqCst) {
+            self.inner.stats.lock().own_flushes.count(cause);
+            let hook = self.inner.own_flush.read().clone();
+            if let Some(hook) = hook {
+                hook(cause);
+            }
+        }
+        self.flush(scope)
+    }
+
+    fn flush(&self, scope: Scope) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return Err(MemError::Io("an earlier device error is latched".into()));
         }
@@ -684,7 +704,7 @@ impl MemFs {
         while !orders.stop {
             if Instant::now() >= due {
                 drop(orders);
-                if let Err(e) = self.flush_own(Scope::All, FlushCause::Periodic) {
+                if let Err(e) = self.flush_own(FlushCause::Periodic) {
                     eprintln!("stitchfs: background flush failed: {e}");
                 }
                 self.inner.page_pool.trim_idle();
@@ -693,7 +713,7 @@ impl MemFs {
             } else if let Some(&ino) = orders.behind.first() {
                 drop(orders);
                 // As an fsync would, so only this file's closure goes.
-                let flushed = self.flush_own(Scope::Inode(ino), FlushCause::WriteBehind(ino));
+                let flushed = self.flush_own(FlushCause::WriteBehind(ino));
                 if flushed.is_ok() {
                     self.shed_clean_pages(ino);
                 }
@@ -786,7 +806,7 @@ impl MemFs {
         if self.inner.pages.load(Ordering::Acquire) <= limit {
             return;
         }
-        if let Err(e) = self.flush_own(Scope::All, FlushCause::Pressure) {
+        if let Err(e) = self.flush_own(FlushCause::Pressure) {
             eprintln!("stitchfs: flush under memory pressure failed: {e}");
             return;
         }

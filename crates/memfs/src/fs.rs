@@ -10,7 +10,7 @@
 //! so another flush may apply and write its plan meanwhile.
 
 use crate::error::{MemError, Result};
-use crate::flush::{Merged, Orders, Scope};
+use crate::flush::{Merged, Orders};
 use crate::log::{LogOp, Logs, Made};
 use crate::node::{Node, NodeState, PagePool, Xattrs};
 use crate::types::{Attr, DirEntry, FlushCause, Kind, Options, StatFs, Stats};
@@ -406,7 +406,7 @@ impl MemFs {
         if let Some(c) = self.claim(n) {
             return Ok(c);
         }
-        self.flush_own(Scope::All, FlushCause::Room)?;
+        self.flush_own(FlushCause::Room)?;
         self.claim(n).ok_or(MemError::NoSpace)
     }
 
@@ -437,7 +437,7 @@ impl MemFs {
             Ok(v) => v,
             Err(MemError::NoSpace) => {
                 // Frees may be waiting in the logs: flush and try once more.
-                self.flush_own(Scope::All, FlushCause::Room)?;
+                self.flush_own(FlushCause::Room)?;
                 self.disk_op(|d| {
                     let ino = d.reserve_inode(InodeNo(parent as u32), dir);
                     self.note_reserved(d);
@@ -480,22 +480,6 @@ impl MemFs {
     /// is set, untold.)
     pub fn on_own_flush(&self, hook: impl Fn(FlushCause) + Send + Sync + 'static) {
         *self.inner.own_flush.write() = Some(Arc::new(hook));
-    }
-
-    /// A flush memfs makes on its own, told to the
-    /// [`MemFs::on_own_flush`] hook first.
-    pub(crate) fn flush_own(&self, scope: Scope, cause: FlushCause) -> Result<()> {
-        // A latched mount writes nothing more: nothing to tell (the flush
-        // says why).
-        if self.inner.read_only.load(Ordering::SeqCst) {
-            return self.flush(scope);
-        }
-        self.inner.stats.lock().own_flushes.count(cause);
-        let hook = self.inner.own_flush.read().clone();
-        if let Some(hook) = hook {
-            hook(cause);
-        }
-        self.flush(scope)
     }
 
     /// Records how many inode numbers `disk` holds reserved, for `statfs`.
