@@ -709,34 +709,12 @@ fn concurrent_fsyncs(mode: Consistency, flush_delay: Duration) {
 /// (periodically and under memory pressure); then crash states judged.
 fn concurrent_fsyncs_with(mode: Consistency, flush_delay: Duration, churn: bool) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-    use stitch_blockdev::record::{build_image, CrashPoint, CrashState, RecordingDevice};
+    use stitch_blockdev::record::{build_image, CrashPoint, CrashState};
     const THREADS: usize = 2;
     const FILES: usize = 40;
     /// Crash states judged by e2fsck and our fsck.
     const CRASHES: usize = 120;
-    let image = fresh_image(64 << 20, true);
-    let mem = stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap();
-    let slow = SlowFlush {
-        inner: mem,
-        delay: flush_delay,
-    };
-    let dev = Arc::new(RecordingDevice::with_base(slow, image).unwrap());
-    let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
-    let disk = stitch_diskfs::DiskFs::mount(cache, mode, NOW).unwrap();
-    let mount_opts = if churn {
-        stitch_memfs::Options {
-            flush_interval: Some(Duration::from_millis(2)),
-            memory_limit: 16 << 12,
-            ..opts()
-        }
-    } else {
-        opts()
-    };
-    let fs = MemFs::mount(disk, mount_opts).unwrap();
-    let own: Arc<Mutex<Vec<stitch_memfs::FlushCause>>> = Arc::default();
-    let seen = own.clone();
-    fs.on_own_flush(move |c| seen.lock().unwrap().push(c));
+    let (dev, fs, own) = recorded_mount(mode, flush_delay, churn.then_some(16));
     let scratch = fs.mkdir(fs.root(), b"scratch", 0o755, 0, 0).unwrap().ino;
     let dirs: Vec<u64> = (0..THREADS)
         .map(|t| {

@@ -280,3 +280,44 @@ impl<D: stitch_blockdev::BlockDevice> stitch_blockdev::BlockDevice for SlowFlush
         self.inner.flush()
     }
 }
+
+/// The device under [`recorded_mount`]: every write and flush recorded, on
+/// a memory device whose flushes take `delay`.
+pub type Recorded = stitch_blockdev::record::RecordingDevice<SlowFlush<MemDevice>>;
+
+/// A fresh 64 MiB ext3 image mounted in `mode` on a recording device whose
+/// flushes take `flush_delay`; with `pages`, memfs flushes on its own every
+/// 2 ms and holds at most that many file pages. Every flush memfs makes on
+/// its own is told to the returned list.
+pub fn recorded_mount(
+    mode: Consistency,
+    flush_delay: std::time::Duration,
+    pages: Option<u64>,
+) -> (
+    Arc<Recorded>,
+    MemFs,
+    Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>>,
+) {
+    let image = fresh_image(64 << 20, true);
+    let mem = MemDevice::from_image(4096, image.clone()).unwrap();
+    let slow = SlowFlush {
+        inner: mem,
+        delay: flush_delay,
+    };
+    let dev = Arc::new(stitch_blockdev::record::RecordingDevice::with_base(slow, image).unwrap());
+    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
+    let o = match pages {
+        Some(pages) => Options {
+            flush_interval: Some(std::time::Duration::from_millis(2)),
+            memory_limit: pages << 12,
+            ..opts()
+        },
+        None => opts(),
+    };
+    let fs = MemFs::mount(disk, o).unwrap();
+    let causes: Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>> = Arc::default();
+    let seen = causes.clone();
+    fs.on_own_flush(move |c| seen.lock().unwrap().push(c));
+    (dev, fs, causes)
+}
