@@ -120,6 +120,21 @@ impl DiskFs {
         data: Src<'_>,
         now: u32,
     ) -> Result<(usize, Vec<PatchId>)> {
+        self.write_data_after(ino, inode, offset, data, now, &[])
+    }
+
+    /// [`write_data`](Self::write_data) whose new blocks are pointed to
+    /// only after `after` too: a directory's new block holding an entry
+    /// waits so for the inode the entry names (soft-updates rule 1).
+    pub(crate) fn write_data_after(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        offset: u64,
+        data: Src<'_>,
+        now: u32,
+        after: &[PatchId],
+    ) -> Result<(usize, Vec<PatchId>)> {
         let bs = self.bs as u64;
         let mut out = Vec::new();
         let mut pos = 0usize;
@@ -137,7 +152,7 @@ impl DiskFs {
                     .and_then(|n| {
                         let run = data.sub(pos, n);
                         let (done, ps, err) =
-                            self.write_new_run(ino, inode, logical, in_block, run)?;
+                            self.write_new_run(ino, inode, logical, in_block, run, after)?;
                         len = done;
                         failure = err;
                         Ok(ps)
@@ -240,6 +255,7 @@ impl DiskFs {
         first: u64,
         in_block: usize,
         data: Src<'_>,
+        after: &[PatchId],
     ) -> Result<(usize, Vec<PatchId>, Option<DiskError>)> {
         let mut goal = self.goal(ino, inode, first)?;
         let mut phys_run = Vec::new();
@@ -283,15 +299,35 @@ impl DiskFs {
             goal = start + n as u32;
         }
         let mut pointer_deps = out.clone();
+        pointer_deps.extend(after);
         let end = first * self.bs as u64 + (in_block + pos) as u64;
+        // A file's size goes first: a crash before its pointer leaves a
+        // hole, which ext2 allows. A directory may have no hole, nor a
+        // block past its size: its size goes with a pointer in the inode
+        // (one patch), or after a pointer in an indirect block.
+        let in_inode = map_path(first, self.bs)?.depth == 0;
+        let mut size_after = false;
         if end > inode.size() {
-            inode.set_size(end);
-            let s = self.write_inode(ino, inode, &[])?;
-            pointer_deps.extend(&s);
-            out.extend(s);
+            if !inode.is_dir() {
+                inode.set_size(end);
+                let s = self.write_inode(ino, inode, &[])?;
+                pointer_deps.extend(&s);
+                out.extend(s);
+            } else if in_inode {
+                inode.set_size(end);
+            } else {
+                size_after = true;
+            }
         }
         match self.attach(ino, inode, first, &phys_run, &pointer_deps) {
-            Ok(ps) => out.extend(ps),
+            Ok(ps) => {
+                if size_after {
+                    inode.set_size(end);
+                    let s = self.write_inode(ino, inode, &ps)?;
+                    out.extend(s);
+                }
+                out.extend(ps)
+            }
             Err(e) => {
                 // No indirect block for them: nothing points at the data
                 // blocks, so give them back rather than leak them.

@@ -285,12 +285,13 @@ impl DiskFs {
             ));
         }
         let logical = inode.size() / self.bs as u64;
-        let written = self.write_data(
+        let written = self.write_data_after(
             dir,
             &mut inode,
             logical * self.bs as u64,
             Src::Bytes(&bytes),
             now,
+            deps,
         );
         let (n, ps) = match written {
             Ok(w) => w,
