@@ -270,6 +270,7 @@ impl DiskFs {
                     .insert((dir, name.to_vec()), (p, Vec::new()));
                 self.forget_committed_adds();
             }
+            self.named(ino, ft, &added);
             if let Some(d) = self.dirs.get_mut(&dir) {
                 d.names.insert(name.to_vec(), i);
             }
@@ -304,6 +305,7 @@ impl DiskFs {
             self.dirs.remove(&dir);
             return Err(DiskError::NoSpace("no block for a directory"));
         }
+        self.named(ino, ft, &ps);
         out.extend(ps);
         // The index grows by the new block (or is rebuilt if that fails).
         match self.bmap(&inode, logical)? {
@@ -390,6 +392,7 @@ impl DiskFs {
         let Some(((), patch, _)) = set else {
             return Err(DiskError::NotFound);
         };
+        self.named(ino, ft, &patch);
         out.extend(patch);
         out.extend(self.touch(dir, &mut inode, now)?);
         Ok(out)
@@ -428,6 +431,51 @@ impl DiskFs {
                 .resolve(*add)
                 .is_some_and(|a| cache.state(a) == stitch_patch::PatchState::Uncommitted)
         });
+    }
+
+    /// Records that `added` gave the inode `ino` (of type `ft`) a name.
+    /// Directories have one name and are left out. Each inode's list drops
+    /// what has reached the disk as it grows, and the map drops inodes whose
+    /// names all have, each time it reaches a power of two from 4096 on.
+    fn named(&mut self, ino: InodeNo, ft: FileType, added: &[PatchId]) {
+        if ft == FileType::Directory || added.is_empty() {
+            return;
+        }
+        let cache = self.m.cache();
+        let list = self.names_added.entry(ino).or_default();
+        list.retain(|p| cache.resolve(*p).is_some());
+        list.extend(added);
+        let n = self.names_added.len();
+        if n >= 4096 && n.is_power_of_two() {
+            self.names_added
+                .retain(|_, l| l.iter().any(|p| cache.resolve(*p).is_some()));
+        }
+    }
+
+    /// What removing the name `name` of `dir` from `ino` must wait for: the
+    /// patches that gave `ino` its other names, while not on disk. Without
+    /// them a crash could keep the removal and lose the other name's entry,
+    /// leaving the inode with no name at all (soft-updates rule 3). The
+    /// name's own add is left out: a removal that merges into it leaves no
+    /// trace on disk (`never_on_disk`).
+    pub(crate) fn names_elsewhere(
+        &mut self,
+        ino: InodeNo,
+        dir: InodeNo,
+        name: &[u8],
+    ) -> Vec<PatchId> {
+        let Some(list) = self.names_added.get(&ino) else {
+            return Vec::new();
+        };
+        let cache = self.m.cache();
+        let own = self
+            .entry_adds
+            .get(&(dir, name.to_vec()))
+            .and_then(|(p, _)| cache.resolve(*p));
+        list.iter()
+            .filter_map(|p| cache.resolve(*p))
+            .filter(|p| Some(*p) != own)
+            .collect()
     }
 
     /// Records that the entry `name` of `dir`, just added by a rename,

@@ -43,6 +43,11 @@ pub struct DiskFs {
     /// With it, for a name a rename made, the removals of the names the
     /// inode had before that may still be on disk (see `never_on_disk`).
     pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), crate::dir::Added>,
+    /// The patches that gave each non-directory inode a name since mount,
+    /// while they may not be on disk: a name removed from an inode that
+    /// keeps others waits for them, so no crash leaves it nameless (see
+    /// `names_elsewhere`).
+    pub(crate) names_added: rustc_hash::FxHashMap<InodeNo, Vec<PatchId>>,
     /// Blocks freed while their data is not journaled, with the patch that
     /// freed them: not reused until that free is durable (ext3's rule; see
     /// `alloc`).
@@ -93,6 +98,7 @@ impl DiskFs {
             open: Default::default(),
             orphaned: Default::default(),
             entry_adds: Default::default(),
+            names_added: Default::default(),
             pending_frees: Default::default(),
             replayed: None,
             reserved: Default::default(),

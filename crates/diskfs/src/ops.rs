@@ -145,7 +145,8 @@ impl DiskFs {
         if self.read_inode(entry.ino)?.is_dir() {
             return Err(DiskError::IsDir);
         }
-        let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
+        let elsewhere = self.names_elsewhere(entry.ino, parent, name);
+        let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &elsewhere, now)?;
         // An entry that never reached the disk needs no waiting for (§4.5),
         // but an older name a rename took the inode from may still be there.
         if let Some(before) = never_on_disk {

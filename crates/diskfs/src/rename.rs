@@ -151,7 +151,12 @@ impl DiskFs {
         inode.core.links_count += 1;
         let up = self.write_inode(src, &inode, &[])?;
         let set = match dst {
-            Some(_) => self.retarget_entry(dp, dn, src, ft, &up, now)?,
+            Some(old) => {
+                // The replaced inode loses this name: after its others.
+                let mut deps = up.clone();
+                deps.extend(self.names_elsewhere(old, dp, dn));
+                self.retarget_entry(dp, dn, src, ft, &deps, now)?
+            }
             None => self.add_entry(dp, dn, src, ft, &up, now)?,
         };
         let (_, removed, before) = self.remove_entry(sp, sn, &set, now)?;
