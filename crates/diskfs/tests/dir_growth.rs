@@ -12,11 +12,8 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
-use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
+use stitch_diskfs::Consistency;
 
 mod common;
 use common::NOW;
@@ -34,10 +31,7 @@ fn a_directory_growing_a_block_shows_only_leaks_after_any_crash() {
     let path = tmp.path().join("crash.img");
     let mut judged = 0;
     for seed in 0..2u64 {
-        let mem = MemDevice::from_image(4096, image.clone()).unwrap();
-        let rec = Arc::new(RecordingDevice::with_base(mem, image.clone()).unwrap());
-        let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+        let (rec, mut fs) = common::mount_recorded(image.clone(), Consistency::SoftUpdates);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
         fs.sync().unwrap();

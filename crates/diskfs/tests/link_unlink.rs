@@ -7,11 +7,8 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
-use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
 use common::NOW;
@@ -24,10 +21,7 @@ fn a_file_linked_then_unlinked_keeps_a_name_at_every_crash() {
     let image = common::fresh_image(tmp.path(), 16 << 20);
     let mut judged = 0;
     for seed in 0..3u64 {
-        let mem = MemDevice::from_image(4096, image.clone()).unwrap();
-        let rec = Arc::new(RecordingDevice::with_base(mem, image.clone()).unwrap());
-        let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+        let (rec, mut fs) = common::mount_recorded(image.clone(), Consistency::SoftUpdates);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let root = fs.root();
         let (tmpdir, _) = fs.mkdir(root, b"tmp", 0o755, 0, 0, NOW).unwrap();

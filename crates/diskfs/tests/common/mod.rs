@@ -44,3 +44,14 @@ pub fn write_back_some(fs: &mut DiskFs, rng: &mut impl rand::Rng) {
         cache.flush().unwrap();
     }
 }
+
+/// `image` mounted in `mode` on a recording device, for crash tests.
+pub fn mount_recorded(
+    image: Vec<u8>,
+    mode: Consistency,
+) -> (Arc<stitch_blockdev::RecordingDevice<MemDevice>>, DiskFs) {
+    let mem = MemDevice::from_image(4096, image.clone()).unwrap();
+    let rec = Arc::new(stitch_blockdev::RecordingDevice::with_base(mem, image).unwrap());
+    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
+    (rec, DiskFs::mount(cache, mode, NOW).unwrap())
+}
