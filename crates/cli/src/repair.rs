@@ -64,6 +64,15 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
                 ino: InodeNo(ino),
                 should_be,
             }),
+            FindingKind::BadSize {
+                ino,
+                should_be,
+                dir_blocks_past_size: true,
+                ..
+            } => Some(Leak::DirSize {
+                ino: InodeNo(ino),
+                should_be,
+            }),
             FindingKind::InUseWithDtime { ino, .. } => Some(Leak::OrphanLink { ino: InodeNo(ino) }),
             FindingKind::XattrRefcountWrong {
                 block,

@@ -43,6 +43,13 @@ pub enum Leak {
         ino: InodeNo,
         should_be: u64,
     },
+    /// A directory's size short of the blocks it maps (a crash between a
+    /// new block's pointer in an indirect block and the size): set to
+    /// `should_be`, which makes the block's entries seen again.
+    DirSize {
+        ino: InodeNo,
+        should_be: u64,
+    },
     /// An in-use inode whose `i_dtime` is a stale orphan-list link.
     OrphanLink {
         ino: InodeNo,
@@ -82,7 +89,10 @@ impl Leak {
             | Leak::GroupDirs { .. } => 0,
             Leak::FreeBlocks { .. } | Leak::FreeInodes { .. } => 0,
             Leak::BlocksLeaked { .. } | Leak::InodesLeaked { .. } => 1,
-            Leak::BlockCount { .. } | Leak::OrphanLink { .. } | Leak::XattrRefcount { .. } => 2,
+            Leak::BlockCount { .. }
+            | Leak::DirSize { .. }
+            | Leak::OrphanLink { .. }
+            | Leak::XattrRefcount { .. } => 2,
             Leak::UnconnectedDirectory { .. } => 3,
             Leak::LinkCount { .. } => 4,
         }
@@ -153,6 +163,7 @@ impl DiskFs {
             Leak::BlockCount { ino, should_be } => self.edit_inode(ino, |i| {
                 i.core.blocks_lo = should_be as u32;
             }),
+            Leak::DirSize { ino, should_be } => self.edit_inode(ino, |i| i.set_size(should_be)),
             Leak::OrphanLink { ino } => self.edit_inode(ino, |i| i.core.dtime = 0),
             Leak::XattrRefcount { block, users } => self.set_xattr_refcount(block, users),
             Leak::UnconnectedDirectory { ino } => self.reconnect(ino, FileType::Directory, now),

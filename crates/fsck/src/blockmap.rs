@@ -299,6 +299,9 @@ fn judge(fs: &Fs, st: &mut State, acc: &Acc) {
             ino: acc.ino,
             size: acc.size,
             should_be,
+            dir_blocks_past_size: acc.is_dir
+                && acc.size.is_multiple_of(fs.bs() as u64)
+                && acc.size < should_be,
         });
     }
     let should_be = acc.num_blocks * (fs.bs() as u64 / 512);

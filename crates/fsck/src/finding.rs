@@ -107,6 +107,9 @@ pub enum FindingKind {
         ino: u32,
         size: u64,
         should_be: u64,
+        /// A directory whose size, a whole number of blocks, stops short
+        /// of blocks it maps.
+        dir_blocks_past_size: bool,
     },
     BadBlockCount {
         ino: u32,
@@ -303,6 +306,16 @@ impl FindingKind {
                 should_be,
                 ..
             } if refcount > should_be => Class::Leak,
+            // A directory growing through an indirect block: soft updates
+            // writes the pointer to its new block, then (another block, the
+            // inode) its size, and a crash between leaves the block past
+            // the size, unseen by the kernel (it reads to the size). Its
+            // contents are checked as any directory block's (a bad one is
+            // reported apart); the repair extends the size, as e2fsck does.
+            BadSize {
+                dir_blocks_past_size: true,
+                ..
+            } => Class::Leak,
             // An in-use orphan's dtime links the orphan list onward.
             InUseWithDtime {
                 orphan_link: true, ..
@@ -376,7 +389,7 @@ impl fmt::Display for FindingKind {
             IllegalBlock { ino, logical: Some(l), block } => write!(f, "illegal block #{l} ({block}) in inode {ino}"),
             IllegalBlock { ino, logical: None, block } => write!(f, "illegal indirect block ({block}) in inode {ino}"),
             BlockClaimedTwice { block, owners } => write!(f, "block {block} is claimed by {owners:?}"),
-            BadSize { ino, size, should_be } => write!(f, "inode {ino}: i_size is {size}, should be {should_be}"),
+            BadSize { ino, size, should_be, .. } => write!(f, "inode {ino}: i_size is {size}, should be {should_be}"),
             BadBlockCount { ino, i_blocks, should_be } => write!(f, "inode {ino}: i_blocks is {i_blocks}, should be {should_be}"),
             XattrBlockCorrupt { block, reason } => write!(f, "extended-attribute block {block}: {reason}"),
             XattrRefcountWrong { block, refcount, should_be } => write!(f, "extended-attribute block {block} has reference count {refcount}, should be {should_be}"),
@@ -413,5 +426,25 @@ impl fmt::Display for FindingKind {
             FreeBlocksWrong { stored, counted } => write!(f, "free blocks count wrong ({stored}, counted={counted})"),
             FreeInodesWrong { stored, counted } => write!(f, "free inodes count wrong ({stored}, counted={counted})"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory short of its blocks is a leak; any other bad size is
+    /// corruption.
+    #[test]
+    fn only_a_directory_short_of_its_blocks_is_a_leak_among_bad_sizes() {
+        let bad = |past| FindingKind::BadSize {
+            ino: 12,
+            size: 49_152,
+            should_be: 53_248,
+            dir_blocks_past_size: past,
+        };
+        assert_eq!(bad(true).class(), Class::Leak);
+        assert_eq!(bad(false).class(), Class::Corruption);
+        assert!(bad(true).is_error(), "e2fsck -n exits 4 on it");
     }
 }
