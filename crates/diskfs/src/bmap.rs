@@ -305,7 +305,6 @@ impl DiskFs {
         // hole, which ext2 allows. A directory may have no hole, nor a
         // block past its size: its size goes with a pointer in the inode
         // (one patch), or after a pointer in an indirect block.
-        let in_inode = map_path(first, self.bs)?.depth == 0;
         let mut size_after = false;
         if end > inode.size() {
             if !inode.is_dir() {
@@ -313,7 +312,7 @@ impl DiskFs {
                 let s = self.write_inode(ino, inode, &[])?;
                 pointer_deps.extend(&s);
                 out.extend(s);
-            } else if in_inode {
+            } else if map_path(first, self.bs)?.depth == 0 {
                 inode.set_size(end);
             } else {
                 size_after = true;

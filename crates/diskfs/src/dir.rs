@@ -457,13 +457,19 @@ impl DiskFs {
     /// them a crash could keep the removal and lose the other name's entry,
     /// leaving the inode with no name at all (soft-updates rule 3). The
     /// name's own add is left out: a removal that merges into it leaves no
-    /// trace on disk (`never_on_disk`).
+    /// trace on disk (`never_on_disk`). With `links` (its link count) at
+    /// one the inode has no other name, and nothing is looked up (most
+    /// unlinks).
     pub(crate) fn names_elsewhere(
-        &mut self,
+        &self,
         ino: InodeNo,
+        links: u16,
         dir: InodeNo,
         name: &[u8],
     ) -> Vec<PatchId> {
+        if links <= 1 {
+            return Vec::new();
+        }
         let Some(list) = self.names_added.get(&ino) else {
             return Vec::new();
         };

@@ -142,10 +142,11 @@ impl DiskFs {
     /// Removes the name `name` of a non-directory from `parent`.
     pub fn unlink(&mut self, parent: InodeNo, name: &[u8], now: u32) -> Result<PatchId> {
         let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
-        if self.read_inode(entry.ino)?.is_dir() {
+        let inode = self.read_inode(entry.ino)?;
+        if inode.is_dir() {
             return Err(DiskError::IsDir);
         }
-        let elsewhere = self.names_elsewhere(entry.ino, parent, name);
+        let elsewhere = self.names_elsewhere(entry.ino, inode.core.links_count, parent, name);
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &elsewhere, now)?;
         // An entry that never reached the disk needs no waiting for (§4.5),
         // but an older name a rename took the inode from may still be there.

@@ -154,7 +154,8 @@ impl DiskFs {
             Some(old) => {
                 // The replaced inode loses this name: after its others.
                 let mut deps = up.clone();
-                deps.extend(self.names_elsewhere(old, dp, dn));
+                let links = self.read_inode(old)?.core.links_count;
+                deps.extend(self.names_elsewhere(old, links, dp, dn));
                 self.retarget_entry(dp, dn, src, ft, &deps, now)?
             }
             None => self.add_entry(dp, dn, src, ft, &up, now)?,

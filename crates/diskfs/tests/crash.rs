@@ -15,7 +15,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::process::Command;
 use std::sync::Arc;
-use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
 use stitch_patch::{CacheConfig, PatchCache};
@@ -282,15 +281,8 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
     };
     for seed in seeds {
         let rec = record(base.clone(), mode, seed);
-        let (log, start) = (rec.log(), rec.base());
-        let mut builder = ImageBuilder::new(&start, &log).unwrap();
-        let opts = Enumerate {
-            max_states: 6,
-            seed,
-            torn: None,
-        };
-        for state in crash_states(&log, &opts).unwrap() {
-            let image = builder.build(&state).unwrap();
+        let from = stitch_blockdev::record::CrashPoint(0);
+        common::each_crash_image(&rec, from, 6, seed, |state, image| {
             std::fs::write(&path, &image).unwrap();
             let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
             let e2 = Command::new("e2fsck")
@@ -319,7 +311,7 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
                 }
                 files_hold_only_their_own_bytes(image).unwrap_or_else(|e| panic!("{where_}: {e}"));
             }
-        }
+        });
     }
     v
 }

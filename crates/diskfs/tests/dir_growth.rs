@@ -13,7 +13,6 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
 use stitch_diskfs::Consistency;
 
 mod common;
@@ -48,22 +47,16 @@ fn a_directory_growing_a_block_shows_only_leaks_after_any_crash() {
             fs.getattr(d).unwrap().size >= 3 * 4096,
             "the directory did not grow"
         );
-        let (log, start) = (rec.log(), rec.base());
-        let mut builder = ImageBuilder::new(&start, &log).unwrap();
-        let opts = Enumerate {
-            max_states: 6,
-            seed,
-            torn: None,
-        };
-        for state in crash_states(&log, &opts).unwrap() {
-            std::fs::write(&path, builder.build(&state).unwrap()).unwrap();
+        let from = stitch_blockdev::record::CrashPoint(0);
+        common::each_crash_image(&rec, from, 6, seed, |state, image| {
+            std::fs::write(&path, image).unwrap();
             let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
             assert!(
                 report.is_clean() || report.only_leaks(),
                 "seed {seed}, state {state:?}:\n{report}"
             );
             judged += 1;
-        }
+        });
     }
     assert!(judged > 1000, "only {judged} crash images");
 }

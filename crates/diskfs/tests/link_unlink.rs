@@ -7,7 +7,6 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
 use stitch_diskfs::{Consistency, DiskFs};
 
 mod common;
@@ -45,18 +44,7 @@ fn a_file_linked_then_unlinked_keeps_a_name_at_every_crash() {
             common::write_back_some(&mut fs, &mut rng);
         }
         fs.sync().unwrap();
-        let (log, start) = (rec.log(), rec.base());
-        let mut builder = ImageBuilder::new(&start, &log).unwrap();
-        let opts = Enumerate {
-            max_states: 6,
-            seed,
-            torn: None,
-        };
-        for state in crash_states(&log, &opts)
-            .unwrap()
-            .filter(|s| s.committed >= setup)
-        {
-            let image = builder.build(&state).unwrap();
+        common::each_crash_image(&rec, setup, 6, seed, |state, image| {
             let (_, mut crashed) = common::mount(image, Consistency::SoftUpdates);
             let named = |fs: &mut DiskFs, dir| -> Vec<u32> {
                 fs.readdir(dir).unwrap().iter().map(|e| e.ino.0).collect()
@@ -71,7 +59,7 @@ fn a_file_linked_then_unlinked_keeps_a_name_at_every_crash() {
                 );
             }
             judged += 1;
-        }
+        });
     }
     assert!(judged > 100, "only {judged} crash images");
 }

@@ -55,3 +55,28 @@ pub fn mount_recorded(
     let cache = PatchCache::new(rec.clone(), CacheConfig::default());
     (rec, DiskFs::mount(cache, mode, NOW).unwrap())
 }
+
+/// Every crash image `rec`'s log allows whose committed prefix reaches
+/// `from` (exhaustive per epoch up to `max_states`, sampled beyond with
+/// `seed`), given to `f` with its state.
+pub fn each_crash_image(
+    rec: &stitch_blockdev::RecordingDevice<MemDevice>,
+    from: stitch_blockdev::record::CrashPoint,
+    max_states: u64,
+    seed: u64,
+    mut f: impl FnMut(&stitch_blockdev::record::CrashState, Vec<u8>),
+) {
+    use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
+    let (log, start) = (rec.log(), rec.base());
+    let mut builder = ImageBuilder::new(&start, &log).unwrap();
+    let opts = Enumerate {
+        max_states,
+        seed,
+        torn: None,
+    };
+    for state in crash_states(&log, &opts).unwrap() {
+        if state.committed >= from {
+            f(&state, builder.build(&state).unwrap());
+        }
+    }
+}
