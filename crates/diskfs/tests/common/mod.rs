@@ -80,3 +80,29 @@ pub fn each_crash_image(
         }
     }
 }
+
+/// The soft-updates verdict on the image at `path`: our fsck finds at most
+/// leaks, `e2fsck -fn` exits 0 or 4 (errors it would fix), and 0 whenever
+/// ours finds nothing. `Err` says why not.
+pub fn soft_updates_verdict(path: &Path) -> Result<(), String> {
+    let report = stitch_fsck::check(path, &Default::default(), &mut |_, _, _| {})
+        .map_err(|e| e.to_string())?;
+    if !report.is_clean() && !report.only_leaks() {
+        return Err(format!("corruption:\n{report}"));
+    }
+    let e2 = std::process::Command::new("e2fsck")
+        .arg("-fn")
+        .arg(path)
+        .output()
+        .expect("e2fsck (apt-get install e2fsprogs)");
+    let code = e2.status.code().unwrap_or(-1);
+    let clean = report.is_clean();
+    if (clean && code != 0) || !matches!(code, 0 | 4) {
+        return Err(format!(
+            "e2fsck exit {code} (ours: {}):\n{}",
+            if clean { "clean" } else { "leaks only" },
+            String::from_utf8_lossy(&e2.stdout)
+        ));
+    }
+    Ok(())
+}
