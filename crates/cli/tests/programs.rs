@@ -16,7 +16,7 @@
 mod posix_support;
 
 use posix_support::{
-    checked, require_tool, sh, write_file, Mode, Scratch, JOURNAL_ORDERED, SOFTUPDATES,
+    checked, require_tool, sh, write_file, Mode, Scratch, GIT_ENV, JOURNAL_ORDERED, SOFTUPDATES,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -58,17 +58,6 @@ fn source_tree(root: &Path, seed: u64) {
         }
     }
 }
-
-const GIT_ENV: &[(&str, &str)] = &[
-    ("GIT_CONFIG_NOSYSTEM", "1"),
-    ("GIT_CONFIG_GLOBAL", "/dev/null"),
-    ("GIT_AUTHOR_NAME", "stitchfs test"),
-    ("GIT_AUTHOR_EMAIL", "test@stitchfs.invalid"),
-    ("GIT_COMMITTER_NAME", "stitchfs test"),
-    ("GIT_COMMITTER_EMAIL", "test@stitchfs.invalid"),
-    ("GIT_AUTHOR_DATE", "2024-01-01T00:00:00Z"),
-    ("GIT_COMMITTER_DATE", "2024-01-01T00:00:00Z"),
-];
 
 /// git init/add/commit on 3,000 files, a second commit that modifies,
 /// deletes and adds files, log, gc (packs and prunes), fsck; after a

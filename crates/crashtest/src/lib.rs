@@ -40,6 +40,7 @@ pub mod workload;
 
 pub use report::{Finding, Kind, ModeSummary, Summary, Violation};
 pub use stitch_diskfs::{Consistency, DataMode};
+pub use stitch_memfs::Order;
 pub use workload::Workload;
 
 use check::{Cache, Checker};
@@ -73,6 +74,8 @@ pub struct Config {
     /// reads and writes past the bound flush and evict (`None`: the
     /// default bound, which no workload reaches).
     pub memory_pages: Option<u64>,
+    /// What memfs's fsyncs cover (`--order`).
+    pub order: Order,
 }
 
 impl Config {
@@ -88,6 +91,7 @@ impl Config {
             only_state: None,
             command: "stitchfs crashtest".into(),
             memory_pages: None,
+            order: Order::default(),
         }
     }
 }
@@ -205,6 +209,9 @@ impl Job<'_> {
         if let Some(p) = self.cfg.memory_pages {
             c.push_str(&format!(" --memory-pages {p}"));
         }
+        if self.cfg.order != Order::default() {
+            c.push_str(&format!(" --order {}", self.cfg.order));
+        }
         if let Some(s) = state {
             c.push_str(&format!(" --state {s}"));
         }
@@ -299,7 +306,11 @@ fn one(
 
 fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
     let (cfg, mode, w) = (job.cfg, job.mode, job.w);
-    let rec = match run::record(mode, w, cfg.memory_pages) {
+    let memfs = run::Memfs {
+        memory_pages: cfg.memory_pages,
+        order: cfg.order,
+    };
+    let rec = match run::record(mode, w, memfs) {
         Ok(r) => r,
         Err(e) => return job.problem(Kind::Harness, e, None),
     };

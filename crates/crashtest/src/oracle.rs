@@ -9,7 +9,8 @@
 //! inode for a change of data or attributes (logged once per inode between
 //! two flushes, as memfs does). A flush of an inode takes the closure:
 //! every operation on it, and for each operation taken every earlier one
-//! on any object it touches. `sync` takes everything.
+//! on any object it touches. `sync` takes everything, and so does an fsync
+//! in sequential order (the default), which covers every change before it.
 //!
 //! What reaches the disk is then exact: the taken namespace operations in
 //! stamp order, then each taken inode's data and attributes *as memory
@@ -20,6 +21,7 @@
 
 use crate::state::{FileKind, Inode, State, ROOT};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use stitch_memfs::Order;
 
 /// One logged change, on inode numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,6 +209,16 @@ impl Flush {
 pub enum Scope {
     All,
     Inode(u64),
+}
+
+/// What an fsync of `ino` covers (memfs's `Order`, stated again here):
+/// in sequential order every change made before it, in precise order the
+/// closure of the inode.
+pub fn fsync_scope(order: Order, ino: u64) -> Scope {
+    match order {
+        Order::Sequential => Scope::All,
+        Order::Precise => Scope::Inode(ino),
+    }
 }
 
 /// Memory, the expected disk, and the operations between them.

@@ -7,7 +7,7 @@
 //! durable. The setup runs the same way on a fresh image, once per setup
 //! and image kind, and is unmounted: recording starts from a clean image.
 
-use crate::oracle::{Flush, LOp, Oracle, Scope};
+use crate::oracle::{fsync_scope, Flush, LOp, Oracle, Scope};
 use crate::state::{read_tree, FileKind, Inode, State, ROOT};
 use crate::workload::{Action, Persist, Workload};
 use std::collections::{BTreeMap, HashMap};
@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo};
-use stitch_memfs::{FlushCause, Kind, MemError, MemFs, Options, RenameFlags, SetAttrs, XattrSet};
+use stitch_memfs::{
+    FlushCause, Kind, MemError, MemFs, Options, Order, RenameFlags, SetAttrs, XattrSet,
+};
 use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
 
@@ -92,15 +94,27 @@ fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
     std::fs::read(&path).map_err(|e| e.to_string())
 }
 
+/// What a crash test may set of memfs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memfs {
+    /// Pages of file data memfs keeps (`None`: the default, which no
+    /// workload reaches).
+    pub memory_pages: Option<u64>,
+    /// What an fsync covers.
+    pub order: Order,
+}
+
 /// memfs as the crash tests run it: no background flusher, a fixed
-/// clock, and a memory bound of `memory_pages` pages if given (`None`:
-/// the default, which no workload reaches).
-fn opts(memory_pages: Option<u64>) -> Options {
+/// clock, and the memory bound and order of `m`.
+fn opts(m: Memfs) -> Options {
     let d = Options::default();
     Options {
         flush_interval: None,
         fixed_time: Some(NOW),
-        memory_limit: memory_pages.map_or(d.memory_limit, |p| p.saturating_mul(BS as u64)),
+        memory_limit: m
+            .memory_pages
+            .map_or(d.memory_limit, |p| p.saturating_mul(BS as u64)),
+        order: m.order,
         ..d
     }
 }
@@ -121,8 +135,8 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
     let cache = PatchCache::new(dev.clone(), CacheConfig::default());
     let mut disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let empty = read_tree(&mut disk)?.state;
-    let fs = MemFs::mount(disk, opts(None)).map_err(|e| e.to_string())?;
-    let mut d = Driver::new(&fs, empty, 0, None);
+    let fs = MemFs::mount(disk, opts(Memfs::default())).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(&fs, Order::default(), empty, 0, None);
     for a in setup {
         d.act(a).map_err(|e| format!("setup: {a}: {e}"))?;
     }
@@ -297,6 +311,8 @@ struct Driver<'a> {
     /// persistence points: to find room (before the change), or under
     /// memory pressure (after it).
     inside: Vec<Inside>,
+    /// memfs's order, which says what its fsyncs cover.
+    order: Order,
 }
 
 /// A flush memfs made on its own inside an operation.
@@ -327,6 +343,7 @@ impl Inside {
 impl<'a> Driver<'a> {
     fn new(
         fs: &'a MemFs,
+        order: Order,
         state: State,
         writes: u64,
         rec: Option<Arc<RecordingDevice<MemDevice>>>,
@@ -358,6 +375,7 @@ impl<'a> Driver<'a> {
             mark: 0,
             own_flushes: 0,
             inside: Vec::new(),
+            order,
         }
     }
 
@@ -708,7 +726,7 @@ impl<'a> Driver<'a> {
             }
             let end = events.get(i + 1).map_or(now, |e| e.1);
             let flush = self.oracle.flush(match cause {
-                FlushCause::WriteBehind(ino) => Scope::Inode(ino),
+                FlushCause::WriteBehind(ino) => fsync_scope(self.order, ino),
                 _ => Scope::All,
             });
             self.inside.push(Inside {
@@ -743,14 +761,14 @@ impl<'a> Driver<'a> {
                 self.fs
                     .fsync(ino, false)
                     .map_err(|e| format!("fsync(fd{fd}): {e}"))?;
-                Scope::Inode(ino)
+                fsync_scope(self.order, ino)
             }
             Persist::Fsync(path) => {
                 let ino = resolve(self.fs, path).map_err(|e| format!("fsync({path}): {e}"))?;
                 self.fs
                     .fsync(ino, false)
                     .map_err(|e| format!("fsync({path}): {e}"))?;
-                Scope::Inode(ino)
+                fsync_scope(self.order, ino)
             }
         };
         Ok(Some(self.oracle.flush(scope)))
@@ -924,13 +942,8 @@ impl Recording {
     }
 }
 
-/// Runs `w` in `mode` on the recording device, memfs keeping at most
-/// `memory_pages` pages of file data in memory if given.
-pub fn record(
-    mode: Consistency,
-    w: &Workload,
-    memory_pages: Option<u64>,
-) -> Result<Recording, String> {
+/// Runs `w` in `mode` on the recording device, memfs set as `memfs` says.
+pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording, String> {
     use crate::report::Kind as K;
     let base = base(journaled(mode), &w.setup)?;
     let image = base.image.to_vec();
@@ -952,8 +965,14 @@ pub fn record(
     let disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let mut flushes = vec![still("mount", 0, len(), &base.state)];
     let mut problems = Vec::new();
-    let fs = MemFs::mount(disk, opts(memory_pages)).map_err(|e| e.to_string())?;
-    let mut d = Driver::new(&fs, base.state.clone(), base.writes, Some(rec.clone()));
+    let fs = MemFs::mount(disk, opts(memfs)).map_err(|e| e.to_string())?;
+    let mut d = Driver::new(
+        &fs,
+        memfs.order,
+        base.state.clone(),
+        base.writes,
+        Some(rec.clone()),
+    );
     let mut setup_writes = 0;
     for a in &w.setup {
         // The model replays the setup (the image already holds it).

@@ -383,7 +383,59 @@ pub fn named() -> Vec<Workload> {
         large_write(),
         orphans(),
         full(),
+        git_objects(),
     ]
+}
+
+/// Git's commit with `core.fsync=all`, twice: an object written and
+/// fsynced under a temporary name, linked to its real name, the temporary
+/// unlinked; the reference's lock file written and fsynced, renamed over
+/// the reference; a log file written and fsynced. The last fsync covers
+/// the link in sequential order (every change before it), so no crash
+/// state shows the new reference without its object; in precise order it
+/// does not, and only what each fsync's closure holds is promised.
+fn git_objects() -> Workload {
+    let append = |p: &str, len: u64| Action::Append { path: s(p), len };
+    let mut steps = Vec::new();
+    for (i, dir) in ["objects/ab", "objects/cd"].into_iter().enumerate() {
+        let tmp = format!("{dir}/tmp_obj_{i}");
+        let obj = format!("{dir}/obj{i}");
+        steps.extend([
+            step(Action::Creat(tmp.clone()), Persist::None),
+            step(append(&tmp, 300 + 100 * i as u64), fsync(&tmp)),
+            step(
+                Action::Link {
+                    from: tmp.clone(),
+                    to: obj,
+                },
+                Persist::None,
+            ),
+            step(Action::Unlink(tmp), Persist::None),
+            step(Action::Creat(s("refs/master.lock")), Persist::None),
+            step(append("refs/master.lock", 41), fsync("refs/master.lock")),
+            step(
+                Action::Rename {
+                    from: s("refs/master.lock"),
+                    to: s("refs/master"),
+                },
+                Persist::None,
+            ),
+            step(append("logs", 90), fsync("logs")),
+        ]);
+    }
+    Workload {
+        name: s("git-objects"),
+        setup: vec![
+            Action::Mkdir(s("objects")),
+            Action::Mkdir(s("objects/ab")),
+            Action::Mkdir(s("objects/cd")),
+            Action::Mkdir(s("refs")),
+            Action::Creat(s("refs/master")),
+            append("refs/master", 41),
+            Action::Creat(s("logs")),
+        ],
+        steps,
+    }
 }
 
 /// A disk filled to `ENOSPC` and freed again. A fill takes what memfs

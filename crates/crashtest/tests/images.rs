@@ -14,7 +14,7 @@ fn the_blocks_of_a_crash_state_are_its_image() {
         Consistency::SoftUpdates,
         Consistency::Journal(DataMode::Ordered),
     ] {
-        let rec = record(mode, &w, None).unwrap();
+        let rec = record(mode, &w, Default::default()).unwrap();
         let mut builder = ImageBuilder::new(&rec.base.image, &rec.log).unwrap();
         let opts = Enumerate {
             max_states: 8,
@@ -57,7 +57,7 @@ fn reused_verdicts_are_the_checkers_own() {
     let mode = Consistency::Journal(DataMode::Ordered);
     let w = workload::parse("maildelivery").unwrap();
     stitch_diskfs::fault::set_home_before_commit(true);
-    let rec = record(mode, &w, None);
+    let rec = record(mode, &w, Default::default());
     stitch_diskfs::fault::set_home_before_commit(false);
     let rec = rec.unwrap();
     let opts = Enumerate {

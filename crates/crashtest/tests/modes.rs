@@ -1,4 +1,4 @@
-//! Issue 6/7: whole-stack crash tests in every mode. Each mode runs the
+//! Whole-stack crash tests in every mode, in the default (sequential) order. Each mode runs the
 //! named workloads of the seeds, the longer generated ones that once
 //! failed (`workload::regressions`), every generated workload of length 1
 //! and a sample of length 2; every crash image is recovered and judged. No

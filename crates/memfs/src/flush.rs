@@ -31,7 +31,7 @@ use crate::error::{MemError, Result};
 use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made};
 use crate::node::{Node, NodeState, Page};
-use crate::types::{FlushCause, Kind};
+use crate::types::{FlushCause, Kind, Order};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
@@ -261,20 +261,30 @@ impl MemFs {
         self.flush(Scope::All)
     }
 
-    /// Makes `ino` durable (McoreFS §4.3): a file's data, attributes and
-    /// the creation of its inode (its name too, as diskfs creates both at
-    /// once); a directory's entries and whatever they depend on. `datasync`
-    /// (fdatasync) is served the same way.
+    /// Makes `ino` durable, with what the mount's [`Order`] says an fsync
+    /// covers: every change made before it (`Sequential`), or McoreFS's
+    /// closure (`Precise`, §4.3): a file's data, attributes and the
+    /// creation of its inode (its name too, as diskfs creates both at
+    /// once); a directory's entries and whatever they depend on.
+    /// `datasync` (fdatasync) is served the same way.
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
-        self.flush(Scope::Inode(ino))
+        self.flush(self.fsync_scope(ino))
+    }
+
+    /// What an fsync of `ino` takes under the mount's order.
+    fn fsync_scope(&self, ino: u64) -> Scope {
+        match self.inner.opts.order {
+            Order::Sequential => Scope::All,
+            Order::Precise => Scope::Inode(ino),
+        }
     }
 
     /// A flush memfs makes on its own: counted, and told to the
     /// [`MemFs::on_own_flush`] hook first. Everything, or for write-behind
-    /// the file's closure.
+    /// what an fsync of the file would take.
     pub(crate) fn flush_own(&self, cause: FlushCause) -> Result<()> {
         let scope = match cause {
-            FlushCause::WriteBehind(ino) => Scope::Inode(ino),
+            FlushCause::WriteBehind(ino) => self.fsync_scope(ino),
             FlushCause::Room | FlushCause::Pressure | FlushCause::Periodic => Scope::All,
         };
         // A latched mount writes nothing more: nothing to tell (the flush
@@ -712,7 +722,8 @@ impl MemFs {
                 orders = lock.lock();
             } else if let Some(&ino) = orders.behind.first() {
                 drop(orders);
-                // As an fsync would, so only this file's closure goes.
+                // As an fsync of the file would (under `Precise`, only its
+                // closure goes).
                 let flushed = self.flush_own(FlushCause::WriteBehind(ino));
                 if flushed.is_ok() {
                     self.shed_clean_pages(ino);

@@ -29,6 +29,6 @@ pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::RenameFlags;
 pub use types::{
-    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, OwnFlushes, SetAttrs, StatFs, Stats,
-    XattrSet,
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, Order, OwnFlushes, SetAttrs, StatFs,
+    Stats, XattrSet,
 };

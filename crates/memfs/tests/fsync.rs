@@ -1,13 +1,16 @@
-//! Precise fsync (McoreFS §4.3): what one fsync makes durable, and what it
-//! leaves in memory. The device image right after an fsync is what a crash
-//! then would leave (nothing else was applied to diskfs), so each test
-//! mounts a copy of it and looks.
+//! What one fsync makes durable, and what it leaves in memory: under
+//! `Order::Precise` (`--order precise`) McoreFS §4.3's closure, under the
+//! default `Order::Sequential` everything before it (`tests/order.rs`
+//! holds the cases where the two differ for applications). The device
+//! image right after an fsync is what a crash then would leave (nothing
+//! else was applied to diskfs), so each test mounts a copy of it and
+//! looks.
 
 mod common;
 use common::*;
 use std::time::Duration;
 use stitch_diskfs::Consistency;
-use stitch_memfs::{Kind, MemFs, RenameFlags, SetAttrs};
+use stitch_memfs::{Kind, MemFs, Order, RenameFlags, SetAttrs};
 
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
@@ -52,7 +55,7 @@ fn names(fs: &MemFs, dir: u64) -> Vec<String> {
 #[test]
 fn fsync_of_a_file_writes_that_file_only() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
         let r = fs.root();
         let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
         let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
@@ -86,7 +89,7 @@ fn fsync_of_a_file_writes_that_file_only() {
 #[test]
 fn fsync_of_a_directory_brings_the_partner_of_a_rename() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
         let r = fs.root();
         let d1 = fs.mkdir(r, b"d1", 0o755, 0, 0).unwrap();
         let d2 = fs.mkdir(r, b"d2", 0o755, 0, 0).unwrap();
@@ -114,7 +117,7 @@ fn a_moved_subdirectory_never_makes_a_loop_on_disk() {
     // McoreFS Figure 4-3: root has A, B; B/C; C/D. mv B/C /C; mv A D/A
     // (i.e. A moves below D, which sits in C), then fsync(D).
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
         let r = fs.root();
         let a = fs.mkdir(r, b"A", 0o755, 0, 0).unwrap();
         let b = fs.mkdir(r, b"B", 0o755, 0, 0).unwrap();
@@ -140,7 +143,7 @@ fn a_moved_subdirectory_never_makes_a_loop_on_disk() {
 #[test]
 fn a_removed_tree_goes_whole_or_not_at_all() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
         let r = fs.root();
         let t = fs.mkdir(r, b"t", 0o755, 0, 0).unwrap();
         let s = fs.mkdir(t.ino, b"s", 0o755, 0, 0).unwrap();
@@ -184,7 +187,7 @@ fn fsync_of_a_file_makes_its_attributes_durable() {
     };
     let pair = |n: &str, v: &str| (n.to_string(), v.to_string());
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, opts());
+        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
         let r = fs.root();
         let f = fs
             .mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0)
@@ -519,9 +522,14 @@ fn crash_now_then_unmount(
 /// A fresh 64 MiB image mounted with write-behind at 1 MiB and a
 /// background flusher that only write-behind wakes.
 fn mount_writing_behind(mode: Consistency) -> MemFs {
+    mount_writing_behind_in(mode, Order::default())
+}
+
+fn mount_writing_behind_in(mode: Consistency, order: Order) -> MemFs {
     let o = stitch_memfs::Options {
         flush_interval: Some(std::time::Duration::from_secs(3600)),
         write_behind: 1 << 20,
+        order,
         ..opts()
     };
     mount_on(device(fresh_image(64 << 20, true)), mode, o)
@@ -540,13 +548,17 @@ fn write_chunks(fs: &MemFs, name: &[u8], chunk: &[u8], n: u64) -> stitch_memfs::
 }
 
 /// Write-behind: a file holding more dirty bytes than the bound reaches
-/// the disk while it is written, with nobody calling fsync; a small file
-/// written before it stays in memory.
+/// the disk while it is written, with nobody calling fsync. A small file
+/// written before it goes with it in sequential order (no flush writes a
+/// change without the earlier ones) and stays in memory in precise order.
 #[test]
 fn a_large_file_is_written_behind_and_a_small_one_is_not() {
     let chunk: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
-    for mode in MODES {
-        let fs = mount_writing_behind(mode);
+    for (mode, order) in MODES
+        .into_iter()
+        .flat_map(|m| [(m, Order::Precise), (m, Order::Sequential)])
+    {
+        let fs = mount_writing_behind_in(mode, order);
         let r = fs.root();
         let small = fs
             .mknod(r, b"small", Kind::File, 0o644, (0, 0), 0, 0)
@@ -574,8 +586,17 @@ fn a_large_file_is_written_behind_and_a_small_one_is_not() {
         for (i, piece) in on_disk.chunks(chunk.len()).enumerate() {
             assert_eq!(piece, &chunk[..piece.len()], "{mode:?}: chunk {i}");
         }
-        // small's entry came with the directory's, its data did not.
-        assert_eq!(after.lookup(r, b"small").unwrap().size, 0, "{mode:?}");
+        // small's entry came with the directory's; its data only in
+        // sequential order, where it came before big's.
+        let small_size = match order {
+            Order::Precise => 0,
+            Order::Sequential => chunk.len() as u64,
+        };
+        assert_eq!(
+            after.lookup(r, b"small").unwrap().size,
+            small_size,
+            "{mode:?} {order}"
+        );
     }
 }
 

@@ -57,6 +57,8 @@ enum Kind {
     Stitchfs {
         consistency: &'static str,
         data: Option<&'static str>,
+        /// `--order`, when not the default.
+        order: Option<&'static str>,
     },
 }
 
@@ -82,13 +84,26 @@ const fn stitchfs(
     System {
         id,
         label,
-        kind: Kind::Stitchfs { consistency, data },
+        kind: Kind::Stitchfs {
+            consistency,
+            data,
+            order: None,
+        },
     }
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 13] = [
+pub const SYSTEMS: [System; 14] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
+    System {
+        id: "stitchfs-precise",
+        label: "stitchfs journal, precise fsync",
+        kind: Kind::Stitchfs {
+            consistency: "journal",
+            data: Some("ordered"),
+            order: Some("precise"),
+        },
+    },
     stitchfs(
         "stitchfs-softupdates",
         "stitchfs softupdates",
@@ -307,7 +322,11 @@ impl System {
                     .args(["-o", "allow_other"]);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
-            Kind::Stitchfs { consistency, data } => {
+            Kind::Stitchfs {
+                consistency,
+                data,
+                order,
+            } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("mount").arg(&img).arg(&mnt).args([
                     "--foreground",
@@ -318,6 +337,9 @@ impl System {
                 ]);
                 if let Some(d) = data {
                     cmd.args(["--data", d]);
+                }
+                if let Some(o) = order {
+                    cmd.args(["--order", o]);
                 }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }

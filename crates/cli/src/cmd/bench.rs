@@ -121,8 +121,9 @@ struct MountArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Systems to compare, comma-separated, or `all`: stitchfs,
-    /// stitchfs-softupdates, stitchfs-writeback, stitchfs-data-journal,
-    /// stitchfs-async, ext4 (data=ordered), ext4-writeback, ext4-journal,
+    /// stitchfs-precise (journal, `--order precise`), stitchfs-softupdates,
+    /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
+    /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
     #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
     systems: String,

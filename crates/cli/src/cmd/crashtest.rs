@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use stitch_crashtest::{workload, Config, Consistency, DataMode, Event};
+use stitch_crashtest::{workload, Config, Consistency, DataMode, Event, Order};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,7 +25,7 @@ pub struct Args {
     /// Workloads: all (named, past regressions and generated), named,
     /// generated, one named workload (featherstitch, mcorefs-rename,
     /// mcorefs-loop, mcorefs-rmrf, ccfs-journal-update, maildelivery,
-    /// large-write, orphans, full), or a spec `gen:STEPS` as printed in a
+    /// large-write, orphans, full, git-objects), or a spec `gen:STEPS` as printed in a
     /// violation.
     #[arg(long, default_value = "all")]
     pub workload: String,
@@ -68,6 +68,11 @@ pub struct Args {
     /// path, crash-tested.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub memory_pages: Option<u64>,
+    /// What memfs's fsyncs cover, as `mount --order` says: sequential
+    /// (default; every change before the fsync) or precise (the fsynced
+    /// inode's closure). The oracle holds each crash image to the same.
+    #[arg(long, value_name = "ORDER", default_value_t = Order::Sequential)]
+    pub order: Order,
     /// Run only part K of N of the selected workloads (`K/N`: those whose
     /// index i in the selection has i % N == K), to split a long run or
     /// take a deterministic sample of it.
@@ -158,12 +163,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         keep: args.keep,
         only_state: args.state,
         memory_pages: args.memory_pages,
+        order: args.order,
         ..Config::new(modes(&args.mode, &args.data)?, workloads)
     };
     println!(
-        "crashtest: {} workload(s) x {} mode(s), max {} crash states per epoch, seed {}, {} job(s)",
+        "crashtest: {} workload(s) x {} mode(s), {} order, max {} crash states per epoch, seed {}, {} job(s)",
         cfg.workloads.len(),
         cfg.modes.len(),
+        cfg.order,
         max_states,
         seed,
         jobs

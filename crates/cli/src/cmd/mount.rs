@@ -18,7 +18,7 @@ use std::time::Duration;
 use stitch_blockdev::{DevError, FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_format::Superblock;
-use stitch_memfs::MemFs;
+use stitch_memfs::{MemFs, Order};
 use stitch_patch::{CacheConfig, PatchCache};
 
 /// The image used when none is named, in the current directory.
@@ -40,6 +40,16 @@ pub struct Args {
     /// | journal.
     #[arg(long, value_name = "DATA", value_parser = parse_data)]
     pub data: Option<DataMode>,
+    /// What an fsync (or fdatasync) makes durable. sequential (default):
+    /// every change made on the mount before it, in order, as a journal
+    /// committing in sequence gives; a crash never keeps a change and
+    /// loses one made before it that an fsync has since covered. precise:
+    /// only what the fsynced file or directory depends on (McoreFS's
+    /// closure), faster beside unrelated work, but a program that relies
+    /// on an fsync to order earlier changes (Git's objects before its
+    /// references) can lose them.
+    #[arg(long, value_name = "ORDER", default_value_t = Order::Sequential)]
+    pub order: Order,
     /// FUSE mount options, comma-separated (allow_other, ro, noexec, ...).
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub options: Vec<String>,
@@ -110,10 +120,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::fuse::tell_kernel_of_attr_changes(&fs, session.notifier());
     let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
     diag::info(&format!(
-        "mounted {} on {} ({}, {} threads)",
+        "mounted {} on {} ({}, {} order, {} threads)",
         plan.image.display(),
         plan.mountpoint.display(),
         plan.mode,
+        args.order,
         plan.config.n_threads.unwrap_or(1)
     ));
     let daemonized = ready.is_some();
@@ -444,6 +455,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
         write_behind: args.write_behind.saturating_mul(1 << 20),
         fixed_time: None,
+        order: args.order,
     };
     let fs = MemFs::mount(disk, opts).context("starting memfs")?;
     if plan.made {

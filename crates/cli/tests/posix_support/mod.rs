@@ -84,6 +84,19 @@ impl Mode {
     }
 }
 
+/// Git run from the tests: no system or user configuration, a fixed
+/// identity and fixed dates.
+pub const GIT_ENV: &[(&str, &str)] = &[
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ("GIT_AUTHOR_NAME", "stitchfs test"),
+    ("GIT_AUTHOR_EMAIL", "test@stitchfs.invalid"),
+    ("GIT_COMMITTER_NAME", "stitchfs test"),
+    ("GIT_COMMITTER_EMAIL", "test@stitchfs.invalid"),
+    ("GIT_AUTHOR_DATE", "2024-01-01T00:00:00Z"),
+    ("GIT_COMMITTER_DATE", "2024-01-01T00:00:00Z"),
+];
+
 /// Fails the test, naming the Debian package, if `tool` is not on PATH.
 pub fn require_tool(tool: &str, package: &str) {
     let found = Command::new("sh")
@@ -362,6 +375,21 @@ impl Mounted {
     /// The mount daemon's output so far.
     pub fn log(&self) -> String {
         read(&self.log)
+    }
+
+    /// Kills a foreground daemon outright (SIGKILL), as a crash of the
+    /// server would, and takes the dead mount away. What it had not yet
+    /// written to the image is lost; what it wrote stays in the host's
+    /// page cache, so this is a crash of stitchfs, not of the machine.
+    pub fn kill(mut self) {
+        self.done = true;
+        let mut child = self
+            .child
+            .take()
+            .expect("kill needs a foreground daemon (the default mount command)");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        lazy_unmount(&self.mnt);
     }
 
     /// Unmounts: SIGTERM to a foreground daemon (which must exit 0 and

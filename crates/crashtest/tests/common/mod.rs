@@ -1,7 +1,7 @@
 //! Helpers of the crashtest tests: the short run every mode gets.
 #![allow(dead_code)]
 
-use stitch_crashtest::{workload, Config, Consistency, Summary, Workload};
+use stitch_crashtest::{workload, Config, Consistency, Order, Summary, Workload};
 
 /// Seed of the sampled length-2 workloads and of crash-state sampling.
 pub const SEED: u64 = 7;
@@ -24,12 +24,24 @@ pub fn run(mode: Consistency, workloads: Vec<Workload>) -> Summary {
 
 /// [`run`] with memfs's file pages bounded to `memory_pages`.
 pub fn run_in(mode: Consistency, workloads: Vec<Workload>, memory_pages: Option<u64>) -> Summary {
+    run_with(mode, workloads, memory_pages, Order::default())
+}
+
+/// [`run`] with memfs's file pages bounded to `memory_pages` and its
+/// fsyncs covering what `order` says.
+pub fn run_with(
+    mode: Consistency,
+    workloads: Vec<Workload>,
+    memory_pages: Option<u64>,
+    order: Order,
+) -> Summary {
     let cfg = Config {
         max_states: 8,
         seed: SEED,
         jobs: 1,
         command: "cargo run -p stitchfs -- crashtest".into(),
         memory_pages,
+        order,
         ..Config::new(vec![mode], workloads)
     };
     let s = stitch_crashtest::run(&cfg, &|_| {}).expect("crashtest runs");

@@ -35,6 +35,14 @@ pub fn opts() -> Options {
     }
 }
 
+/// [`opts`] with McoreFS's precise fsync (`--order precise`).
+pub fn precise() -> Options {
+    Options {
+        order: stitch_memfs::Order::Precise,
+        ..opts()
+    }
+}
+
 /// memfs over diskfs over a memory device holding `image`.
 pub fn mount_on(dev: Arc<MemDevice>, mode: Consistency, opts: Options) -> MemFs {
     let cache = PatchCache::new(dev, CacheConfig::default());
