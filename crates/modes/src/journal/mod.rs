@@ -51,17 +51,16 @@
 //! ccfs's selective data journaling (overwrites journaled, appends home
 //! first) will be another arm of it.
 
+mod checkpoint;
+mod commit;
+
 use crate::Result;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use stitch_format::jbd2::blocks::{commit_csum, encode_descriptor, tag_flags, tags_per_descriptor};
-use stitch_format::jbd2::checksum::crc32_be;
 use stitch_format::jbd2::superblock::features;
-use stitch_format::jbd2::{
-    CommitBlock, DescriptorTag, JournalSuperblock, RevokeBlock, TagFormat, JBD2_MAGIC,
-};
-use stitch_patch::{BlockNo, PatchCache, PatchError, PatchFlags, PatchId, SyncStep, EMPTY_FAN_IN};
+use stitch_format::jbd2::{JournalSuperblock, TagFormat};
+use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, SyncStep};
 
 /// What the journal does with file data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -480,186 +479,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Closes the running transaction: log record, commit block, release.
-    pub fn commit(&mut self, cache: &mut PatchCache) -> Result<()> {
-        self.want_commit = false;
-        let Some(r) = self.running.take() else {
-            return Ok(());
-        };
-        let revokes: Vec<u64> = r
-            .revokes
-            .iter()
-            .copied()
-            .filter(|b| !r.block_set.contains(b))
-            .collect();
-        let data: Vec<PatchId> = r
-            .data
-            .iter()
-            .filter_map(|&d| cache.resolve(d))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if r.blocks.is_empty() && revokes.is_empty() {
-            // Only unjournaled data (or nothing): no log record, no sequence.
-            // Still durable only after every earlier transaction, so a sync
-            // of it covers them too (as JBD2's commits wait in order).
-            cache.release(r.hold)?;
-            let mut deps = data.clone();
-            deps.extend(self.closed.back().map(|c| c.durable));
-            let durable = cache.create_empty(&deps)?;
-            let homes = cache.create_empty(&[])?;
-            self.stats.data_only += u64::from(!data.is_empty());
-            self.closed.push_back(Closed {
-                epoch: r.epoch,
-                log: None,
-                seq: self.next_seq,
-                durable,
-                homes,
-                blocks: Vec::new(),
-            });
-            return Ok(());
-        }
-        let per_desc = tags_per_descriptor(self.fmt, self.bs).max(1);
-        let per_revoke = RevokeBlock::capacity(self.fmt, self.bs).max(1);
-        let need = (revokes.len().div_ceil(per_revoke)
-            + r.blocks.len().div_ceil(per_desc)
-            + r.blocks.len()
-            + 1) as u32;
-        self.make_space(cache, need)?;
-        let seq = self.next_seq;
-        self.next_seq = self.next_seq.wrapping_add(1);
-        let space_dep: Vec<PatchId> = self
-            .tail_patch
-            .filter(|&p| !cache.is_committed(p))
-            .into_iter()
-            .collect();
-        let start = self.head;
-        let mut log = Vec::with_capacity(need as usize);
-        let mut revoke_blocks = Vec::new();
-        for chunk in revokes.chunks(per_revoke) {
-            let rb = RevokeBlock {
-                sequence: seq,
-                blocks: chunk.to_vec(),
-            };
-            let bytes = rb
-                .encode(self.fmt, self.bs)
-                .map_err(|e| PatchError::Invariant(format!("revoke block: {e}")))?;
-            let p = self.write_log(cache, &bytes, &space_dep)?;
-            log.push(p);
-            revoke_blocks.push(p);
-            self.stats.revokes += chunk.len() as u64;
-        }
-        let mut crc = !0u32;
-        let mut copies = std::mem::take(&mut self.copies);
-        for chunk in r.blocks.chunks(per_desc) {
-            let mut tags = Vec::with_capacity(chunk.len());
-            copies.clear();
-            for (i, &b) in chunk.iter().enumerate() {
-                let at = copies.len();
-                copies.extend_from_slice(cache.read(b)?);
-                let copy = &mut copies[at..];
-                let mut flags = if i == 0 { 0 } else { tag_flags::SAME_UUID };
-                if copy[..4] == JBD2_MAGIC.to_be_bytes() {
-                    flags |= tag_flags::ESCAPE;
-                    copy[..4].fill(0);
-                }
-                if i + 1 == chunk.len() {
-                    flags |= tag_flags::LAST_TAG;
-                }
-                tags.push(DescriptorTag {
-                    blocknr: b.0,
-                    flags,
-                    checksum: 0,
-                    uuid: (i == 0).then_some(self.jsb.uuid),
-                });
-            }
-            let desc = encode_descriptor(seq, &tags, self.fmt, self.bs)
-                .map_err(|e| PatchError::Invariant(format!("descriptor block: {e}")))?;
-            crc = crc32_be(crc, &desc);
-            log.push(self.write_log(cache, &desc, &space_dep)?);
-            for copy in copies.chunks(self.bs) {
-                crc = crc32_be(crc, copy);
-                log.push(self.write_log(cache, copy, &space_dep)?);
-                self.stats.copies += 1;
-            }
-        }
-        self.copies = copies;
-        let (sec, nsec) = self.commit_time();
-        let mut cb = CommitBlock::new(seq, sec, nsec);
-        cb.chksum_type = commit_csum::CRC32;
-        cb.chksum_size = commit_csum::CRC32_SIZE;
-        cb.chksum[0] = crc;
-        // The commit block goes out with the log blocks, not after them
-        // (one device flush per transaction instead of two): the checksum
-        // covers descriptors and copies, and replay ends at a transaction
-        // whose blocks did not all arrive (ASYNC_COMMIT). Revoke blocks
-        // are not in the checksum, so the commit still follows them; and
-        // it follows the previous transaction (replay stops at the first
-        // torn one) and, in `ordered` mode, the transaction's data.
-        let mut deps = revoke_blocks;
-        deps.extend(self.prev_commit);
-        if self.data == DataMode::Ordered {
-            // Through one empty patch (a tree of them, for a wide one) when
-            // there are many: the commit block is a byte patch, which waits
-            // on its dependencies directly, and each data patch that
-            // committed shifted the sorted list behind it. A 16 MiB
-            // write-behind flush has 4,096 data patches.
-            if data.len() > EMPTY_FAN_IN {
-                deps.push(cache.create_empty(&data)?);
-            } else {
-                deps.extend(&data);
-            }
-        }
-        deps.extend(&space_dep);
-        // FAULT INJECTION (feature `fault-injection`): with the switch on,
-        // the home writes go first and the commit block waits for them.
-        #[cfg(feature = "fault-injection")]
-        let homes_first = crate::fault::home_before_commit();
-        #[cfg(not(feature = "fault-injection"))]
-        let homes_first = false;
-        if homes_first {
-            cache.release(r.hold)?;
-            deps.extend(r.homes.iter().filter_map(|&h| cache.resolve(h)));
-        }
-        let commit = self.write_log(cache, &cb.encode_block(self.bs, None), &deps)?;
-        // The transaction is in the log once all of it is: only then may
-        // home blocks be written, a later commit follow, or a sync return.
-        let mut whole = log;
-        whole.push(commit);
-        let logged = cache.create_empty(&whole)?;
-        self.prev_commit = Some(logged);
-        if !homes_first {
-            cache.add_dependency(r.hold, logged)?;
-            cache.release(r.hold)?;
-        }
-        let durable = if self.data == DataMode::Writeback && !data.is_empty() {
-            let mut d = data.clone();
-            d.push(logged);
-            cache.create_empty(&d)?
-        } else {
-            logged
-        };
-        let homes: Vec<PatchId> = r.homes.iter().filter_map(|&h| cache.resolve(h)).collect();
-        let homes = cache.create_empty(&homes)?;
-        let blocks: Vec<u64> = r.blocks.iter().map(|b| b.0).collect();
-        for &b in &blocks {
-            self.live_copies.insert(b, seq);
-        }
-        for b in &revokes {
-            self.live_copies.remove(b);
-        }
-        self.stats.commits += 1;
-        self.closed.push_back(Closed {
-            epoch: r.epoch,
-            log: Some((start, need)),
-            seq,
-            durable,
-            homes,
-            blocks,
-        });
-        Ok(())
-    }
-
     /// Writes one log block at the head and advances it.
     ///
     /// To the cache a log block is like file data: written once and not
@@ -698,98 +517,6 @@ impl Journal {
         }
         self.last_commit_time = t;
         t
-    }
-
-    /// Waits until `need` log blocks are free: moves the tail past
-    /// checkpointed transactions, writing the oldest ones' home blocks when
-    /// that is not enough. A full journal blocks the commit, never corrupts.
-    fn make_space(&mut self, cache: &mut PatchCache, need: u32) -> Result<()> {
-        if need > self.capacity() {
-            return Err(PatchError::Invariant(
-                JournalError::TooBig {
-                    need,
-                    capacity: self.capacity(),
-                }
-                .to_string(),
-            ));
-        }
-        if self.capacity() - self.used() < need + self.capacity() / 2 {
-            // Over half full: move the tail past what is already home.
-            self.advance_tail(cache)?;
-        }
-        let mut waited = false;
-        while self.capacity() - self.used() < need {
-            let Some(oldest) = self.closed.front() else {
-                return Err(PatchError::Invariant(format!(
-                    "journal: {} blocks used with no live transaction",
-                    self.used()
-                )));
-            };
-            let homes = oldest.homes;
-            let durable = oldest.durable;
-            cache.sync_patch(durable)?;
-            cache.sync_patch(homes)?;
-            waited = true;
-            self.advance_tail(cache)?;
-        }
-        self.stats.space_waits += u64::from(waited);
-        Ok(())
-    }
-
-    /// Drops checkpointed transactions from the front of the log and, if
-    /// the tail moved, writes it in the journal superblock.
-    fn advance_tail(&mut self, cache: &mut PatchCache) -> Result<()> {
-        let mut moved = false;
-        let mut done = None;
-        while let Some(c) = self.closed.front() {
-            if !(cache.is_committed(c.homes) && cache.is_committed(c.durable)) {
-                break;
-            }
-            let c = self.closed.pop_front().expect("front exists");
-            for b in &c.blocks {
-                if self.live_copies.get(b) == Some(&c.seq) {
-                    self.live_copies.remove(b);
-                }
-            }
-            done = Some(c.epoch);
-            moved |= c.log.is_some();
-        }
-        if let Some(last) = done {
-            // Transactions close in epoch order: every group up to the
-            // last one popped is durable.
-            self.tx_of.retain(|_, e| *e > last);
-        }
-        if !moved {
-            return Ok(());
-        }
-        let (tail, seq) = match self
-            .closed
-            .iter()
-            .find_map(|c| c.log.map(|(s, _)| (s, c.seq)))
-        {
-            Some(t) => t,
-            None => (self.head, self.next_seq),
-        };
-        self.write_tail(cache, tail, seq)
-    }
-
-    fn write_tail(&mut self, cache: &mut PatchCache, start: u32, seq: u32) -> Result<()> {
-        self.tail = start;
-        self.jsb.start = start;
-        self.jsb.sequence = seq;
-        let mut bytes = [0u8; 8];
-        bytes[..4].copy_from_slice(&seq.to_be_bytes());
-        bytes[4..].copy_from_slice(&start.to_be_bytes());
-        let p = cache.create_byte(
-            self.area[0],
-            JSB_SEQ_START,
-            &bytes,
-            &[],
-            PatchFlags::default(),
-        )?;
-        self.tail_patch = Some(p);
-        self.stats.tail_moves += 1;
-        Ok(())
     }
 
     /// Makes `p` durable: commits its transaction (and every earlier one)
