@@ -1,5 +1,5 @@
 //! [`FaultDevice`]: wraps any [`BlockDevice`] and fails chosen calls, so that
-//! every layer's error handling can be tested (DESIGN.md: "A failed device
+//! every layer's error handling can be tested (docs/design.md: "A failed device
 //! write or flush is never hidden").
 //!
 //! Calls are numbered from 1 since the device was made, separately per kind

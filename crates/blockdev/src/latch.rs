@@ -1,5 +1,5 @@
 //! The failure latch: after the first failed write or flush, a device refuses
-//! all further I/O (lib.rs invariant; DESIGN.md: "A failed device write or
+//! all further I/O (lib.rs invariant; docs/design.md: "A failed device write or
 //! flush is never hidden: the error is latched").
 //!
 //! Why latch instead of retry: after a failed `fsync` the kernel may have

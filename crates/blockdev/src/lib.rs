@@ -1,4 +1,4 @@
-//! The block layer: the bottom of the stitchfs stack (DESIGN.md, "Layers").
+//! The block layer: the bottom of the stitchfs stack (docs/design.md, "Layers").
 //!
 //! A [`BlockDevice`] knows blocks, not patches. It reads one block, writes a
 //! batch of blocks, and flushes. A write is *in flight* from the moment
@@ -22,7 +22,7 @@
 //! - [`file`](mod@file): [`FileDevice`], an image file or a Linux block device.
 //! - [`fault`]: [`FaultDevice`], a wrapper that injects failures.
 //! - [`record`]: [`RecordingDevice`] and the crash-image library built on its
-//!   log (`crashtest` in DESIGN.md, "Tools").
+//!   log (`crashtest` in docs/design.md, "Tools").
 //!
 //! Architecture invariant: this crate knows nothing about patches, file
 //! systems or the on-disk format. It moves whole blocks.

@@ -1,4 +1,4 @@
-//! The `stitchfs` command: one binary, one subcommand per tool (DESIGN.md, "Tools").
+//! The `stitchfs` command: one binary, one subcommand per tool (docs/design.md, "Tools").
 //!
 //! This crate only parses arguments and prints; every subcommand calls into a
 //! library crate, so tests exercise the same code without a process boundary.

@@ -1,4 +1,4 @@
-//! `stitchfs crashtest` as a library (DESIGN.md "Tools"; issue 7): run a
+//! `stitchfs crashtest` as a library (docs/design.md "Tools"): run a
 //! workload on the whole stack over a recording device, build every crash
 //! image the recording allows (exhaustive per epoch up to a bound, sampled
 //! with a seed beyond), recover each with stitchfs, and judge it with

@@ -1,4 +1,4 @@
-//! Issue 6: memfs under memory pressure, crash-tested. With its file pages
+//! memfs under memory pressure, crash-tested. With its file pages
 //! bounded to four, a read or write past the bound flushes everything and
 //! then evicts clean pages and unused inodes, so the operations after it
 //! load them again from the disk. Each such flush is a persistence point

@@ -1,4 +1,4 @@
-//! Reclaiming soft-updates leaks (DESIGN.md: `stitchfs fsck --repair-leaks`).
+//! Reclaiming soft-updates leaks (docs/design.md: `stitchfs fsck --repair-leaks`).
 //!
 //! The checker finds leaks; this module, part of the layer that modifies
 //! file systems, fixes them, so the checker stays an independent judge. It

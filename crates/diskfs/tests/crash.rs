@@ -1,4 +1,4 @@
-//! Crash tests of diskfs on the recording device (DESIGN.md "Testing"):
+//! Crash tests of diskfs on the recording device (docs/design.md "Testing"):
 //! a workload of creates, appends, overwrites, unlinks, mkdir and rmdir,
 //! renames, and files unlinked while open and later closed (or not) runs
 //! with write-back rounds and flushes interleaved; then every crash image the

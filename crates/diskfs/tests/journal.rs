@@ -1,5 +1,5 @@
-//! Crash tests of the journal mode (DESIGN.md "Consistency modes and
-//! guarantees"), in each data mode, on the recording device.
+//! Crash tests of the journal mode (docs/design.md "Consistency modes:
+//! what a crash leaves"), in each data mode, on the recording device.
 //!
 //! A workload of creates, writes, overwrites, truncates, links, renames,
 //! unlinks, mkdir/rmdir, symlinks and open-unlinked files runs with fsyncs,

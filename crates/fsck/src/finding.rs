@@ -2,8 +2,8 @@
 //!
 //! Every finding is one [`FindingKind`] variant carrying the numbers a repair
 //! needs (inode, block range, stored and correct count). Its [`Class`] is a
-//! function of the kind alone, fixed by DESIGN.md ("Consistency modes and
-//! guarantees"): a *soft-updates leak* is a link count too high, an inode or
+//! function of the kind alone, fixed by docs/design.md ("Consistency modes:
+//! what a crash leaves"): a *soft-updates leak* is a link count too high, an inode or
 //! block marked used but unreferenced, or a wrong group count; a *note* is a
 //! superblock free total that lags the group descriptors (ext3 and ext4
 //! leave them so between syncs, as stitchfs does; e2fsck reports them and
@@ -275,7 +275,7 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
-    /// The classification of DESIGN.md; the only place it is decided.
+    /// The classification of docs/design.md; the only place it is decided.
     pub fn class(&self) -> Class {
         use FindingKind::*;
         match self {

@@ -5,7 +5,7 @@
 //! For every image: both checkers say clean, or both say not; every problem
 //! e2fsck names maps (table in `common/e2fsck.rs`) to a kind we name; the
 //! bitmap ranges e2fsck lists are covered by ours; and for a damaged image,
-//! the damage's kind is reported with the class DESIGN.md gives it.
+//! the damage's kind is reported with the class docs/design.md gives it.
 //!
 //! Kernel mounts need root (CI runs as root); without it, the filled images
 //! and the damages that need their files are skipped, saying so.

@@ -1,5 +1,5 @@
 //! memfs: the in-memory file system in front of diskfs (McoreFS, whole
-//! thesis; DESIGN.md "Layers"). Every request is served from memory:
+//! thesis; docs/design.md "Layers"). Every request is served from memory:
 //! namespace and inodes are loaded from diskfs on demand, file data lives
 //! in pages with dirty tracking. What changes is logged in per-thread
 //! operation logs, each operation stamped at its linearization point. A

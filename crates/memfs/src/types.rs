@@ -134,8 +134,7 @@ pub enum Order {
     /// boundaries.
     #[default]
     Sequential,
-    /// McoreFS's closure ("Scaling a file system to many cores using an
-    /// operation log", §4.3): the inode's changes and what they depend on,
+    /// McoreFS's closure (§4.3): the inode's changes and what they depend on,
     /// nothing else. Faster when unrelated work is pending, but a crash may
     /// keep a later change (a renamed reference) and lose an earlier one
     /// it was meant to follow (the object it names) unless that one was

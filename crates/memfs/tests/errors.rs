@@ -1,4 +1,4 @@
-//! A full disk and a failing device, met through memfs (DESIGN.md: "Bad
+//! A full disk and a failing device, met through memfs (docs/design.md: "Bad
 //! input gets a clear error and loses nothing"). memfs accepts writes into
 //! memory and applies them later, so a write it accepts must be one the
 //! disk can take: `ENOSPC` comes at the write, never at the flush, and

@@ -1,5 +1,5 @@
 //! Consistency modes: how the dependencies diskfs states reach the patch
-//! cache (DESIGN.md "Consistency modes"; Featherstitch §6.2).
+//! cache (docs/design.md "Consistency modes"; Featherstitch §6.2).
 //!
 //! diskfs always states soft-updates dependencies. A mode rewrites them
 //! without knowing what the patches mean beyond their data/metadata flag:

@@ -1,5 +1,5 @@
 //! Crash simulation: [`RecordingDevice`] logs every write and flush, and the
-//! rest of this module builds the images a crash could leave (DESIGN.md,
+//! rest of this module builds the images a crash could leave (docs/design.md,
 //! "Tools", `crashtest`).
 //!
 //! # The crash model

@@ -1,4 +1,4 @@
-//! The FUSE frontend (DESIGN.md "Layers": the frontend translates; it holds
+//! The FUSE frontend (docs/design.md "Layers": the frontend translates; it holds
 //! no file-system logic). Kernel requests arrive through `fuser` on one
 //! worker thread per core and become memfs calls; memfs errors become the
 //! errno each carries.
