@@ -7,10 +7,8 @@
 // notation (`[IMAGE] MOUNTPOINT`), not as rustdoc links.
 #![allow(rustdoc::broken_intra_doc_links)]
 
-mod bench;
 mod cmd;
 mod fuse;
-mod plot;
 mod repair;
 
 use clap::{Parser, Subcommand};

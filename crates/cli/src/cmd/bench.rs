@@ -1,10 +1,10 @@
 //! `stitchfs bench SUITE`: run a benchmark suite, print a Markdown table,
 //! optionally write JSON and a plot.
 
-use crate::bench::optimizations::{self, Row, Scale};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
+use stitch_bench::optimizations::{self, Row, Scale};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -125,7 +125,7 @@ struct MountArgs {
     /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
     /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
-    #[arg(long, default_value = crate::bench::mount::DEFAULT_SYSTEMS)]
+    #[arg(long, default_value = stitch_bench::mount::DEFAULT_SYSTEMS)]
     systems: String,
     /// Workloads to run, comma-separated, or `all`: smallfile, largefile,
     /// mailbench, metadata (create, stat cold and warm, unlink), mailbox
@@ -162,7 +162,7 @@ struct SeedsArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Systems to compare, comma-separated, or `all` (as for `bench mount`).
-    #[arg(long, default_value = crate::bench::seeds::DEFAULT_SYSTEMS)]
+    #[arg(long, default_value = stitch_bench::seeds::DEFAULT_SYSTEMS)]
     systems: String,
     /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
     /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite,
@@ -230,8 +230,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Suite::Modes(a) => run_modes(a),
         Suite::Mount(a) => run_mount(a),
         Suite::Seeds(a) => run_seeds(a),
-        Suite::Fsck(a) => crate::bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
-        Suite::FloorServer(a) => crate::bench::floor::serve(&a.image, &a.mountpoint, &a.options),
+        Suite::Fsck(a) => stitch_bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
+        Suite::FloorServer(a) => stitch_floor::serve(&a.image, &a.mountpoint, &a.options),
     }
 }
 
@@ -255,7 +255,7 @@ impl Output {
         let path = dir.join(format!("{suite}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(json)?)?;
         std::fs::write(dir.join(format!("{suite}.md")), table)?;
-        crate::plot::plot(&path, &dir.join(format!("{suite}.png")), suite)
+        stitch_bench::plot::plot(&path, &dir.join(format!("{suite}.png")), suite)
     }
 }
 
@@ -274,11 +274,11 @@ fn progress(steps: usize) -> anyhow::Result<ProgressBar> {
 }
 
 fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
-    use crate::bench::modes;
+    use stitch_bench::modes;
     let out = &a.output;
     let tree = a
         .tree
-        .or_else(crate::bench::tree::default_tree)
+        .or_else(stitch_bench::tree::default_tree)
         .context("no source tree to untar (give --tree DIR)")?;
     let scratch = scratch_dir(out)?;
     let cfg = modes::Config {
@@ -304,7 +304,7 @@ fn run_modes(a: ModesArgs) -> anyhow::Result<()> {
 }
 
 fn run_mount(a: MountArgs) -> anyhow::Result<()> {
-    use crate::bench::mount;
+    use stitch_bench::mount;
     let out = &a.output;
     let mut scale = if out.quick {
         mount::Scale::QUICK
@@ -319,7 +319,7 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
     let cfg = mount::Config {
         scale,
         runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
-        systems: crate::bench::systems::select(&a.systems)?,
+        systems: stitch_bench::systems::select(&a.systems)?,
         workloads: mount::select_workloads(&a.workloads)?,
         scratch: scratch_dir(out)?,
         timeout: std::time::Duration::from_secs(a.timeout),
@@ -338,7 +338,7 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
 }
 
 fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
-    use crate::bench::seeds;
+    use stitch_bench::seeds;
     let out = &a.output;
     if !a.merge.is_empty() {
         let report = seeds::merge(&a.merge)?;
@@ -356,11 +356,11 @@ fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
     let cfg = seeds::Config {
         scale,
         runs: a.runs.unwrap_or(if out.quick { 1 } else { 3 }),
-        systems: crate::bench::systems::select(&a.systems)?,
+        systems: stitch_bench::systems::select(&a.systems)?,
         workloads: seeds::select_workloads(&a.workloads)?,
         scratch: scratch_dir(out)?,
         timeout: std::time::Duration::from_secs(a.timeout),
-        tree: a.tree.or_else(crate::bench::tree::default_tree),
+        tree: a.tree.or_else(stitch_bench::tree::default_tree),
         project: Some(a.project),
     };
     let bar = progress(seeds::steps(&cfg))?;
@@ -405,7 +405,7 @@ fn run_optimizations(a: OptArgs) -> anyhow::Result<()> {
 
 /// Figure 9's untar and delete through diskfs on a real tree, per setting.
 fn tree_rows(a: &OptArgs, keep: &dyn Fn(&str, &str) -> bool) -> anyhow::Result<Vec<Row>> {
-    use crate::bench::tree;
+    use stitch_bench::tree;
     let Some(root) = a
         .tree
         .clone()

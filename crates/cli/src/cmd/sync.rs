@@ -22,7 +22,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// an error that says so.
 pub fn sync_mount(path: &Path) -> anyhow::Result<()> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    match crate::fuse::request_sync(&f) {
+    match stitch_control::request_sync(&f) {
         Ok(true) => Ok(()),
         Ok(false) => bail!("{} is not on a stitchfs mount", path.display()),
         Err(e) => Err(e).with_context(|| format!("syncing the mount of {}", path.display())),

@@ -8,10 +8,10 @@
 //! exclusive `flock` on its image until its server exits, so this waits for
 //! a shared one.
 
-use crate::fuse::unescape_mount_field;
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use stitch_control::mounts::unescape_mount_field;
 
 #[derive(clap::Args)]
 pub struct Args {

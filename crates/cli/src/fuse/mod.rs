@@ -34,23 +34,10 @@ mod ops;
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stitch_control::IOC_SYNC;
+pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
 use stitch_memfs::{Attr, Kind, MemError, MemFs};
 
-/// How long the kernel may cache attributes, entries and absent names.
-/// Every change but two reaches memfs through this kernel, which drops
-/// what it cached for what it changed; the two a flush makes on its own
-/// (blocks read back from the disk, a directory's size) are sent to it by
-/// [`tell_kernel_of_attr_changes`]. So caching is exact, and one hour
-/// only bounds how long the kernel keeps what nobody asks for again.
-pub const TTL: Duration = Duration::from_secs(3600);
-/// The ioctl that makes everything the mount holds durable, as `sync(2)`
-/// would if the kernel sent `syncfs` to FUSE servers (it does not):
-/// `_IO(0xF5, 1)`, no argument. `stitchfs sync` and the benchmarks send it.
-pub const IOC_SYNC: u32 = 0xF501;
-/// The largest write the kernel sends in one request.
-pub const MAX_WRITE: u32 = 1 << 20;
-/// ext2's longest name.
-const NAME_MAX: usize = 255;
 /// ext2's root directory.
 const EXT2_ROOT: u64 = 2;
 
@@ -82,46 +69,6 @@ fn ext_ino(n: INodeNo) -> u64 {
     } else {
         n.0
     }
-}
-
-/// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
-/// mount holds is durable, `Ok(false)` if `f` is on another file system
-/// (which does not know the ioctl).
-pub fn request_sync(f: &std::fs::File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: an argument-less ioctl on a descriptor the caller owns.
-    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SYNC as _) } == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP) => Ok(false),
-        _ => Err(err),
-    }
-}
-
-/// A field of the mount table (`/proc/self/mounts`, `mountinfo`), which
-/// writes space, tab, newline and backslash as `\ooo` octal.
-pub fn unescape_mount_field(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Has memfs tell the kernel, through `notifier`, of attributes a flush
@@ -237,37 +184,6 @@ fn check_name(name: &[u8]) -> OpResult<()> {
     }
     Ok(())
 }
-
-/// A fuser reply that can carry an error.
-/// A reply that can carry an errno (every `fuser` reply type can).
-pub(crate) trait ErrorReply {
-    fn fail(self, e: Errno);
-}
-
-macro_rules! error_reply {
-    ($($t:ty),*) => {
-        $(impl ErrorReply for $t {
-            fn fail(self, e: Errno) {
-                self.error(e)
-            }
-        })*
-    };
-}
-
-error_reply!(
-    fuser::ReplyEmpty,
-    fuser::ReplyIoctl,
-    fuser::ReplyData,
-    fuser::ReplyEntry,
-    fuser::ReplyAttr,
-    fuser::ReplyOpen,
-    fuser::ReplyWrite,
-    fuser::ReplyStatfs,
-    fuser::ReplyCreate,
-    fuser::ReplyDirectory,
-    fuser::ReplyDirectoryPlus,
-    fuser::ReplyXattr
-);
 
 /// Runs one request: `work` computes the answer, `answer` sends it. A
 /// failure is answered with its errno (and logged when it means trouble).

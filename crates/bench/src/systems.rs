@@ -21,7 +21,6 @@
 //! machine shows there too). Unmounting returns the final counts: for a
 //! server, taken when it is reaped (`wait4`), after its last write.
 
-use crate::fuse::unescape_mount_field;
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
 use std::fs::File;
@@ -31,6 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+use stitch_control::mounts::unescape_mount_field;
 use stitch_mkfs::{JournalSize, MkfsOptions, Preallocate};
 
 /// One file system configuration.
@@ -254,7 +254,7 @@ impl System {
             Kind::Fuse2fs => mke2fs("mkfs.ext4", &img, bytes),
             Kind::Bindfs => Ok(std::fs::create_dir(&src)?),
             Kind::Floor => {
-                let saved = super::floor::saved(&img);
+                let saved = stitch_floor::saved(&img);
                 if saved.exists() {
                     std::fs::remove_file(&saved)?;
                 }
@@ -1045,12 +1045,6 @@ mod tests {
         assert!(found.contains(&(by_cwd.id() as i32)), "{found:?}");
         assert!(found.contains(&(by_fd.id() as i32)), "{found:?}");
         assert!(!found.contains(&(elsewhere.id() as i32)), "{found:?}");
-    }
-
-    #[test]
-    fn mount_paths_unescape() {
-        assert_eq!(unescape_mount_field(r"/a\040b\011c"), "/a b\tc");
-        assert_eq!(unescape_mount_field(r"/plain\x"), r"/plain\x");
     }
 
     #[test]

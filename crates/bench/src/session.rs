@@ -203,7 +203,7 @@ pub(super) fn syncfs(dir: &Path) -> anyhow::Result<()> {
     // The kernel sends no syncfs to a FUSE server: stitchfs is asked
     // directly (other systems answer ENOTTY and have nothing more to do,
     // or, like fuse2fs, no way to be asked).
-    crate::fuse::request_sync(&f).context("stitchfs sync ioctl")?;
+    stitch_control::request_sync(&f).context("stitchfs sync ioctl")?;
     Ok(())
 }
 
@@ -230,10 +230,10 @@ pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
 /// A system of a report, and why it did not run, if it did not.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SystemRow {
-    #[serde(deserialize_with = "crate::bench::seeds::known_name")]
-    pub id: crate::bench::seeds::Name,
-    #[serde(deserialize_with = "crate::bench::seeds::known_name")]
-    pub label: crate::bench::seeds::Name,
+    #[serde(deserialize_with = "crate::seeds::known_name")]
+    pub id: crate::seeds::Name,
+    #[serde(deserialize_with = "crate::seeds::known_name")]
+    pub label: crate::seeds::Name,
     pub skipped: Option<String>,
 }
 

@@ -3,8 +3,8 @@
 //! the Markdown report.
 
 use super::{Settings, PHASES};
-use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
-use crate::bench::systems::{DeviceLimits, Machine, System, Usage};
+use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::systems::{DeviceLimits, Machine, System, Usage};
 use serde::Serialize;
 
 /// Everything a run of the benchmark found.
@@ -342,8 +342,8 @@ pub fn table(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mount::Scale;
-    use crate::bench::systems::select;
+    use crate::mount::Scale;
+    use crate::systems::select;
 
     fn sample(rate: f64) -> Option<Outcome> {
         Some(Ok(Sample {

@@ -1074,12 +1074,7 @@ mod tests {
         assert_eq!(select_workloads("all").unwrap().len(), WORKLOADS.len());
         assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 8]);
         assert!(select_workloads("tpc-c").is_err());
-        assert_eq!(
-            super::super::systems::select(DEFAULT_SYSTEMS)
-                .unwrap()
-                .len(),
-            11
-        );
+        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 11);
     }
 
     #[test]

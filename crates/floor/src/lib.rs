@@ -15,7 +15,6 @@
 //! a crash loses its whole namespace. The namespace is saved beside the
 //! image at unmount and loaded at mount, for workloads that remount.
 
-use crate::fuse::{ErrorReply, IOC_SYNC, MAX_WRITE, TTL};
 use anyhow::Context;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
@@ -32,6 +31,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stitch_control::IOC_SYNC;
+use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
 
 /// The unit the image is handed out in.
 const CHUNK: u64 = 64 << 10;
@@ -50,8 +51,6 @@ const HOLE: Chunk = Chunk {
     at: u64::MAX,
     filled: 0,
 };
-/// The longest name, as ext2's.
-const NAME_MAX: usize = 255;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Kind {

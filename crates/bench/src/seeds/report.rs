@@ -3,8 +3,8 @@
 //! Markdown report.
 
 use super::{paired_ratio, Figure, Scale, Settings, PHASES};
-use crate::bench::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
-use crate::bench::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
+use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
@@ -392,8 +392,8 @@ pub fn table(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::seeds::{sample, Scale};
-    use crate::bench::systems::select;
+    use crate::seeds::{sample, Scale};
+    use crate::systems::select;
 
     fn quick_settings(runs: usize) -> Settings {
         Settings {

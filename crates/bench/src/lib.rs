@@ -1,0 +1,26 @@
+//! Benchmark suites of `stitchfs bench`. Each prints figures; none asserts
+//! timings (tests never do).
+//!
+//! Suites: `optimizations` (Featherstitch Figure 9, in memory), `modes`
+//! (Featherstitch Figure 10 and Seltzer's tables, in process), `fsck`,
+//! `mount` (McoreFS §6 through a real mount) and `seeds` (every seed
+//! paper's experiment through real mounts). The mount-based suites share
+//! `systems` (how each file system under test is made, mounted and
+//! measured) and `session` (runs, medians, ratios, reports); `plot` draws
+//! a suite's JSON with `scripts/plot.py`.
+//!
+//! Architecture invariant: benchmarks measure the stack through its public
+//! interfaces (the library crates, or the `stitchfs` binary for mounts);
+//! they add no file-system logic of their own.
+
+pub mod fsck;
+pub mod modes;
+pub mod mount;
+pub mod optimizations;
+pub mod plot;
+mod postmark;
+pub mod seeds;
+mod session;
+mod synth;
+pub mod systems;
+pub mod tree;
