@@ -1,0 +1,325 @@
+//! Who is calling a stitchfs mount. A FUSE request carries the id of the
+//! thread that made it (0 when the kernel made it on its own: release,
+//! forget, interrupt, writeback of pages dirtied through a shared
+//! mapping). Ordering domains (patchgroups, streams, external synchrony)
+//! are state of the process behind that thread, so the frontend asks this
+//! registry for it.
+//!
+//! The rules:
+//! - A thread is resolved to its process, which is keyed by pid *and*
+//!   start time ([`ProcKey`]): a pid reused by a new process is never
+//!   taken for the old one. The key survives `exec` (state does too).
+//! - A process first seen inherits a copy of the state of its nearest
+//!   ancestor that has some (fork semantics; a process orphaned by its
+//!   parent is found through the subreaper that adopted it, which is why
+//!   wrappers that start programs make themselves subreapers). A process
+//!   first seen without such an ancestor has none, and later changes to
+//!   other processes never give it any: only its own calls do
+//!   ([`Registry::enter`]). One approximation: a process forked before
+//!   its parent took state but first seen after inherits it anyway.
+//! - A process's state goes when it exits ([`Registry::prune`], which
+//!   [`Registry::enter`] also runs when the table is full).
+//! - Everything is bounded ([`Limits`]): at the bound a caller that wants
+//!   new state gets [`CallerError::TooMany`], never unbounded memory.
+//!
+//! The cost for ordinary requests: while no process holds state (the
+//! usual case) a lookup is one atomic load. Otherwise a thread seen before
+//! costs a hash lookup and one `poll` of its pidfd (is it still the thread
+//! we cached?); a new thread reads `/proc` once, and a new process walks
+//! its ancestors once.
+//!
+//! Architecture invariant: knows threads, processes and users, nothing of
+//! what the state means; no other stitch crate.
+
+pub mod procs;
+
+pub use procs::{ProcFs, Procs, ThreadInfo, Watch};
+
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A thread id, as the FUSE request header carries it (0: no caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tid(pub u32);
+
+/// A process id (a thread group's id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pid(pub u32);
+
+/// One process for its whole life: its pid and its start time in clock
+/// ticks since boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcKey {
+    pub pid: Pid,
+    pub start: u64,
+}
+
+/// Bounds of the registry.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Processes holding state.
+    pub processes: usize,
+    /// Threads remembered (a thread not remembered is resolved again on
+    /// each request).
+    pub threads: usize,
+    /// Ancestors walked to find one with state.
+    pub depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            processes: 4096,
+            threads: 16384,
+            depth: 64,
+        }
+    }
+}
+
+/// Why a caller's state could not be had.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CallerError {
+    #[error("the request has no calling process (the kernel made it)")]
+    NoCaller,
+    #[error("thread {0} exited before its request was served")]
+    Gone(u32),
+    #[error("{0} processes already hold stitchfs state (the limit)")]
+    TooMany(usize),
+}
+
+/// The process behind a request, with its state.
+#[derive(Debug)]
+pub struct Caller<S> {
+    pub tid: Tid,
+    pub process: ProcKey,
+    /// The user the process runs as.
+    pub uid: u32,
+    pub state: Arc<Mutex<S>>,
+}
+
+impl<S> Clone for Caller<S> {
+    fn clone(&self) -> Self {
+        Caller {
+            tid: self.tid,
+            process: self.process,
+            uid: self.uid,
+            state: self.state.clone(),
+        }
+    }
+}
+
+struct Process<S> {
+    state: Arc<Mutex<S>>,
+    uid: u32,
+    watch: Option<Box<dyn Watch>>,
+}
+
+struct Thread {
+    info: ThreadInfo,
+    watch: Option<Box<dyn Watch>>,
+}
+
+/// Every process holding state, and the threads seen lately.
+pub struct Registry<S> {
+    procs: Box<dyn Procs>,
+    limits: Limits,
+    processes: Mutex<FxHashMap<ProcKey, Process<S>>>,
+    threads: Mutex<FxHashMap<Tid, Thread>>,
+    /// No process holds state: a lookup need not ask anything.
+    none: AtomicBool,
+    /// Threads resolved through the system (cache misses), for tests and
+    /// statistics.
+    resolved: AtomicU64,
+}
+
+impl<S: Clone + Default> Registry<S> {
+    pub fn new(procs: Box<dyn Procs>, limits: Limits) -> Self {
+        Registry {
+            procs,
+            limits,
+            processes: Mutex::new(FxHashMap::default()),
+            threads: Mutex::new(FxHashMap::default()),
+            none: AtomicBool::new(true),
+            resolved: AtomicU64::new(0),
+        }
+    }
+
+    /// The caller of an ordinary request, if its process holds state (its
+    /// own, or inherited when first seen); `None` otherwise, for a request
+    /// the kernel made itself (`tid` 0), or for a thread already gone.
+    pub fn lookup(&self, tid: Tid) -> Option<Caller<S>> {
+        if tid.0 == 0 || self.none.load(Ordering::Acquire) {
+            return None;
+        }
+        self.resolve(tid, false).ok().flatten()
+    }
+
+    /// The caller's state, made now if its process has none (inherited
+    /// from the nearest ancestor that has some, else the default): for the
+    /// calls that set state.
+    pub fn enter(&self, tid: Tid) -> Result<Caller<S>, CallerError> {
+        if tid.0 == 0 {
+            return Err(CallerError::NoCaller);
+        }
+        self.resolve(tid, true)?.ok_or(CallerError::Gone(tid.0))
+    }
+
+    /// Processes holding state now.
+    pub fn len(&self) -> usize {
+        self.processes.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Threads resolved through the system so far (each a cache miss).
+    pub fn resolved(&self) -> u64 {
+        self.resolved.load(Ordering::Relaxed)
+    }
+
+    /// Drops the state of processes that exited and forgets threads that
+    /// did; returns how many processes went.
+    pub fn prune(&self) -> usize {
+        let mut procs = self.processes.lock();
+        let before = procs.len();
+        procs.retain(|key, p| !self.exited(*key, p.watch.as_deref()));
+        let gone = before - procs.len();
+        self.none.store(procs.is_empty(), Ordering::Release);
+        drop(procs);
+        self.threads
+            .lock()
+            .retain(|_, t| !t.watch.as_ref().is_some_and(|w| w.exited()));
+        gone
+    }
+
+    fn exited(&self, key: ProcKey, watch: Option<&dyn Watch>) -> bool {
+        match watch {
+            Some(w) => w.exited(),
+            None => self.procs.process(key.pid).map(|i| i.process) != Some(key),
+        }
+    }
+
+    /// `Ok(None)`: the thread's process holds no state and `create` is
+    /// off.
+    fn resolve(&self, tid: Tid, create: bool) -> Result<Option<Caller<S>>, CallerError> {
+        let info = match self.cached_thread(tid) {
+            Some(info) => info,
+            None => self.resolve_thread(tid)?,
+        };
+        if let Some(c) = self.caller(tid, info) {
+            return Ok(Some(c));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let inherited = self.inherited(info.parent);
+        self.adopt(tid, info, inherited.unwrap_or_default())
+            .map(Some)
+    }
+
+    /// The thread as remembered, if it is still the same thread.
+    fn cached_thread(&self, tid: Tid) -> Option<ThreadInfo> {
+        let mut threads = self.threads.lock();
+        let t = threads.get(&tid)?;
+        match &t.watch {
+            Some(w) if !w.exited() => Some(t.info),
+            _ => {
+                // Exited (the tid may now be another's), or unwatchable:
+                // ask the system again.
+                threads.remove(&tid);
+                None
+            }
+        }
+    }
+
+    /// Asks the system for the thread, remembers it, and on first sight
+    /// of its process gives it the state of its nearest ancestor that has
+    /// some.
+    fn resolve_thread(&self, tid: Tid) -> Result<ThreadInfo, CallerError> {
+        self.resolved.fetch_add(1, Ordering::Relaxed);
+        let info = self.procs.thread(tid).ok_or(CallerError::Gone(tid.0))?;
+        let known = self.processes.lock().contains_key(&info.process);
+        if !known && !self.none.load(Ordering::Acquire) {
+            if let Some(state) = self.inherited(info.parent) {
+                // At the bound the process goes without; its calls that
+                // want state will be refused with the reason.
+                let _ = self.adopt(tid, info, state);
+            }
+        }
+        self.remember(tid, info);
+        Ok(info)
+    }
+
+    fn remember(&self, tid: Tid, info: ThreadInfo) {
+        let mut threads = self.threads.lock();
+        if threads.len() >= self.limits.threads {
+            threads.retain(|_, t| !t.watch.as_ref().is_some_and(|w| w.exited()));
+            if threads.len() >= self.limits.threads {
+                return;
+            }
+        }
+        let watch = self.procs.watch_thread(tid);
+        threads.insert(tid, Thread { info, watch });
+    }
+
+    fn caller(&self, tid: Tid, info: ThreadInfo) -> Option<Caller<S>> {
+        let procs = self.processes.lock();
+        let p = procs.get(&info.process)?;
+        Some(Caller {
+            tid,
+            process: info.process,
+            uid: p.uid,
+            state: p.state.clone(),
+        })
+    }
+
+    /// A copy of the state of the nearest holder of state among `parent`
+    /// and its ancestors.
+    fn inherited(&self, parent: Pid) -> Option<S> {
+        let mut at = parent;
+        for _ in 0..self.limits.depth {
+            if at.0 == 0 {
+                return None;
+            }
+            let info = self.procs.process(at)?;
+            if let Some(p) = self.processes.lock().get(&info.process) {
+                return Some(p.state.lock().clone());
+            }
+            at = info.parent;
+        }
+        None
+    }
+
+    /// Gives the thread's process state (unless it has some by now),
+    /// within bounds.
+    fn adopt(&self, tid: Tid, info: ThreadInfo, state: S) -> Result<Caller<S>, CallerError> {
+        let full = self.processes.lock().len() >= self.limits.processes;
+        if full {
+            self.prune();
+        }
+        let watch = self.procs.watch_process(info.process);
+        let mut procs = self.processes.lock();
+        if !procs.contains_key(&info.process) && procs.len() >= self.limits.processes {
+            return Err(CallerError::TooMany(self.limits.processes));
+        }
+        let p = procs.entry(info.process).or_insert_with(|| Process {
+            state: Arc::new(Mutex::new(state)),
+            uid: info.uid,
+            watch,
+        });
+        let caller = Caller {
+            tid,
+            process: info.process,
+            uid: p.uid,
+            state: p.state.clone(),
+        };
+        self.none.store(false, Ordering::Release);
+        Ok(caller)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! The registry over a process table the test controls: forks, threads,
+//! exits, orphans adopted by a subreaper, and pids reused.
+
+use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+
+/// A process table: threads by tid, each alive until it exits.
+#[derive(Default)]
+struct Table {
+    threads: HashMap<u32, (ThreadInfo, Arc<AtomicBool>)>,
+    next_start: u64,
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<parking_lot::Mutex<Table>>);
+
+struct Flag(Arc<AtomicBool>);
+
+impl Watch for Flag {
+    fn exited(&self) -> bool {
+        !self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Fake {
+    /// A new process `pid` whose parent is `parent`, run by `uid`.
+    fn spawn(&self, pid: u32, parent: u32, uid: u32) -> ProcKey {
+        let mut t = self.0.lock();
+        t.next_start += 1;
+        let key = ProcKey {
+            pid: Pid(pid),
+            start: t.next_start,
+        };
+        let info = ThreadInfo {
+            process: key,
+            parent: Pid(parent),
+            uid,
+        };
+        let old = t
+            .threads
+            .insert(pid, (info, Arc::new(AtomicBool::new(true))));
+        assert!(old.is_none(), "pid {pid} is in use");
+        key
+    }
+
+    /// A new thread `tid` in the process of `pid`.
+    fn thread(&self, pid: u32, tid: u32) {
+        let mut t = self.0.lock();
+        let info = t.threads[&pid].0;
+        t.threads
+            .insert(tid, (info, Arc::new(AtomicBool::new(true))));
+    }
+
+    /// Thread or process `tid` exits (a process's children are adopted by
+    /// `reaper`).
+    fn exit(&self, tid: u32, reaper: u32) {
+        let mut t = self.0.lock();
+        let (info, alive) = t.threads.remove(&tid).unwrap();
+        alive.store(false, Ordering::SeqCst);
+        if info.process.pid.0 == tid {
+            for (i, _) in t.threads.values_mut() {
+                if i.parent.0 == tid {
+                    i.parent = Pid(reaper);
+                }
+            }
+        }
+    }
+}
+
+impl Procs for Fake {
+    fn thread(&self, tid: Tid) -> Option<ThreadInfo> {
+        Some(self.0.lock().threads.get(&tid.0)?.0)
+    }
+
+    fn watch_thread(&self, tid: Tid) -> Option<Box<dyn Watch>> {
+        let alive = self.0.lock().threads.get(&tid.0)?.1.clone();
+        Some(Box::new(Flag(alive)))
+    }
+
+    fn watch_process(&self, key: ProcKey) -> Option<Box<dyn Watch>> {
+        let t = self.0.lock();
+        let (info, alive) = t.threads.get(&key.pid.0)?;
+        (info.process == key).then(|| Box::new(Flag(alive.clone())) as Box<dyn Watch>)
+    }
+}
+
+fn registry(fake: &Fake, limits: Limits) -> Registry<Vec<u32>> {
+    Registry::new(Box::new(fake.clone()), limits)
+}
+
+/// The state `tid` sees on an ordinary request.
+fn seen(r: &Registry<Vec<u32>>, tid: u32) -> Option<Vec<u32>> {
+    r.lookup(Tid(tid)).map(|c| c.state.lock().clone())
+}
+
+fn set(r: &Registry<Vec<u32>>, tid: u32, v: u32) {
+    r.enter(Tid(tid)).unwrap().state.lock().push(v);
+}
+
+#[test]
+fn with_no_state_anywhere_nothing_is_asked_of_the_system() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    let r = registry(&fake, Limits::default());
+    assert_eq!(seen(&r, 100), None);
+    assert_eq!(r.resolved(), 0);
+    assert_eq!(r.lookup(Tid(0)).map(|_| ()), None);
+    assert_eq!(r.enter(Tid(0)).unwrap_err(), CallerError::NoCaller);
+}
+
+#[test]
+fn children_grandchildren_and_threads_inherit_and_exec_keeps() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 100, 7);
+    fake.spawn(200, 100, 0);
+    fake.spawn(300, 200, 0);
+    fake.thread(100, 101);
+    assert_eq!(seen(&r, 200), Some(vec![7]), "a child");
+    assert_eq!(seen(&r, 300), Some(vec![7]), "a grandchild");
+    assert_eq!(seen(&r, 101), Some(vec![7]), "a thread shares");
+    // A child's copy is its own (fork semantics).
+    set(&r, 200, 8);
+    assert_eq!(seen(&r, 200), Some(vec![7, 8]));
+    assert_eq!(seen(&r, 100), Some(vec![7]));
+    // exec changes neither pid nor start time: the state stays.
+    assert_eq!(seen(&r, 300), Some(vec![7]));
+}
+
+#[test]
+fn an_orphan_is_found_through_the_subreaper_that_adopted_it() {
+    let fake = Fake::default();
+    fake.spawn(10, 1, 0); // the wrapper, a subreaper
+    let r = registry(&fake, Limits::default());
+    set(&r, 10, 1);
+    fake.spawn(20, 10, 0);
+    fake.spawn(30, 20, 0);
+    // The parent exits before the grandchild is ever seen.
+    fake.exit(20, 10);
+    assert_eq!(seen(&r, 30), Some(vec![1]));
+}
+
+#[test]
+fn a_process_first_seen_without_state_never_inherits_later_state() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    fake.spawn(200, 100, 0);
+    fake.spawn(999, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 999, 5); // someone holds state: lookups now ask
+    assert_eq!(seen(&r, 200), None);
+    set(&r, 100, 7);
+    assert_eq!(seen(&r, 200), None, "forked before: no inheritance");
+    assert_eq!(seen(&r, 100), Some(vec![7]));
+}
+
+#[test]
+fn a_reused_pid_is_a_new_process() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 100, 7);
+    let first = r.lookup(Tid(100)).unwrap().process;
+    fake.exit(100, 1);
+    fake.spawn(500, 1, 0);
+    set(&r, 500, 1);
+    // pid 100 again, a stranger to the old 100.
+    let again = fake.spawn(100, 1, 0);
+    assert_ne!(again, first);
+    assert_eq!(seen(&r, 100), None);
+    assert_eq!(r.prune(), 1, "the old 100's state goes");
+    assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn a_reused_thread_id_is_resolved_again() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    fake.spawn(200, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 100, 7);
+    fake.thread(100, 150);
+    assert_eq!(seen(&r, 150), Some(vec![7]));
+    fake.exit(150, 1);
+    // tid 150 now a thread of 200, which holds no state.
+    fake.thread(200, 150);
+    assert_eq!(seen(&r, 150), None);
+}
+
+#[test]
+fn state_goes_with_its_process_and_the_table_is_bounded() {
+    let fake = Fake::default();
+    let limits = Limits {
+        processes: 2,
+        threads: 2,
+        depth: 8,
+    };
+    let r = registry(&fake, limits);
+    for pid in [10, 20, 30] {
+        fake.spawn(pid, 1, 0);
+    }
+    set(&r, 10, 1);
+    set(&r, 20, 2);
+    assert_eq!(r.enter(Tid(30)).unwrap_err(), CallerError::TooMany(2));
+    // A child that would inherit goes without at the bound.
+    fake.spawn(11, 10, 0);
+    assert_eq!(seen(&r, 11), None);
+    fake.exit(10, 1);
+    set(&r, 30, 3);
+    assert_eq!(r.len(), 2);
+    assert_eq!(seen(&r, 30), Some(vec![3]));
+    fake.exit(20, 1);
+    fake.exit(30, 1);
+    assert_eq!(r.prune(), 2);
+    assert!(r.is_empty());
+    // Nobody holds state again: back to asking nothing.
+    let before = r.resolved();
+    fake.spawn(40, 1, 0);
+    assert_eq!(seen(&r, 40), None);
+    assert_eq!(r.resolved(), before);
+}
+
+#[test]
+fn the_caller_carries_its_user() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 1000);
+    let r = registry(&fake, Limits::default());
+    let c = r.enter(Tid(100)).unwrap();
+    assert_eq!(c.uid, 1000);
+    assert_eq!(c.process.pid, Pid(100));
+    assert_eq!(r.enter(Tid(4242)).unwrap_err(), CallerError::Gone(4242));
+}
