@@ -34,7 +34,6 @@ pub const MAGIC: u32 = 0xF5;
 pub const API_VERSION: u32 = 1;
 
 const NONE: u32 = 0;
-const WRITE: u32 = 1;
 const READ: u32 = 2;
 
 /// Linux's `_IOC(dir, type, nr, size)`.
