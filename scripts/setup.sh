@@ -44,6 +44,13 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 "$(dirname "$0")/posix/install-tools.sh"
 
 # Plots of benchmark results.
+# The Python package (python/, tested by crates/cli/tests/control.rs) is
+# installed with pip without build isolation: setuptools with wheel.
+if ! python3 -c 'import setuptools, wheel' >/dev/null 2>&1; then
+  python3 -m pip install -q setuptools wheel
+fi
+have pkg-config || { sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo; DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q pkgconf; }
+
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   python3 -m pip install -q matplotlib || echo "setup: matplotlib not installed; benchmarks will skip plots" >&2
 fi

@@ -21,10 +21,12 @@
 //! - A panic in a handler is caught, logged, and answered with `EIO`; the
 //!   mount stays up.
 //!
-//! Modules: `ops` (the `fuser::Filesystem` methods), `dirs` (directory
+//! Modules: `ops` (the `fuser::Filesystem` methods), `control` (the
+//! control table's ioctls), `dirs` (directory
 //! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
+mod control;
 pub mod daemon;
 pub mod diag;
 mod dirs;
@@ -34,7 +36,6 @@ mod ops;
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_control::IOC_SYNC;
 pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
 use stitch_memfs::{Attr, Kind, MemError, MemFs};
 

@@ -4,7 +4,7 @@
 use super::dirs::{self, Listing, Slot};
 use super::{
     check_name, entry_attr, ext_ino, file_type, node_id, serve, stat_attr, ErrorReply, Failure,
-    OpResult, StitchFuse, IOC_SYNC, MAX_WRITE, TTL,
+    OpResult, StitchFuse, MAX_WRITE, TTL,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -488,9 +488,8 @@ impl fuser::Filesystem for StitchFuse {
         on_inode("fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
     }
 
-    /// [`IOC_SYNC`] on any open file or directory of the mount: a flush of
-    /// everything, durable before the answer. Any other command is not
-    /// ours (`ENOTTY`).
+    /// The control table (`control.rs`), on any open file or directory
+    /// of the mount.
     fn ioctl(
         &self,
         _req: &Request,
@@ -498,19 +497,16 @@ impl fuser::Filesystem for StitchFuse {
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        if cmd != IOC_SYNC {
-            return reply.error(Errno::ENOTTY);
-        }
         on_inode(
-            "sync",
+            "ioctl",
             ino,
             reply,
-            |_| self.fs.sync(),
-            |r, ()| r.ioctl(0, &[]),
+            |_| self.control(cmd, in_data),
+            |r, out| r.ioctl(0, &out),
         );
     }
 

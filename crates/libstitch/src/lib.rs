@@ -1,0 +1,137 @@
+//! libstitch: the C library of a stitchfs mount's control interface
+//! (`include/stitch.h`). Each call sends one ioctl of the control table
+//! (crate `stitch-control`) on a descriptor of the mount and returns what
+//! the server answered, in C's way: `-1` and `errno` on error.
+//!
+//! Which mount: the `_at` variants take a descriptor of any file or
+//! directory on it; the others open the path in `$STITCHFS_MOUNT` if it is
+//! set, else the current directory. A call on a file system that is not
+//! stitchfs fails with `ENOTTY`; [`stitch_strerror`] says what each errno
+//! means from these calls.
+//!
+//! Architecture invariant: a thin wrapper over the control table; every
+//! decision is the server's.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use stitch_control::{Version, IOC_SYNC, IOC_VERSION};
+
+/// The environment variable naming the mount the plain calls act on.
+pub const MOUNT_ENV: &str = "STITCHFS_MOUNT";
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is this thread's own.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The mount the plain calls act on: `$STITCHFS_MOUNT`, else `.`.
+fn open_mount() -> Result<OwnedFd, c_int> {
+    let path = std::env::var_os(MOUNT_ENV).unwrap_or_else(|| ".".into());
+    let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+        .map_err(|_| libc::EINVAL)?;
+    // SAFETY: a valid C path; the descriptor returned is ours alone.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: just opened, owned by no one else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// Runs `f` on the mount of `fd`, or of the default path when `fd` is
+/// `None`; returns its value, or `-1` with `errno` set.
+fn on_mount(fd: Option<c_int>, f: impl FnOnce(BorrowedFd<'_>) -> Result<c_int, c_int>) -> c_int {
+    let owned;
+    let fd = match fd {
+        Some(fd) if fd < 0 => {
+            set_errno(libc::EBADF);
+            return -1;
+        }
+        // SAFETY: the caller passed an open descriptor it keeps open
+        // for the duration of the call.
+        Some(fd) => unsafe { BorrowedFd::borrow_raw(fd) },
+        None => match open_mount() {
+            Ok(o) => {
+                owned = o;
+                owned.as_fd()
+            }
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+        },
+    };
+    match f(fd) {
+        Ok(v) => v,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn sync(fd: BorrowedFd<'_>) -> Result<c_int, c_int> {
+    // SAFETY: an argument-less ioctl on an open descriptor.
+    match unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SYNC as _) } {
+        0 => Ok(0),
+        _ => Err(errno()),
+    }
+}
+
+fn version(fd: BorrowedFd<'_>) -> Result<c_int, c_int> {
+    let mut v = Version::default();
+    // SAFETY: the kernel writes the command's size, size_of::<Version>().
+    match unsafe { libc::ioctl(fd.as_raw_fd(), IOC_VERSION as _, &mut v as *mut Version) } {
+        0 => Ok(v.api as c_int),
+        _ => Err(errno()),
+    }
+}
+
+/// Makes everything the mount holds durable.
+#[no_mangle]
+pub extern "C" fn stitch_sync() -> c_int {
+    on_mount(None, sync)
+}
+
+/// [`stitch_sync`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn stitch_sync_at(fd: c_int) -> c_int {
+    on_mount(Some(fd), sync)
+}
+
+/// The API version the mount's server speaks.
+#[no_mangle]
+pub extern "C" fn stitch_version() -> c_int {
+    on_mount(None, version)
+}
+
+/// [`stitch_version`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn stitch_version_at(fd: c_int) -> c_int {
+    on_mount(Some(fd), version)
+}
+
+/// What `err`, an errno set by one of these calls, means. The string is
+/// static.
+#[no_mangle]
+pub extern "C" fn stitch_strerror(err: c_int) -> *const c_char {
+    let msg: &'static CStr = match err {
+        libc::ENOTTY => c"not a stitchfs mount (or a call this server does not know)",
+        libc::EINVAL => c"a structure of the wrong size or version, or a bad argument",
+        libc::EPERM => c"the handle belongs to another user's process",
+        libc::EBADF => c"an unknown or closed handle, or a bad descriptor",
+        libc::EIO => c"the mount latched a device error: nothing more is durable",
+        libc::EROFS => c"the mount is read-only",
+        libc::EAGAIN => c"a limit of the mount is reached; try again once some are released",
+        libc::ENOENT => c"no such file or directory (the mount path)",
+        libc::EACCES => c"permission denied (the mount path)",
+        _ => c"unexpected error",
+    };
+    msg.as_ptr()
+}
