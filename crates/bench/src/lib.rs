@@ -6,8 +6,9 @@
 //! `mount` (McoreFS §6 through a real mount) and `seeds` (every seed
 //! paper's experiment through real mounts). The mount-based suites share
 //! `systems` (how each file system under test is made, mounted and
-//! measured) and `session` (runs, medians, ratios, reports); `plot` draws
-//! a suite's JSON with `scripts/plot.py`.
+//! measured), `workload` (one workload on one system, timed phase by
+//! phase) and `session` (runs, medians, ratios, reports); `plot` draws a
+//! suite's JSON with `scripts/plot.py`.
 //!
 //! Architecture invariant: benchmarks measure the stack through its public
 //! interfaces (the library crates, or the `stitchfs` binary for mounts);
@@ -24,3 +25,4 @@ mod session;
 mod synth;
 pub mod systems;
 pub mod tree;
+mod workload;

@@ -35,8 +35,9 @@
 //! set (each workload's systems back to back); a cell is the median of its
 //! runs, and a ratio is the median of the per-run ratios.
 
-use super::session::{self, write_synced, Ctx, Outcome, Run};
+use super::session;
 use super::systems::{DeviceLimits, Machine, Place, System};
+use super::workload::{write_synced, Ctx, Outcome, Run};
 use anyhow::Context;
 use serde::Serialize;
 use std::fs::File;

@@ -34,14 +34,15 @@
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
 //! stitchfs's sync ioctl), inside the timing: a phase is done when what it
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
-//! asked. See [`super::session`] for what the counts cover.
+//! asked. See [`super::workload`] for what the counts cover.
 
-#[cfg(test)]
-use super::session::Sample;
-use super::session::{self, median, syncfs, Ctx, Outcome, Run};
+use super::session::{self, median};
 #[cfg(test)]
 use super::systems::Usage;
 use super::systems::{DeviceLimits, Machine, Place, System};
+#[cfg(test)]
+use super::workload::Sample;
+use super::workload::{syncfs, Ctx, Outcome, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
 use std::fs::File;

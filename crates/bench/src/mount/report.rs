@@ -3,8 +3,9 @@
 //! the Markdown report.
 
 use super::{Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::session::{figure, median, ratio, runs_of, SystemRow};
 use crate::systems::{DeviceLimits, Machine, System, Usage};
+use crate::workload::{Outcome, Sample};
 use serde::Serialize;
 
 /// Everything a run of the benchmark found.

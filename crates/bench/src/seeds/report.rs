@@ -3,8 +3,9 @@
 //! Markdown report.
 
 use super::{paired_ratio, Figure, Scale, Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
+use crate::session::{figure, median, ratio, runs_of, SystemRow};
 use crate::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
+use crate::workload::{Outcome, Sample};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
