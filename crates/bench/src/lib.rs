@@ -7,8 +7,9 @@
 //! paper's experiment through real mounts). The mount-based suites share
 //! `systems` (how each file system under test is made, mounted and
 //! measured), `workload` (one workload on one system, timed phase by
-//! phase) and `session` (runs, medians, ratios, reports); `plot` draws a
-//! suite's JSON with `scripts/plot.py`.
+//! phase), `session` (runs over the systems) and `report` (medians,
+//! ratios, report pieces); `plot` draws a suite's JSON with
+//! `scripts/plot.py`.
 //!
 //! Architecture invariant: benchmarks measure the stack through its public
 //! interfaces (the library crates, or the `stitchfs` binary for mounts);
@@ -20,6 +21,7 @@ pub mod mount;
 pub mod optimizations;
 pub mod plot;
 mod postmark;
+mod report;
 pub mod seeds;
 mod session;
 mod synth;

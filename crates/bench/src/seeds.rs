@@ -36,7 +36,8 @@
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
 //! asked. See [`super::workload`] for what the counts cover.
 
-use super::session::{self, median};
+use super::report::median;
+use super::session;
 #[cfg(test)]
 use super::systems::Usage;
 use super::systems::{DeviceLimits, Machine, Place, System};

@@ -3,7 +3,7 @@
 //! the Markdown report.
 
 use super::{Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, SystemRow};
+use crate::report::{figure, median, ratio, runs_of, SystemRow};
 use crate::systems::{DeviceLimits, Machine, System, Usage};
 use crate::workload::{Outcome, Sample};
 use serde::Serialize;

@@ -3,7 +3,7 @@
 //! Markdown report.
 
 use super::{paired_ratio, Figure, Scale, Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, SystemRow};
+use crate::report::{figure, median, ratio, runs_of, SystemRow};
 use crate::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
 use crate::workload::{Outcome, Sample};
 use anyhow::{bail, Context};
