@@ -37,13 +37,13 @@
 //! asked. See [`super::workload`] for what the counts cover.
 
 use super::report::median;
-use super::session;
+use super::session::{self, Sizes, Suite};
+use super::systems::Place;
 #[cfg(test)]
 use super::systems::Usage;
-use super::systems::{DeviceLimits, Machine, Place, System};
 #[cfg(test)]
 use super::workload::Sample;
-use super::workload::{syncfs, Ctx, Outcome, Run};
+use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -147,20 +147,7 @@ pub const WORKLOADS: [(&str, &[usize]); 12] = [
 /// The workloads named by a comma-separated list (`all` for every one),
 /// as indices into [`WORKLOADS`].
 pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
-    if list == "all" {
-        return Ok((0..WORKLOADS.len()).collect());
-    }
-    list.split(',')
-        .map(|name| {
-            WORKLOADS
-                .iter()
-                .position(|(w, _)| *w == name.trim())
-                .with_context(|| {
-                    let names: Vec<&str> = WORKLOADS.iter().map(|(w, _)| *w).collect();
-                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
-                })
-        })
-        .collect()
+    session::select_workloads(&WORKLOADS, list)
 }
 
 /// One PostMark configuration.
@@ -278,17 +265,17 @@ impl Scale {
     };
 }
 
+impl Sizes for Scale {
+    fn storage(&self) -> (u64, usize, u64) {
+        (self.image_bytes, self.probe_samples, self.probe_bytes)
+    }
+}
+
 /// What a run needs.
-pub struct Config {
-    pub scale: Scale,
-    pub runs: usize,
-    pub systems: Vec<&'static System>,
-    /// Indices into [`WORKLOADS`].
-    pub workloads: Vec<usize>,
-    /// Where images and mount points go (on the disk being measured).
-    pub scratch: PathBuf,
-    /// A phase taking longer than this counts as hung.
-    pub timeout: Duration,
+pub type Config = session::Config<Scale, Inputs>;
+
+/// What the workloads take from outside.
+pub struct Inputs {
     /// The source tree for untar and git.
     pub tree: Option<PathBuf>,
     /// The C project's tarball for andrew.
@@ -296,13 +283,11 @@ pub struct Config {
 }
 
 /// What was run, for the report.
+pub type Settings = session::Settings<Scale, Sources>;
+
+/// What the run took from outside, as the report records it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Settings {
-    pub runs: usize,
-    #[serde(flatten)]
-    pub scale: Scale,
-    pub caches_dropped: bool,
-    pub scratch: PathBuf,
+pub struct Sources {
     /// The source tree: where it came from, files and bytes.
     pub tree: Option<String>,
     pub project: Option<String>,
@@ -322,12 +307,14 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
     match WORKLOADS[w].0 {
         n if n.starts_with("postmark") => tool("postmark", "postmark"),
         "untar" => tool("tar", "tar").or_else(|| {
-            cfg.tree
+            cfg.inputs
+                .tree
                 .is_none()
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
         "git" => tool("git", "git").or_else(|| {
-            cfg.tree
+            cfg.inputs
+                .tree
                 .is_none()
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
@@ -341,7 +328,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
             }),
         "andrew" => tool("make", "make")
             .or_else(|| tool("cc", "gcc"))
-            .or_else(|| match &cfg.project {
+            .or_else(|| match &cfg.inputs.project {
                 Some(p) if p.is_file() => None,
                 Some(p) => Some(format!(
                     "no C project tarball at {} (run scripts/setup-bench.sh)",
@@ -353,21 +340,16 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
     }
 }
 
-/// Progress steps of the whole benchmark.
-pub fn steps(cfg: &Config) -> usize {
-    cfg.runs * cfg.workloads.len() * cfg.systems.len()
-}
-
 /// Inputs made once, outside the systems under test.
-struct Inputs {
+struct Prepared {
     /// A tar of the source tree, and its size.
     tree_tar: Option<PathBuf>,
     tree_note: Option<String>,
     dir: PathBuf,
 }
 
-fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
-    let mut inputs = Inputs {
+fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Prepared> {
+    let mut inputs = Prepared {
         tree_tar: None,
         tree_note: None,
         dir: dir.to_path_buf(),
@@ -376,7 +358,7 @@ fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
         .workloads
         .iter()
         .any(|&w| matches!(WORKLOADS[w].0, "untar" | "git"));
-    if let (true, Some(root)) = (wants_tree, &cfg.tree) {
+    if let (true, Some(root)) = (wants_tree, &cfg.inputs.tree) {
         let limit = cfg.scale.tree_files.unwrap_or(usize::MAX);
         let t = super::tree::Tree::read(root, limit)
             .with_context(|| format!("reading {}", root.display()))?;
@@ -411,90 +393,46 @@ fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
 /// Runs every workload on every available system `cfg.runs` times,
 /// measuring the device before each run.
 pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
-    let s = &cfg.scale;
-    let scratch = tempfile::tempdir_in(&cfg.scratch)
-        .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
+    let scratch = session::scratch(cfg)?;
     let inputs_dir = scratch.path().join("inputs");
     let fs_dir = scratch.path().join("fs");
     std::fs::create_dir_all(&inputs_dir)?;
     std::fs::create_dir_all(&fs_dir)?;
     let place = Place::new(&fs_dir)?;
-    let machine = Machine::probe(scratch.path());
-    let skipped = session::unavailable(&cfg.systems);
-    let missing: Vec<Option<String>> = (0..WORKLOADS.len())
-        .map(|w| workload_missing(w, cfg))
-        .collect();
-    for &w in &cfg.workloads {
-        if let Some(why) = &missing[w] {
-            eprintln!("skipping workload {}: {why}", WORKLOADS[w].0);
-        }
-    }
-    let inputs = prepare(cfg, &inputs_dir)?;
-    let runs = cfg.runs.max(1);
-    // samples[system][phase][run]
-    let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
-        vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
-    let mut not_run: Vec<Option<String>> = vec![None; PHASES.len()];
-    let mut caches_dropped = true;
-    let mut device = Vec::with_capacity(runs);
-    for r in 1..=runs {
-        progress(&format!("run {r}: measuring the device"));
-        device.push(DeviceLimits::measure(
-            scratch.path(),
-            s.probe_samples,
-            s.probe_bytes,
-        )?);
-        for &w in &cfg.workloads {
-            let (wname, phases) = WORKLOADS[w];
-            if let Some(why) = &missing[w] {
-                for &p in phases {
-                    not_run[p] = Some(why.clone());
-                }
-                continue;
-            }
-            caches_dropped &= session::on_every_system(
-                r,
-                wname,
-                phases,
-                |p| PHASES[p].name,
-                &cfg.systems,
-                &skipped,
-                &mut samples,
-                &mut progress,
-                |sys| {
-                    let ctx = Ctx {
-                        sys,
-                        place: &place,
-                        image_bytes: s.image_bytes,
-                        timeout: cfg.timeout,
-                    };
-                    ctx.workload(
-                        phases,
-                        |p| PHASES[p].name.to_string(),
-                        |run| workload(w, run, cfg, &inputs),
-                    )
-                },
-            );
-        }
-    }
-    let settings = Settings {
-        runs,
-        scale: s.clone(),
-        caches_dropped,
-        scratch: cfg.scratch.clone(),
-        tree: inputs.tree_note.clone(),
-        project: cfg.project.as_ref().map(|p| p.display().to_string()),
+    let suite = Seeds {
+        cfg,
+        inputs: prepare(cfg, &inputs_dir)?,
+    };
+    let m = session::measure(cfg, &suite, scratch.path(), &place, &mut progress)?;
+    let sources = Sources {
+        tree: suite.inputs.tree_note.clone(),
+        project: cfg.inputs.project.as_ref().map(|p| p.display().to_string()),
         tools: tool_versions(),
     };
-    Ok(report::build(
-        settings,
-        machine,
-        device,
-        &cfg.systems,
-        &skipped,
-        &not_run,
-        samples,
-    ))
+    Ok(report::build(Settings::new(cfg, &m, sources), m))
+}
+
+/// The suite, as its session runs it.
+struct Seeds<'a> {
+    cfg: &'a Config,
+    inputs: Prepared,
+}
+
+impl Suite for Seeds<'_> {
+    const WORKLOADS: &'static [(&'static str, &'static [usize])] = &WORKLOADS;
+    const PHASES: usize = PHASES.len();
+
+    fn phase_name(p: usize) -> &'static str {
+        PHASES[p].name
+    }
+
+    fn missing(&self, w: usize) -> Option<String> {
+        workload_missing(w, self.cfg)
+    }
+
+    fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {
+        workload(w, run, self.cfg, &self.inputs)
+    }
 }
 
 fn tool_versions() -> Vec<String> {
@@ -534,7 +472,7 @@ fn tool_versions() -> Vec<String> {
     v
 }
 
-fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Inputs) -> anyhow::Result<()> {
+fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow::Result<()> {
     let s = &cfg.scale;
     let p = WORKLOADS[w].1;
     match WORKLOADS[w].0 {
@@ -652,7 +590,7 @@ pub fn postmark_transactions(out: &str) -> Option<(f64, f64)> {
 }
 
 /// Debian's `postmark` with `pm`, in a directory of the mount; then syncfs.
-fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Inputs) -> anyhow::Result<()> {
+fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Prepared) -> anyhow::Result<()> {
     run.setup(phase, |root| Ok(std::fs::create_dir(root.join("pm"))?))?;
     let cfg_path = inputs.dir.join("postmark.cfg");
     run.timed(phase, |root| {
@@ -673,7 +611,7 @@ fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Inputs) -> anyh
 /// Featherstitch's untar and delete: GNU tar extracts the tree (the tar
 /// file is on the host disk, read through its cache), syncfs; remount;
 /// `rm -rf` of it, syncfs.
-fn untar(run: &mut Run, p: &[usize], inputs: &Inputs) -> anyhow::Result<()> {
+fn untar(run: &mut Run, p: &[usize], inputs: &Prepared) -> anyhow::Result<()> {
     let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
     // Read the tar once so its reads are not timed on the first system
     // only (drop_caches empties the cache before every mount).
@@ -704,7 +642,11 @@ fn untar(run: &mut Run, p: &[usize], inputs: &Inputs) -> anyhow::Result<()> {
 /// The Andrew-style build: unpack the C project's tarball, `./configure`,
 /// `make -j2`, each phase ending with syncfs.
 fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
-    let tarball = cfg.project.as_ref().context("no C project tarball")?;
+    let tarball = cfg
+        .inputs
+        .project
+        .as_ref()
+        .context("no C project tarball")?;
     run.timed(p[0], |root| {
         run_tool(
             Command::new("tar")
@@ -760,7 +702,7 @@ pub fn sqlite_script(n: usize, bytes: usize) -> String {
     s
 }
 
-fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
     let script = inputs.dir.join("inserts.sql");
     std::fs::write(&script, sqlite_script(s.sqlite_inserts, s.sqlite_bytes))?;
     run.setup(phase, |root| Ok(std::fs::create_dir(root.join("db"))?))?;
@@ -791,7 +733,7 @@ fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Re
 /// ccfs's git test: the tree is unpacked (untimed, made durable), then
 /// `git init`, `git add -A` and `git commit` with `core.fsync=all` and
 /// `core.fsyncMethod=fsync` are timed together.
-fn git(run: &mut Run, phase: usize, inputs: &Inputs) -> anyhow::Result<()> {
+fn git(run: &mut Run, phase: usize, inputs: &Prepared) -> anyhow::Result<()> {
     let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
     run.setup(phase, |root| {
         std::fs::create_dir(root.join("repo"))?;
@@ -967,7 +909,7 @@ impl Drop for Dovecot {
 
 /// Featherstitch's IMAP test: Dovecot with its Maildir on the mount; the
 /// messages are appended (untimed, made durable), then moved one by one.
-fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
     let (uid, gid) = mail_user().context("no mail user")?;
     let run_dir = inputs.dir.join("dovecot");
     let _ = std::fs::remove_dir_all(&run_dir);

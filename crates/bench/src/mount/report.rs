@@ -4,8 +4,9 @@
 
 use super::{Settings, PHASES};
 use crate::report::{figure, median, ratio, runs_of, SystemRow};
+use crate::session::Measured;
 use crate::systems::{DeviceLimits, Machine, System, Usage};
-use crate::workload::{Outcome, Sample};
+use crate::workload::Sample;
 use serde::Serialize;
 
 /// Everything a run of the benchmark found.
@@ -78,15 +79,16 @@ impl Goal {
 
 const BASELINES: [&str; 4] = ["ext4", "fuse2fs", "bindfs", "fuse-floor"];
 
-/// `samples[system][phase][run]`, `None` where nothing ran (skipped).
-pub(super) fn build(
-    settings: Settings,
-    machine: Machine,
-    device: Vec<DeviceLimits>,
-    systems: &[&'static System],
-    skipped: &[Option<String>],
-    samples: Vec<Vec<Vec<Option<Outcome>>>>,
-) -> Report {
+pub(super) fn build(settings: Settings, m: Measured) -> Report {
+    let Measured {
+        machine,
+        device,
+        systems,
+        skipped,
+        samples,
+        ..
+    } = m;
+    let (systems, skipped) = (&systems[..], &skipped[..]);
     let rate = |s: usize, p: usize, r: usize| -> Option<f64> {
         match samples.get(s)?[p][r].as_ref()? {
             Ok(x) => Some(x.rate()),
@@ -345,6 +347,7 @@ mod tests {
     use super::*;
     use crate::mount::Scale;
     use crate::systems::select;
+    use crate::workload::Outcome;
 
     fn sample(rate: f64) -> Option<Outcome> {
         Some(Ok(Sample {
@@ -379,22 +382,15 @@ mod tests {
                     .collect()
             })
             .collect();
-        let device = DeviceLimits::EXAMPLE;
+        let m = Measured::example(&systems, samples);
         let settings = Settings {
             runs: 3,
             scale: Scale::QUICK,
             caches_dropped: true,
             scratch: "/tmp".into(),
+            inputs: (),
         };
-        let machine = Machine::probe(std::path::Path::new("/"));
-        let r = build(
-            settings,
-            machine,
-            vec![device; 3],
-            &systems,
-            &[None, None, None, None],
-            samples,
-        );
+        let r = build(settings, m);
         let cell = |p: &str, s: &str| {
             r.cells
                 .iter()

@@ -4,7 +4,8 @@
 
 use super::{paired_ratio, Figure, Scale, Settings, PHASES};
 use crate::report::{figure, median, ratio, runs_of, SystemRow};
-use crate::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
+use crate::session::Measured;
+use crate::systems::{DeviceLimits, Machine, Usage, SYSTEMS};
 use crate::workload::{Outcome, Sample};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -117,13 +118,14 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
             bail!("cannot merge {}: {why}", file.display());
         }
         let s = &mut m.settings;
-        s.tree = s.tree.take().or(r.settings.tree);
+        let (i, more) = (&mut s.inputs, r.settings.inputs);
+        i.tree = i.tree.take().or(more.tree);
         s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
-        s.project = s.project.take().or(r.settings.project);
+        i.project = i.project.take().or(more.project);
         s.caches_dropped &= r.settings.caches_dropped;
-        for t in r.settings.tools {
-            if !s.tools.contains(&t) {
-                s.tools.push(t);
+        for t in more.tools {
+            if !i.tools.contains(&t) {
+                i.tools.push(t);
             }
         }
         m.device.extend(r.device);
@@ -157,17 +159,17 @@ fn same_sizes(a: &Scale, b: &Scale) -> bool {
     all_trees(a) == all_trees(b)
 }
 
-/// `samples[system][phase][run]`, `None` where a system was skipped;
-/// `not_run[phase]` says why a phase's workload could not run.
-pub(super) fn build(
-    settings: Settings,
-    machine: Machine,
-    device: Vec<DeviceLimits>,
-    systems: &[&'static System],
-    skipped: &[Option<String>],
-    not_run: &[Option<String>],
-    samples: Vec<Vec<Vec<Option<Outcome>>>>,
-) -> Report {
+pub(super) fn build(settings: Settings, m: Measured) -> Report {
+    let Measured {
+        machine,
+        device,
+        systems,
+        skipped,
+        not_run,
+        samples,
+        ..
+    } = m;
+    let (systems, skipped) = (&systems[..], &skipped[..]);
     let ok = |o: &Option<Outcome>| -> Option<Sample> { o.as_ref()?.as_ref().ok().cloned() };
     let base = systems.iter().position(|s| s.id == "ext4");
     let mut cells = Vec::new();
@@ -285,17 +287,17 @@ pub fn table(r: &Report) -> String {
         pm(&sc.postmark_large),
         pm(&sc.postmark_fst),
         pm(&sc.postmark_xsyncfs),
-        s.tree.as_deref().unwrap_or("none"),
-        s.project.as_deref().unwrap_or("none"),
+        s.inputs.tree.as_deref().unwrap_or("none"),
+        s.inputs.project.as_deref().unwrap_or("none"),
         sc.sqlite_inserts,
         sc.sqlite_bytes,
         sc.fsync_ops,
         sc.imap_messages,
         sc.imap_bytes,
-        if s.tools.is_empty() {
+        if s.inputs.tools.is_empty() {
             "–".to_string()
         } else {
-            s.tools.join("; ")
+            s.inputs.tools.join("; ")
         },
     );
     let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
@@ -396,15 +398,17 @@ mod tests {
     use crate::seeds::{sample, Scale};
     use crate::systems::select;
 
-    fn quick_settings(runs: usize) -> Settings {
+    fn quick_settings(runs: usize, tools: Vec<String>) -> Settings {
         Settings {
             runs,
             scale: Scale::QUICK,
             caches_dropped: true,
             scratch: "/tmp".into(),
-            tree: None,
-            project: None,
-            tools: Vec::new(),
+            inputs: crate::seeds::Sources {
+                tree: None,
+                project: None,
+                tools,
+            },
         }
     }
 
@@ -425,20 +429,8 @@ mod tests {
                     .collect()
             })
             .collect();
-        let device = DeviceLimits::EXAMPLE;
-        let settings = Settings {
-            tools: vec![format!("tool of phase {phase}")],
-            ..quick_settings(runs)
-        };
-        build(
-            settings,
-            Machine::probe(Path::new("/")),
-            vec![device; runs],
-            &systems,
-            &vec![None; systems.len()],
-            &vec![None; PHASES.len()],
-            samples,
-        )
+        let settings = quick_settings(runs, vec![format!("tool of phase {phase}")]);
+        build(settings, Measured::example(&systems, samples))
     }
 
     #[test]
@@ -483,7 +475,7 @@ mod tests {
             ]
         );
         assert_eq!(m.device.len(), 6);
-        assert_eq!(m.settings.tools.len(), 2);
+        assert_eq!(m.settings.inputs.tools.len(), 2);
         let text = table(&m);
         assert!(
             text.contains("| Seltzer | create 4 KB | stitchfs journal | 10.0"),
@@ -539,20 +531,9 @@ mod tests {
                 })
                 .collect()
         };
-        let samples = vec![mk(0), mk(1)];
-        let device = DeviceLimits::EXAMPLE;
-        let settings = quick_settings(2);
-        let mut not_run = vec![None; n];
-        not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
-        let r = build(
-            settings,
-            Machine::probe(std::path::Path::new("/")),
-            vec![device.clone(), device],
-            &systems,
-            &[None, None],
-            &not_run,
-            samples,
-        );
+        let mut m = Measured::example(&systems, vec![mk(0), mk(1)]);
+        m.not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
+        let r = build(quick_settings(2, Vec::new()), m);
         let cell = |p: &str, s: &str| {
             r.cells
                 .iter()
