@@ -36,13 +36,8 @@
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
 //! asked. See [`super::workload`] for what the counts cover.
 
-use super::report::median;
 use super::session::{self, Sizes, Suite};
 use super::systems::Place;
-#[cfg(test)]
-use super::systems::Usage;
-#[cfg(test)]
-use super::workload::Sample;
 use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
@@ -969,27 +964,6 @@ fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Re
     Ok(())
 }
 
-/// One run of one phase, its figure and counts (for the report's tests).
-#[cfg(test)]
-pub(super) fn sample(amount: f64, seconds: f64, usage: Usage) -> Sample {
-    Sample {
-        amount,
-        seconds,
-        usage,
-    }
-}
-
-/// The median of the per-run ratios `a[r] / b[r]` over the runs where both
-/// have a figure.
-pub fn paired_ratio(a: &[Option<f64>], b: &[Option<f64>]) -> Option<f64> {
-    median(
-        a.iter()
-            .zip(b)
-            .filter_map(|(x, y)| Some((*x)? / (*y)?))
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1036,14 +1010,5 @@ mod tests {
         assert_eq!(s.matches("INSERT").count(), 3);
         assert!(!s.contains("BEGIN"));
         assert!(s.contains("journal_mode=DELETE"));
-    }
-
-    #[test]
-    fn ratios_pair_runs() {
-        // Run 2 is slow for both: the per-run ratios are 2, 2, 3.
-        let a = [Some(20.0), Some(2.0), Some(30.0), None];
-        let b = [Some(10.0), Some(1.0), Some(10.0), Some(5.0)];
-        assert_eq!(paired_ratio(&a, &b), Some(2.0));
-        assert_eq!(paired_ratio(&[None], &[Some(1.0)]), None);
     }
 }

@@ -30,6 +30,19 @@ impl Sample {
     }
 }
 
+#[cfg(test)]
+impl Sample {
+    /// `amount` of work in `seconds`, with no counts (for the reports'
+    /// tests).
+    pub fn ran(amount: f64, seconds: f64) -> Sample {
+        Sample {
+            amount,
+            seconds,
+            usage: Usage::default(),
+        }
+    }
+}
+
 /// A run's sample, or why it failed.
 pub(super) type Outcome = Result<Sample, String>;
 

@@ -2,22 +2,18 @@
 //! the runs, ratios taken run by run), the goals measured against them, and
 //! the Markdown report.
 
-use super::{Settings, PHASES};
-use crate::report::{figure, median, ratio, runs_of, SystemRow};
+use super::{Phase, Settings, PHASES};
+use crate::report::{self, figure, ratio, runs_of, Runs, Summary, SystemRow};
 use crate::session::Measured;
-use crate::systems::{DeviceLimits, Machine, System, Usage};
+use crate::systems::{DeviceLimits, System};
 use crate::workload::Sample;
 use serde::Serialize;
 
-/// Everything a run of the benchmark found.
+/// Everything a run of the benchmark found, and the goals measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub settings: Settings,
-    pub machine: Machine,
-    /// The device probe of each run.
-    pub device: Vec<DeviceLimits>,
-    pub systems: Vec<SystemRow>,
-    pub cells: Vec<Cell>,
+    #[serde(flatten)]
+    pub found: report::Report<Settings, Cell>,
     pub goals: Vec<Goal>,
 }
 
@@ -43,11 +39,8 @@ pub struct Cell {
     /// bandwidth (each run against its own probe; the median).
     pub vs_device: Option<f64>,
     pub fsyncs_per_s: Option<f64>,
-    /// The median run's wall time and counts.
-    pub seconds: Option<f64>,
-    pub usage: Option<Usage>,
-    pub error: Option<String>,
-    pub skipped: Option<String>,
+    #[serde(flatten)]
+    pub summary: Summary,
 }
 
 /// One of the issue's goals, measured.
@@ -80,97 +73,44 @@ impl Goal {
 const BASELINES: [&str; 4] = ["ext4", "fuse2fs", "bindfs", "fuse-floor"];
 
 pub(super) fn build(settings: Settings, m: Measured) -> Report {
-    let Measured {
-        machine,
-        device,
-        systems,
-        skipped,
-        samples,
-        ..
-    } = m;
-    let (systems, skipped) = (&systems[..], &skipped[..]);
-    let rate = |s: usize, p: usize, r: usize| -> Option<f64> {
-        match samples.get(s)?[p][r].as_ref()? {
-            Ok(x) => Some(x.rate()),
-            Err(_) => None,
-        }
-    };
-    let index = |id: &str| systems.iter().position(|s| s.id == id);
-    let mut cells = Vec::new();
-    for (p, phase) in PHASES.iter().enumerate() {
-        if samples.iter().all(|sys| sys[p].is_empty()) {
-            continue; // a workload not selected
-        }
-        for (s, sys) in systems.iter().enumerate() {
-            let runs = &samples[s][p];
-            let run_rates: Vec<Option<f64>> = (0..runs.len()).map(|r| rate(s, p, r)).collect();
-            let ratio = |base: &str| {
-                let b = index(base)?;
-                median(
-                    (0..runs.len())
-                        .filter_map(|r| Some(rate(s, p, r)? / rate(b, p, r)?))
-                        .collect(),
-                )
-            };
-            let mut ok: Vec<&Sample> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().ok())
-                .collect();
-            ok.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-            let mid = ok.get(ok.len() / 2).copied();
-            let failed: Vec<&String> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().err())
-                .collect();
-            let error = failed
-                .first()
-                .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len()));
-            let r = mid.map(Sample::rate);
-            let fsyncs = r.filter(|_| phase.fsyncs > 0.0).map(|r| r * phase.fsyncs);
-            let floor = |run: usize| {
-                let d = device.get(run)?;
-                match phase.name {
-                    _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
-                    "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
-                    _ => None,
-                }
-            };
-            let vs_device = median(
-                (0..runs.len())
-                    .filter_map(|run| Some(rate(s, p, run)? * floor(run)?))
-                    .collect(),
-            );
-            let [vs_ext4, vs_fuse2fs, vs_bindfs, vs_floor] = BASELINES.map(ratio);
-            cells.push(Cell {
-                phase: phase.name,
-                unit: phase.unit,
-                system: sys.id,
-                label: sys.label,
-                rate: r,
-                run_rates,
-                vs_ext4,
-                vs_fuse2fs,
-                vs_bindfs,
-                vs_floor,
-                vs_device,
-                fsyncs_per_s: fsyncs,
-                seconds: mid.map(|m| m.seconds),
-                usage: mid.map(|m| m.usage.clone()),
-                error,
-                skipped: skipped[s].clone(),
-            });
-        }
-    }
-    let goals = goals(&cells, systems);
+    let systems = m.systems.clone();
+    let found = report::Report::new(settings, m, |runs| cell(&PHASES[runs.phase], runs));
     Report {
-        settings,
-        machine,
-        device,
-        systems: SystemRow::rows(systems, skipped),
-        cells,
-        goals,
+        goals: goals(&found.cells, &systems),
+        found,
+    }
+}
+
+fn cell(phase: &Phase, runs: &Runs) -> Cell {
+    let rate = runs.median().map(Sample::rate);
+    let [vs_ext4, vs_fuse2fs, vs_bindfs, vs_floor] = BASELINES.map(|b| runs.vs(b));
+    let sys = runs.system();
+    Cell {
+        phase: phase.name,
+        unit: phase.unit,
+        system: sys.id,
+        label: sys.label,
+        rate,
+        run_rates: runs.rates(),
+        vs_ext4,
+        vs_fuse2fs,
+        vs_bindfs,
+        vs_floor,
+        vs_device: runs.vs_device(|x, d| Some(x.rate() * device_floor(phase, d)?)),
+        fsyncs_per_s: rate
+            .filter(|_| phase.fsyncs > 0.0)
+            .map(|r| r * phase.fsyncs),
+        summary: runs.summary(),
+    }
+}
+
+/// Seconds the device needs for one unit of `phase`'s work at best: its
+/// fsyncs, one after another, or (largefile) its MB written in sequence.
+fn device_floor(phase: &Phase, d: &DeviceLimits) -> Option<f64> {
+    match phase.name {
+        _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
+        "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
+        _ => None,
     }
 }
 
@@ -212,7 +152,8 @@ fn mb(x: Option<u64>) -> String {
 /// The report as Markdown: the machine and device, the table, failures and
 /// goals.
 pub fn table(r: &Report) -> String {
-    let (s, m, d) = (&r.settings, &r.machine, &r.device);
+    let f = &r.found;
+    let (s, m, d) = (&f.settings, &f.machine, &f.device);
     let mut out = format!(
         "McoreFS §6 workloads through a mount: median of {} run(s), each on storage made fresh \
          with caches dropped{}.\n\n\
@@ -258,7 +199,7 @@ pub fn table(r: &Report) -> String {
         s.scale.meta_files,
         s.scale.image_bytes >> 20,
     );
-    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
+    let skipped: Vec<&SystemRow> = f.systems.iter().filter(|s| s.skipped.is_some()).collect();
     if !skipped.is_empty() {
         out.push_str("Skipped:\n\n");
         for sys in skipped {
@@ -272,9 +213,9 @@ pub fn table(r: &Report) -> String {
          | time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for c in &r.cells {
+    for c in &f.cells {
         let head = format!("| {} | {} |", c.phase, c.label);
-        if let Some(why) = &c.skipped {
+        if let Some(why) = &c.summary.skipped {
             let short = why.split(':').next().unwrap_or(why);
             out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(11)));
             continue;
@@ -283,7 +224,7 @@ pub fn table(r: &Report) -> String {
             out.push_str(&format!("{head} failed |{}\n", " – |".repeat(11)));
             continue;
         };
-        let u = c.usage.clone().unwrap_or_default();
+        let u = c.summary.usage.clone().unwrap_or_default();
         let device = match (c.vs_device, c.fsyncs_per_s) {
             (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
             (Some(v), None) => format!("{v:.2}"),
@@ -297,7 +238,7 @@ pub fn table(r: &Report) -> String {
             ratio(c.vs_fuse2fs),
             ratio(c.vs_bindfs),
             ratio(c.vs_floor),
-            c.seconds.unwrap_or(f64::NAN),
+            c.summary.seconds.unwrap_or(f64::NAN),
             u.client_cpu,
             u.server_cpu.map_or("–".into(), |x| format!("{x:.2}")),
             mb(u.fs_bytes_written),
@@ -318,11 +259,15 @@ pub fn table(r: &Report) -> String {
          FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
          device, device-wide.\n",
     );
-    let failures: Vec<&Cell> = r.cells.iter().filter(|c| c.error.is_some()).collect();
+    let failures: Vec<&Cell> = f
+        .cells
+        .iter()
+        .filter(|c| c.summary.error.is_some())
+        .collect();
     if !failures.is_empty() {
         out.push_str("\nFailures:\n\n");
         for c in failures {
-            let e = c.error.as_deref().unwrap_or_default();
+            let e = c.summary.error.as_deref().unwrap_or_default();
             out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
         }
     }
@@ -350,11 +295,7 @@ mod tests {
     use crate::workload::Outcome;
 
     fn sample(rate: f64) -> Option<Outcome> {
-        Some(Ok(Sample {
-            amount: rate,
-            seconds: 1.0,
-            usage: Usage::default(),
-        }))
+        Some(Ok(Sample::ran(rate, 1.0)))
     }
 
     #[test]
@@ -392,7 +333,8 @@ mod tests {
         };
         let r = build(settings, m);
         let cell = |p: &str, s: &str| {
-            r.cells
+            r.found
+                .cells
                 .iter()
                 .find(|c| c.phase == p && c.system == s)
                 .unwrap()
@@ -403,6 +345,7 @@ mod tests {
         // fuse2fs failed run 2: ratios from runs 1 and 3 only (4 and 6).
         assert_eq!(c.vs_fuse2fs, Some(5.0));
         assert!(cell("smallfile", "fuse2fs")
+            .summary
             .error
             .as_deref()
             .unwrap()

@@ -2,25 +2,17 @@
 //! the runs, ratios to ext4 data=ordered taken run by run), and the
 //! Markdown report.
 
-use super::{paired_ratio, Figure, Scale, Settings, PHASES};
-use crate::report::{figure, median, ratio, runs_of, SystemRow};
+use super::{Figure, Phase, Scale, Settings, PHASES};
+use crate::report::{self, figure, ratio, runs_of, Runs, Summary, SystemRow};
 use crate::session::Measured;
-use crate::systems::{DeviceLimits, Machine, Usage, SYSTEMS};
-use crate::workload::{Outcome, Sample};
+use crate::systems::SYSTEMS;
+use crate::workload::Sample;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
 /// Everything a run of the benchmark found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub settings: Settings,
-    pub machine: Machine,
-    /// The device probe of each run.
-    pub device: Vec<DeviceLimits>,
-    pub systems: Vec<SystemRow>,
-    pub cells: Vec<Cell>,
-}
+pub type Report = report::Report<Settings, Cell>;
 
 /// One phase on one system.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -48,12 +40,8 @@ pub struct Cell {
     /// device's 4 KiB write + fdatasync latency of the same run) over the
     /// phase's time; 1 would be at the device's limit. Median over runs.
     pub vs_device: Option<f64>,
-    /// The median run's wall time and counts.
-    pub seconds: Option<f64>,
-    pub usage: Option<Usage>,
-    pub error: Option<String>,
-    /// Why it did not run (a tool or input missing).
-    pub skipped: Option<String>,
+    #[serde(flatten)]
+    pub summary: Summary,
 }
 
 /// A name of the benchmark's own. Spelled as an alias so that serde, which
@@ -73,7 +61,7 @@ pub fn known_name<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Er
         .ok_or_else(|| serde::de::Error::custom(format!("not a name of this benchmark: {name:?}")))
 }
 
-fn unit(p: &super::Phase) -> &'static str {
+fn unit(p: &Phase) -> &'static str {
     match p.figure {
         Figure::Rate(u) => u,
         Figure::Time => "s",
@@ -160,84 +148,31 @@ fn same_sizes(a: &Scale, b: &Scale) -> bool {
 }
 
 pub(super) fn build(settings: Settings, m: Measured) -> Report {
-    let Measured {
-        machine,
-        device,
-        systems,
-        skipped,
-        not_run,
-        samples,
-        ..
-    } = m;
-    let (systems, skipped) = (&systems[..], &skipped[..]);
-    let ok = |o: &Option<Outcome>| -> Option<Sample> { o.as_ref()?.as_ref().ok().cloned() };
-    let base = systems.iter().position(|s| s.id == "ext4");
-    let mut cells = Vec::new();
-    for (p, phase) in PHASES.iter().enumerate() {
-        let ran = samples.iter().any(|sys| !sys[p].is_empty());
-        if !ran && not_run[p].is_none() {
-            continue; // a workload not selected
-        }
-        let rates = |s: usize| -> Vec<Option<f64>> {
-            samples[s][p]
-                .iter()
-                .map(|o| ok(o).map(|x| x.rate()))
-                .collect()
-        };
-        for (s, sys) in systems.iter().enumerate() {
-            let runs = &samples[s][p];
-            let my_rates = rates(s);
-            let vs_ext4 = base.and_then(|b| paired_ratio(&my_rates, &rates(b)));
-            let mut good: Vec<Sample> = runs.iter().filter_map(ok).collect();
-            good.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-            let mid = good.get(good.len() / 2).cloned();
-            let to_figure = |x: &Sample| match phase.figure {
-                Figure::Rate(_) => x.rate(),
-                Figure::Time => x.seconds,
-            };
-            let vs_device = (phase.fsyncs > 0.0)
-                .then(|| {
-                    median(
-                        runs.iter()
-                            .zip(&device)
-                            .filter_map(|(o, d)| {
-                                let x = ok(o)?;
-                                Some(x.amount * phase.fsyncs * d.fsync_latency_s / x.seconds)
-                            })
-                            .collect(),
-                    )
-                })
-                .flatten();
-            let failed: Vec<String> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().err().cloned())
-                .collect();
-            cells.push(Cell {
-                seed: phase.seed,
-                phase: phase.name,
-                unit: unit(phase),
-                system: sys.id,
-                label: sys.label,
-                figure: mid.as_ref().map(to_figure),
-                run_figures: runs.iter().map(|o| ok(o).as_ref().map(to_figure)).collect(),
-                vs_ext4,
-                vs_device,
-                seconds: mid.as_ref().map(|m| m.seconds),
-                usage: mid.map(|m| m.usage),
-                error: failed
-                    .first()
-                    .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len())),
-                skipped: not_run[p].clone().or_else(|| skipped[s].clone()),
-            });
-        }
-    }
-    Report {
-        settings,
-        machine,
-        device,
-        systems: SystemRow::rows(systems, skipped),
-        cells,
+    Report::new(settings, m, |runs| cell(&PHASES[runs.phase], runs))
+}
+
+fn cell(phase: &Phase, runs: &Runs) -> Cell {
+    let figure = |x: &Sample| match phase.figure {
+        Figure::Rate(_) => x.rate(),
+        Figure::Time => x.seconds,
+    };
+    let sys = runs.system();
+    // The floor over the phase's time: its fsyncs at the device's latency.
+    let vs_device = runs.vs_device(|x, d| {
+        let fsyncs = Some(phase.fsyncs).filter(|&f| f > 0.0)?;
+        Some(x.amount * fsyncs * d.fsync_latency_s / x.seconds)
+    });
+    Cell {
+        seed: phase.seed,
+        phase: phase.name,
+        unit: unit(phase),
+        system: sys.id,
+        label: sys.label,
+        figure: runs.median().map(figure),
+        run_figures: runs.figures(figure),
+        vs_ext4: runs.vs("ext4"),
+        vs_device,
+        summary: runs.summary(),
     }
 }
 
@@ -316,7 +251,7 @@ pub fn table(r: &Report) -> String {
     );
     for c in &r.cells {
         let head = format!("| {} | {} | {} |", c.seed, c.phase, c.label);
-        if let Some(why) = &c.skipped {
+        if let Some(why) = &c.summary.skipped {
             let short = why.split(':').next().unwrap_or(why);
             out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(8)));
             continue;
@@ -325,7 +260,7 @@ pub fn table(r: &Report) -> String {
             out.push_str(&format!("{head} failed |{}\n", " – |".repeat(8)));
             continue;
         };
-        let u = c.usage.clone().unwrap_or_default();
+        let u = c.summary.usage.clone().unwrap_or_default();
         let cpu = match u.server_cpu {
             Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
             None => format!("{:.2}", u.client_cpu),
@@ -336,7 +271,7 @@ pub fn table(r: &Report) -> String {
             c.unit,
             ratio(c.vs_ext4),
             ratio(c.vs_device),
-            c.seconds.unwrap_or(f64::NAN),
+            c.summary.seconds.unwrap_or(f64::NAN),
             u.fs_bytes_written
                 .map_or("–".into(), |b| format!("{}", b / 4096)),
             u.fs_flushes.map_or("–".into(), |x| x.to_string()),
@@ -363,12 +298,12 @@ pub fn table(r: &Report) -> String {
     let failures: Vec<&Cell> = r
         .cells
         .iter()
-        .filter(|c| c.error.is_some() && c.skipped.is_none())
+        .filter(|c| c.summary.error.is_some() && c.summary.skipped.is_none())
         .collect();
     if !failures.is_empty() {
         out.push_str("\nFailures:\n\n");
         for c in failures {
-            let e = c.error.as_deref().unwrap_or_default();
+            let e = c.summary.error.as_deref().unwrap_or_default();
             let e: String = e.lines().take(6).collect::<Vec<_>>().join(" / ");
             out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
         }
@@ -376,7 +311,7 @@ pub fn table(r: &Report) -> String {
     let not_run: Vec<(&str, &str)> = r
         .cells
         .iter()
-        .filter_map(|c| Some((c.phase, c.skipped.as_deref()?)))
+        .filter_map(|c| Some((c.phase, c.summary.skipped.as_deref()?)))
         .filter(|(_, why)| !r.systems.iter().any(|s| s.skipped.as_deref() == Some(why)))
         .collect();
     if !not_run.is_empty() {
@@ -395,8 +330,9 @@ pub fn table(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeds::{sample, Scale};
+    use crate::seeds::Scale;
     use crate::systems::select;
+    use crate::workload::Outcome;
 
     fn quick_settings(runs: usize, tools: Vec<String>) -> Settings {
         Settings {
@@ -422,7 +358,7 @@ mod tests {
                 (0..PHASES.len())
                     .map(|p| match p == phase {
                         true => (0..runs)
-                            .map(|_| Some(Ok(sample(10.0, 1.0, Usage::default()))))
+                            .map(|_| Some(Ok(Sample::ran(10.0, 1.0))))
                             .collect(),
                         false => Vec::new(),
                     })
@@ -521,10 +457,10 @@ mod tests {
                 .map(|p| match p {
                     17 => [[2.0, 4.0], [1.0, 1.0]][s]
                         .iter()
-                        .map(|&t| Some(Ok(sample(100.0, t, Usage::default()))))
+                        .map(|&t| Some(Ok(Sample::ran(100.0, t))))
                         .collect(),
                     16 => vec![
-                        Some(Ok(sample(1.0, [10.0, 5.0][s], Usage::default()))),
+                        Some(Ok(Sample::ran(1.0, [10.0, 5.0][s]))),
                         Some(Err("boom".into())),
                     ],
                     _ => Vec::new(),
@@ -549,11 +485,12 @@ mod tests {
         assert_eq!((g.figure, g.unit), (Some(10.0), "s"));
         assert_eq!(g.vs_ext4, Some(0.5));
         assert!(g
+            .summary
             .error
             .as_deref()
             .unwrap()
             .starts_with("1 of 2 runs failed"));
-        assert!(cell("SQLite insert", "ext4").skipped.is_some());
+        assert!(cell("SQLite insert", "ext4").summary.skipped.is_some());
         let text = table(&r);
         assert!(
             text.contains("| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |"),
