@@ -16,6 +16,7 @@
 //! they add no file-system logic of their own.
 
 pub mod fsck;
+mod markdown;
 pub mod modes;
 pub mod mount;
 pub mod optimizations;

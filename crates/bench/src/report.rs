@@ -6,8 +6,9 @@
 //! moment of the machine slows them alike). A suite chooses its cell's
 //! fields; this module gives it the runs to take them from.
 
+use super::markdown::{bullets, Table};
 use super::session::Measured;
-use super::systems::{self, DeviceLimits, Machine, System, Usage};
+use super::systems::{DeviceLimits, Machine, System, Usage};
 use super::workload::{Outcome, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -197,27 +198,80 @@ impl SystemRow {
     }
 }
 
-/// A figure with as many decimals as it needs.
-pub(super) fn figure(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
+/// The end of a report's first sentence: whether the caches could be
+/// dropped before each mount.
+pub(crate) fn caches(dropped: bool) -> &'static str {
+    if dropped {
+        ""
     } else {
-        format!("{x:.2}")
+        " (could not drop caches: not root)"
     }
 }
 
-/// One figure per run: `a, b, c`.
-pub(super) fn runs_of(
-    d: &[systems::DeviceLimits],
-    f: impl Fn(&systems::DeviceLimits) -> String,
-) -> String {
-    d.iter().map(f).collect::<Vec<_>>().join(", ")
+/// A paragraph on the machine, and one on the device under the images
+/// (each run's probe); `fsync_rate` adds the fsyncs a second it allows.
+pub(crate) fn testbed(m: &Machine, d: &[DeviceLimits], fsync_rate: bool) -> String {
+    let runs_of = |f: &dyn Fn(&DeviceLimits) -> String| -> String {
+        d.iter().map(f).collect::<Vec<_>>().join(", ")
+    };
+    let (each, rate) = if fsync_rate {
+        let rate = runs_of(&|d| format!("{:.0}", 1.0 / d.fsync_latency_s));
+        (
+            " each",
+            format!(", so at most {rate} fsyncs/s one after another"),
+        )
+    } else {
+        ("", String::new())
+    };
+    format!(
+        "Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
+         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
+         fdatasync takes {} ms (median of {}{each}; p90 {} ms){rate}; sequential write {} MB/s \
+         ({} MiB + fdatasync).\n\n",
+        m.cpu,
+        m.cores,
+        m.ram_bytes as f64 / (1u64 << 30) as f64,
+        m.kernel,
+        m.disk,
+        m.host_fs,
+        runs_of(&|d| format!("{:.3}", d.fsync_latency_s * 1e3)),
+        d.first().map_or(0, |d| d.latency_samples),
+        runs_of(&|d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
+        runs_of(&|d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
+        d.first().map_or(0, |d| d.seq_bytes >> 20),
+    )
 }
 
-pub(super) fn ratio(x: Option<f64>) -> String {
-    x.map_or("–".into(), |x| format!("{x:.2}"))
+/// `heading:` and a bullet for each system skipped, with why, then a blank
+/// line; nothing if none was.
+pub(crate) fn skipped_systems(systems: &[SystemRow], heading: &str) -> String {
+    let skipped = systems
+        .iter()
+        .filter_map(|s| Some(format!("{}: {}", s.label, s.skipped.as_deref()?)));
+    let bullets = bullets(skipped);
+    if bullets.is_empty() {
+        return bullets;
+    }
+    format!("{heading}:\n\n{bullets}\n")
+}
+
+/// A cell's row: `names`, then `figures` of its figure, or why it has
+/// none (its system or workload skipped, or every run failed).
+pub(crate) fn cell_row(
+    t: &mut Table,
+    names: &[&str],
+    s: &Summary,
+    figure: Option<f64>,
+    figures: impl FnOnce(f64) -> Vec<String>,
+) {
+    match (&s.skipped, figure) {
+        (Some(why), _) => {
+            let short = why.split(':').next().unwrap_or(why);
+            t.gap(names, &format!("skipped: {short}"));
+        }
+        (None, None) => t.gap(names, "failed"),
+        (None, Some(x)) => t.row(names, &figures(x)),
+    }
 }
 
 #[cfg(test)]

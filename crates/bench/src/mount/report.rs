@@ -2,8 +2,9 @@
 //! the runs, ratios taken run by run), the goals measured against them, and
 //! the Markdown report.
 
-use super::{Phase, Settings, PHASES};
-use crate::report::{self, figure, ratio, runs_of, Runs, Summary, SystemRow};
+use super::{Phase, Scale, Settings, PHASES};
+use crate::markdown::{figure, mb, or_dash, ratio, section, Table};
+use crate::report::{self, Runs, Summary};
 use crate::session::Measured;
 use crate::systems::{DeviceLimits, System};
 use crate::workload::Sample;
@@ -145,23 +146,43 @@ fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
     out
 }
 
-fn mb(x: Option<u64>) -> String {
-    x.map_or("–".into(), |x| format!("{:.1}", x as f64 / 1e6))
-}
-
 /// The report as Markdown: the machine and device, the table, failures and
 /// goals.
 pub fn table(r: &Report) -> String {
     let f = &r.found;
-    let (s, m, d) = (&f.settings, &f.machine, &f.device);
-    let mut out = format!(
+    let failures = f.cells.iter().filter_map(|c| {
+        let e = c.summary.error.as_deref()?;
+        Some(format!("{} on {}: {e}", c.phase, c.label))
+    });
+    let goals = r.goals.iter().map(|g| {
+        let (what, limit) = (&g.what, g.limit);
+        let measured = ratio(g.measured);
+        format!(
+            "{} {what}: {measured} (goal ≥ {limit:.1}): {}",
+            g.system,
+            g.verdict()
+        )
+    });
+    let first = format!(
         "McoreFS §6 workloads through a mount: median of {} run(s), each on storage made fresh \
-         with caches dropped{}.\n\n\
-         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
-         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
-         fdatasync takes {} ms (median of {} each; p90 {} ms), so at most {} fsyncs/s one \
-         after another; sequential write {} MB/s ({} MiB + fdatasync).\n\n\
-         Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
+         with caches dropped{}.\n\n",
+        f.settings.runs,
+        report::caches(f.settings.caches_dropped),
+    );
+    first
+        + &report::testbed(&f.machine, &f.device, true)
+        + &workloads(&f.settings.scale)
+        + &report::skipped_systems(&f.systems, "Skipped")
+        + &cells(&f.cells)
+        + NOTES
+        + &section("Failures", failures)
+        + &section("Goals", goals)
+}
+
+/// What the workloads do, at these sizes.
+fn workloads(s: &Scale) -> String {
+    format!(
+        "Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
          directories, each created, written 1 KB, fsynced, closed and unlinked; largefile, \
          {:.0} MB in 1 MiB writes, then fsync; mailbench, {} threads × {} messages of {} B, \
          each thread with its own spool and mailbox, per message: write spool/tmp/M + fsync, \
@@ -171,126 +192,72 @@ pub fn table(r: &Report) -> String {
          mailbench (full mailbox), the same after {} messages were put in each thread's \
          mail/cur (untimed, synced); create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
          mounted again before the cold stat. Images {} MiB.\n\n",
-        s.runs,
-        if s.caches_dropped {
-            ""
-        } else {
-            " (could not drop caches: not root)"
-        },
-        m.cpu,
-        m.cores,
-        m.ram_bytes as f64 / (1u64 << 30) as f64,
-        m.kernel,
-        m.disk,
-        m.host_fs,
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
-        d.first().map_or(0, |d| d.latency_samples),
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
-        runs_of(d, |d| format!("{:.0}", 1.0 / d.fsync_latency_s)),
-        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
-        d.first().map_or(0, |d| d.seq_bytes >> 20),
-        s.scale.smallfile_files,
-        s.scale.smallfile_dirs,
-        s.scale.largefile_bytes as f64 / 1e6,
-        s.scale.mail_threads,
-        s.scale.mail_messages,
-        s.scale.message_bytes,
-        s.scale.mailbox_messages,
-        s.scale.meta_files,
-        s.scale.image_bytes >> 20,
-    );
-    let skipped: Vec<&SystemRow> = f.systems.iter().filter(|s| s.skipped.is_some()).collect();
-    if !skipped.is_empty() {
-        out.push_str("Skipped:\n\n");
-        for sys in skipped {
-            let why = sys.skipped.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {}: {why}\n", sys.label));
-        }
-        out.push('\n');
-    }
-    out.push_str(
-        "| workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device \
-         | time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for c in &f.cells {
-        let head = format!("| {} | {} |", c.phase, c.label);
-        if let Some(why) = &c.summary.skipped {
-            let short = why.split(':').next().unwrap_or(why);
-            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(11)));
-            continue;
-        }
-        let Some(rt) = c.rate else {
-            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(11)));
-            continue;
-        };
-        let u = c.summary.usage.clone().unwrap_or_default();
-        let device = match (c.vs_device, c.fsyncs_per_s) {
-            (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
-            (Some(v), None) => format!("{v:.2}"),
-            _ => "–".into(),
-        };
-        out.push_str(&format!(
-            "{head} {} {} | {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
-            figure(rt),
-            c.unit,
-            ratio(c.vs_ext4),
-            ratio(c.vs_fuse2fs),
-            ratio(c.vs_bindfs),
-            ratio(c.vs_floor),
-            c.summary.seconds.unwrap_or(f64::NAN),
-            u.client_cpu,
-            u.server_cpu.map_or("–".into(), |x| format!("{x:.2}")),
-            mb(u.fs_bytes_written),
-            mb(u.disk_bytes_written),
-            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
-        ));
-    }
-    out.push_str(
-        "\nRatios are medians of per-run ratios (a run's systems run back to back). \
-         vs floor: against the FUSE floor (`stitchfs bench floor-server`), a server mounted \
-         as stitchfs is that keeps its namespace in memory, writes file data straight into \
-         its image and makes every fsync one fdatasync: what any durable FUSE file system \
-         over an image could reach here. \
-         vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
-         its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
-         or to the end of the unmount after it. Client CPU: the benchmark process (the \
-         kernel's file system work happens in its calls); server CPU: the FUSE server. \
-         FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
-         device, device-wide.\n",
-    );
-    let failures: Vec<&Cell> = f
-        .cells
-        .iter()
-        .filter(|c| c.summary.error.is_some())
-        .collect();
-    if !failures.is_empty() {
-        out.push_str("\nFailures:\n\n");
-        for c in failures {
-            let e = c.summary.error.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
-        }
-    }
-    if !r.goals.is_empty() {
-        out.push_str("\nGoals:\n\n");
-        for g in &r.goals {
-            out.push_str(&format!(
-                "- {} {}: {} (goal ≥ {:.1}): {}\n",
-                g.system,
-                g.what,
-                ratio(g.measured),
-                g.limit,
-                g.verdict()
-            ));
-        }
-    }
-    out
+        s.smallfile_files,
+        s.smallfile_dirs,
+        s.largefile_bytes as f64 / 1e6,
+        s.mail_threads,
+        s.mail_messages,
+        s.message_bytes,
+        s.mailbox_messages,
+        s.meta_files,
+        s.image_bytes >> 20,
+    )
 }
+
+/// The table: a row per cell.
+fn cells(cells: &[Cell]) -> String {
+    let mut t = Table::new(
+        "workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device | \
+         time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes",
+        2,
+    );
+    for c in cells {
+        let names = [c.phase, c.label];
+        report::cell_row(&mut t, &names, &c.summary, c.rate, |rate| figures(c, rate));
+    }
+    t.text()
+}
+
+/// A measured cell's figures, after its names.
+fn figures(c: &Cell, rate: f64) -> Vec<String> {
+    let u = c.summary.usage.clone().unwrap_or_default();
+    let device = match (c.vs_device, c.fsyncs_per_s) {
+        (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
+        (Some(v), None) => format!("{v:.2}"),
+        _ => "–".into(),
+    };
+    vec![
+        format!("{} {}", figure(rate), c.unit),
+        ratio(c.vs_ext4),
+        ratio(c.vs_fuse2fs),
+        ratio(c.vs_bindfs),
+        ratio(c.vs_floor),
+        device,
+        format!("{:.2}", c.summary.seconds.unwrap_or(f64::NAN)),
+        format!("{:.2}", u.client_cpu),
+        or_dash(u.server_cpu, |x| format!("{x:.2}")),
+        mb(u.fs_bytes_written),
+        mb(u.disk_bytes_written),
+        or_dash(u.disk_flushes, |x| x.to_string()),
+    ]
+}
+
+/// What the columns mean.
+const NOTES: &str = "\nRatios are medians of per-run ratios (a run's systems run back to back). \
+     vs floor: against the FUSE floor (`stitchfs bench floor-server`), a server mounted \
+     as stitchfs is that keeps its namespace in memory, writes file data straight into \
+     its image and makes every fsync one fdatasync: what any durable FUSE file system \
+     over an image could reach here. \
+     vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
+     its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
+     or to the end of the unmount after it. Client CPU: the benchmark process (the \
+     kernel's file system work happens in its calls); server CPU: the FUSE server. \
+     FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
+     device, device-wide.\n";
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount::Scale;
     use crate::systems::select;
     use crate::workload::Outcome;
 

@@ -3,7 +3,8 @@
 //! Markdown report.
 
 use super::{Figure, Phase, Scale, Settings, PHASES};
-use crate::report::{self, figure, ratio, runs_of, Runs, Summary, SystemRow};
+use crate::markdown::{self, mb, or_dash, ratio, section, Table};
+use crate::report::{self, Runs, Summary};
 use crate::session::Measured;
 use crate::systems::SYSTEMS;
 use crate::workload::Sample;
@@ -178,43 +179,52 @@ fn cell(phase: &Phase, runs: &Runs) -> Cell {
 
 /// The report as Markdown.
 pub fn table(r: &Report) -> String {
-    let (s, m, d) = (&r.settings, &r.machine, &r.device);
-    let sc = &s.scale;
+    let s = &r.settings;
+    let failures = r.cells.iter().filter_map(|c| {
+        let e = c
+            .summary
+            .error
+            .as_deref()
+            .filter(|_| c.summary.skipped.is_none())?;
+        let e = e.lines().take(6).collect::<Vec<_>>().join(" / ");
+        Some(format!("{} on {}: {e}", c.phase, c.label))
+    });
+    let first = format!(
+        "The seeds' experiments through a mount: median of {} run(s), each workload on \
+         storage made fresh (a {} MiB image on the same disk) with caches dropped{}.\n\n",
+        s.runs,
+        s.scale.image_bytes >> 20,
+        report::caches(s.caches_dropped),
+    );
+    first
+        + &report::testbed(&r.machine, &r.device, false)
+        + &sizes(s)
+        + &report::skipped_systems(&r.systems, "Systems skipped")
+        + &cells(&r.cells)
+        + NOTES
+        + &section("Failures", failures)
+        + &not_run(r)
+}
+
+/// The sizes, inputs and tools of the run.
+fn sizes(s: &Settings) -> String {
+    let (sc, i) = (&s.scale, &s.inputs);
     let pm = |p: &super::PostMark| {
         format!(
             "{} files of {}–{} B, {} transactions",
             p.files, p.min_size, p.max_size, p.transactions
         )
     };
-    let mut out = format!(
-        "The seeds' experiments through a mount: median of {} run(s), each workload on \
-         storage made fresh (a {} MiB image on the same disk) with caches dropped{}.\n\n\
-         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
-         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
-         fdatasync takes {} ms (median of {}; p90 {} ms); sequential write {} MB/s ({} MiB + \
-         fdatasync).\n\n\
-         Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
+    let tools = if i.tools.is_empty() {
+        "–".to_string()
+    } else {
+        i.tools.join("; ")
+    };
+    format!(
+        "Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
          create+delete ×{}; PostMark small {}; large {}; Featherstitch {}; xsyncfs {}; \
          source tree {}; C project {}; SQLite {} inserts of {} B; fsync tests {} operations \
-         each; IMAP {} messages of {} B.\n\nTools: {}.\n\n",
-        s.runs,
-        sc.image_bytes >> 20,
-        if s.caches_dropped {
-            ""
-        } else {
-            " (could not drop caches: not root)"
-        },
-        m.cpu,
-        m.cores,
-        m.ram_bytes as f64 / (1u64 << 30) as f64,
-        m.kernel,
-        m.disk,
-        m.host_fs,
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
-        d.first().map_or(0, |d| d.latency_samples),
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
-        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
-        d.first().map_or(0, |d| d.seq_bytes >> 20),
+         each; IMAP {} messages of {} B.\n\nTools: {tools}.\n\n",
         sc.micro_files,
         sc.micro_bytes >> 20,
         sc.zero_files,
@@ -222,109 +232,79 @@ pub fn table(r: &Report) -> String {
         pm(&sc.postmark_large),
         pm(&sc.postmark_fst),
         pm(&sc.postmark_xsyncfs),
-        s.inputs.tree.as_deref().unwrap_or("none"),
-        s.inputs.project.as_deref().unwrap_or("none"),
+        i.tree.as_deref().unwrap_or("none"),
+        i.project.as_deref().unwrap_or("none"),
         sc.sqlite_inserts,
         sc.sqlite_bytes,
         sc.fsync_ops,
         sc.imap_messages,
         sc.imap_bytes,
-        if s.inputs.tools.is_empty() {
-            "–".to_string()
-        } else {
-            s.inputs.tools.join("; ")
-        },
+    )
+}
+
+/// The table: a row per cell.
+fn cells(cells: &[Cell]) -> String {
+    let mut t = Table::new(
+        "seed | workload | system | result | vs ext4 ordered | vs device floor | time s | \
+         CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes",
+        3,
     );
-    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
-    if !skipped.is_empty() {
-        out.push_str("Systems skipped:\n\n");
-        for sys in skipped {
-            let why = sys.skipped.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {}: {why}\n", sys.label));
-        }
-        out.push('\n');
+    for c in cells {
+        let names = [c.seed, c.phase, c.label];
+        report::cell_row(&mut t, &names, &c.summary, c.figure, |x| figures(c, x));
     }
-    out.push_str(
-        "| seed | workload | system | result | vs ext4 ordered | vs device floor | time s \
-         | CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for c in &r.cells {
-        let head = format!("| {} | {} | {} |", c.seed, c.phase, c.label);
-        if let Some(why) = &c.summary.skipped {
-            let short = why.split(':').next().unwrap_or(why);
-            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(8)));
-            continue;
-        }
-        let Some(fig) = c.figure else {
-            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(8)));
-            continue;
-        };
-        let u = c.summary.usage.clone().unwrap_or_default();
-        let cpu = match u.server_cpu {
-            Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
-            None => format!("{:.2}", u.client_cpu),
-        };
-        out.push_str(&format!(
-            "{head} {} {} | {} | {} | {:.2} | {cpu} | {} | {} | {} | {} |\n",
-            figure(fig),
-            c.unit,
-            ratio(c.vs_ext4),
-            ratio(c.vs_device),
-            c.summary.seconds.unwrap_or(f64::NAN),
-            u.fs_bytes_written
-                .map_or("–".into(), |b| format!("{}", b / 4096)),
-            u.fs_flushes.map_or("–".into(), |x| x.to_string()),
-            u.disk_bytes_written
-                .map_or("–".into(), |b| format!("{:.1}", b as f64 / 1e6)),
-            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
-        ));
-    }
-    out.push_str(
-        "\nResult: a rate, or the phase's time in seconds; every phase ends with a syncfs \
-         of the mount, inside the timing. vs ext4 ordered: speed relative to ext4 \
-         data=ordered, the median of per-run ratios (above 1 is faster). vs device floor: \
-         for fsync-bound phases, the time the phase's fsyncs alone would take at the \
-         device's 4 KiB write + fdatasync latency (same run's probe) over the phase's time \
-         (1.0 = at the device's limit; SQLite counted at 2 fsyncs an insert, a lower \
-         bound). CPU: the benchmark process and the tools it ran (the kernel's file system \
-         work happens in their calls) + the FUSE server. FS blocks (4 KiB) written and FS \
-         flushes: the loop device's counts for the kernel's file systems; for FUSE \
-         servers, the server's write_bytes (flushes are not seen per file system: see the \
-         disk's). Disk: the host device, device-wide (other activity on the machine shows \
-         there too). Counts run from a phase's start to the next phase's, or to the end \
-         of the unmount after it.\n",
-    );
-    let failures: Vec<&Cell> = r
-        .cells
-        .iter()
-        .filter(|c| c.summary.error.is_some() && c.summary.skipped.is_none())
-        .collect();
-    if !failures.is_empty() {
-        out.push_str("\nFailures:\n\n");
-        for c in failures {
-            let e = c.summary.error.as_deref().unwrap_or_default();
-            let e: String = e.lines().take(6).collect::<Vec<_>>().join(" / ");
-            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
-        }
-    }
-    let not_run: Vec<(&str, &str)> = r
-        .cells
-        .iter()
-        .filter_map(|c| Some((c.phase, c.summary.skipped.as_deref()?)))
-        .filter(|(_, why)| !r.systems.iter().any(|s| s.skipped.as_deref() == Some(why)))
-        .collect();
-    if !not_run.is_empty() {
-        out.push_str("\nNot run:\n\n");
-        let mut seen = Vec::new();
-        for (phase, why) in not_run {
-            if !seen.contains(&phase) {
-                seen.push(phase);
-                out.push_str(&format!("- {phase}: {why}\n"));
-            }
-        }
-    }
-    out
+    t.text()
+}
+
+/// A measured cell's figures, after its names.
+fn figures(c: &Cell, figure: f64) -> Vec<String> {
+    let u = c.summary.usage.clone().unwrap_or_default();
+    let cpu = match u.server_cpu {
+        Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
+        None => format!("{:.2}", u.client_cpu),
+    };
+    vec![
+        format!("{} {}", markdown::figure(figure), c.unit),
+        ratio(c.vs_ext4),
+        ratio(c.vs_device),
+        format!("{:.2}", c.summary.seconds.unwrap_or(f64::NAN)),
+        cpu,
+        or_dash(u.fs_bytes_written, |b| format!("{}", b / 4096)),
+        or_dash(u.fs_flushes, |x| x.to_string()),
+        mb(u.disk_bytes_written),
+        or_dash(u.disk_flushes, |x| x.to_string()),
+    ]
+}
+
+/// What the columns mean.
+const NOTES: &str =
+    "\nResult: a rate, or the phase's time in seconds; every phase ends with a syncfs \
+     of the mount, inside the timing. vs ext4 ordered: speed relative to ext4 \
+     data=ordered, the median of per-run ratios (above 1 is faster). vs device floor: \
+     for fsync-bound phases, the time the phase's fsyncs alone would take at the \
+     device's 4 KiB write + fdatasync latency (same run's probe) over the phase's time \
+     (1.0 = at the device's limit; SQLite counted at 2 fsyncs an insert, a lower \
+     bound). CPU: the benchmark process and the tools it ran (the kernel's file system \
+     work happens in their calls) + the FUSE server. FS blocks (4 KiB) written and FS \
+     flushes: the loop device's counts for the kernel's file systems; for FUSE \
+     servers, the server's write_bytes (flushes are not seen per file system: see the \
+     disk's). Disk: the host device, device-wide (other activity on the machine shows \
+     there too). Counts run from a phase's start to the next phase's, or to the end \
+     of the unmount after it.\n";
+
+/// The phases whose workload could not run here, once each, with why (a
+/// system's own reason is in the systems skipped).
+fn not_run(r: &Report) -> String {
+    let mut seen = Vec::new();
+    let not_run = r.cells.iter().filter_map(|c| {
+        let why = c.summary.skipped.as_deref()?;
+        let a_system = r.systems.iter().any(|s| s.skipped.as_deref() == Some(why));
+        (!a_system && !seen.contains(&c.phase)).then(|| {
+            seen.push(c.phase);
+            format!("{}: {why}", c.phase)
+        })
+    });
+    section("Not run", not_run.collect::<Vec<_>>())
 }
 
 #[cfg(test)]
