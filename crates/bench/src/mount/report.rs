@@ -44,7 +44,7 @@ pub struct Cell {
     pub summary: Summary,
 }
 
-/// One of the goals, measured.
+/// One of the suite's goals, measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
     pub system: &'static str,
