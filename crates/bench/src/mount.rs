@@ -35,7 +35,7 @@
 //! set (each workload's systems back to back); a cell is the median of its
 //! runs, and a ratio is the median of the per-run ratios.
 
-use super::session::{self, Sizes, Suite};
+use super::session::{self, Suite};
 use super::systems::Place;
 use super::workload::{write_synced, Run};
 use anyhow::Context;
@@ -175,12 +175,6 @@ impl Scale {
     };
 }
 
-impl Sizes for Scale {
-    fn storage(&self) -> (u64, usize, u64) {
-        (self.image_bytes, self.probe_samples, self.probe_bytes)
-    }
-}
-
 /// What a run needs.
 pub type Config = session::Config<Scale>;
 
@@ -207,10 +201,14 @@ struct Mount<'a>(&'a Scale);
 
 impl Suite for Mount<'_> {
     const WORKLOADS: &'static [(&'static str, &'static [usize])] = &WORKLOADS;
-    const PHASES: usize = PHASES.len();
 
     fn phase_name(p: usize) -> &'static str {
         PHASES[p].name
+    }
+
+    fn storage(&self) -> (u64, usize, u64) {
+        let s = self.0;
+        (s.image_bytes, s.probe_samples, s.probe_bytes)
     }
 
     fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {

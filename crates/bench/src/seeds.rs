@@ -36,7 +36,7 @@
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
 //! asked. See [`super::workload`] for what the counts cover.
 
-use super::session::{self, Sizes, Suite};
+use super::session::{self, Suite};
 use super::systems::Place;
 use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
@@ -260,12 +260,6 @@ impl Scale {
     };
 }
 
-impl Sizes for Scale {
-    fn storage(&self) -> (u64, usize, u64) {
-        (self.image_bytes, self.probe_samples, self.probe_bytes)
-    }
-}
-
 /// What a run needs.
 pub type Config = session::Config<Scale, Inputs>;
 
@@ -415,10 +409,14 @@ struct Seeds<'a> {
 
 impl Suite for Seeds<'_> {
     const WORKLOADS: &'static [(&'static str, &'static [usize])] = &WORKLOADS;
-    const PHASES: usize = PHASES.len();
 
     fn phase_name(p: usize) -> &'static str {
         PHASES[p].name
+    }
+
+    fn storage(&self) -> (u64, usize, u64) {
+        let s = &self.cfg.scale;
+        (s.image_bytes, s.probe_samples, s.probe_bytes)
     }
 
     fn missing(&self, w: usize) -> Option<String> {

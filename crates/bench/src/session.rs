@@ -43,13 +43,6 @@ impl<S, I> Config<S, I> {
     }
 }
 
-/// What a session reads from a suite's sizes.
-pub trait Sizes {
-    /// The image each system is made on, and the device probe's latency
-    /// samples and sequential bytes.
-    fn storage(&self) -> (u64, usize, u64);
-}
-
 /// What was run, for the report: `S`, the suite's sizes; `E`, what else
 /// the suite records (flattened into the same object, after these).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -79,12 +72,14 @@ impl<S: Clone, E> Settings<S, E> {
 
 /// A suite as a session runs it.
 pub(crate) trait Suite {
-    /// The workloads, in order, with the phases each reports.
+    /// The workloads, in order, with the phases each reports (every
+    /// phase of the suite in one of them).
     const WORKLOADS: &'static [(&'static str, &'static [usize])];
-    /// How many phases the suite has.
-    const PHASES: usize;
     /// Phase `p`'s name, for messages.
     fn phase_name(p: usize) -> &'static str;
+    /// The image each system is made on, and the device probe's latency
+    /// samples and sequential bytes.
+    fn storage(&self) -> (u64, usize, u64);
     /// Why workload `w` cannot run here (a tool or input missing).
     fn missing(&self, _w: usize) -> Option<String> {
         None
@@ -179,16 +174,18 @@ impl Measured {
 /// Runs every selected workload of `suite` on every system that can run
 /// here, `cfg.runs` times, each on fresh storage at `place`; the device is
 /// probed in `scratch` before each run.
-pub(crate) fn measure<S: Sizes, I, T: Suite>(
+pub(crate) fn measure<S, I, T: Suite>(
     cfg: &Config<S, I>,
     suite: &T,
     scratch: &Path,
     place: &Place,
     progress: &mut impl FnMut(&str),
 ) -> anyhow::Result<Measured> {
-    let mut m = Measured::new(cfg, T::PHASES, scratch);
+    let phases = T::WORKLOADS.iter().flat_map(|(_, p)| p.iter());
+    let phases = phases.max().map_or(0, |last| last + 1);
+    let mut m = Measured::new(cfg, phases, scratch);
     let missing = missing_workloads(cfg, suite);
-    let (image_bytes, samples, bytes) = cfg.scale.storage();
+    let (image_bytes, samples, bytes) = suite.storage();
     for r in 1..=cfg.run_count() {
         progress(&format!("run {r}: measuring the device"));
         m.device
