@@ -796,12 +796,7 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
     })?;
     const OVERWRITE_BLOCKS: u64 = 4096;
     run.setup(p[1], |root| {
-        let mut f = File::create(root.join("overwrite"))?;
-        for _ in 0..OVERWRITE_BLOCKS {
-            f.write_all(&block)?;
-        }
-        f.sync_all()?;
-        Ok(())
+        filled(&root.join("overwrite"), &block, OVERWRITE_BLOCKS)
     })?;
     run.timed(p[1], |root| {
         let f = File::options().write(true).open(root.join("overwrite"))?;
@@ -816,12 +811,7 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
         Ok(n as f64)
     })?;
     run.setup(p[2], |root| {
-        let mut f = File::create(root.join("truncate"))?;
-        for _ in 0..n {
-            f.write_all(&block)?;
-        }
-        f.sync_all()?;
-        Ok(())
+        filled(&root.join("truncate"), &block, n as u64)
     })?;
     run.timed(p[2], |root| {
         let f = File::options().write(true).open(root.join("truncate"))?;
@@ -831,6 +821,16 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
         }
         Ok(n as f64)
     })
+}
+
+/// A file of `blocks` copies of `block`, written and fsynced.
+fn filled(path: &Path, block: &[u8], blocks: u64) -> anyhow::Result<()> {
+    let mut f = File::create(path)?;
+    for _ in 0..blocks {
+        f.write_all(block)?;
+    }
+    f.sync_all()?;
+    Ok(())
 }
 
 /// The uid and gid of the `mail` user, which Dovecot's mail processes run
