@@ -259,38 +259,28 @@ const NOTES: &str = "\nRatios are medians of per-run ratios (a run's systems run
 mod tests {
     use super::*;
     use crate::systems::select;
-    use crate::workload::Outcome;
 
-    fn sample(rate: f64) -> Option<Outcome> {
-        Some(Ok(Sample::ran(rate, 1.0)))
-    }
-
-    #[test]
-    fn ratios_are_taken_run_by_run() {
+    /// stitchfs, ext4, fuse2fs and the floor, every phase run three times
+    /// at the same rates; run 2 is slow for everyone, and fuse2fs failed
+    /// smallfile's run 2.
+    fn example() -> Report {
         let systems = select("stitchfs,ext4,fuse2fs,fuse-floor").unwrap();
-        // Run 2 is slow for everyone: per-run ratios stay 2.0 for stitchfs
-        // over ext4, whatever the medians of the rates say.
         let rates = [
             [20.0, 2.0, 30.0],
             [10.0, 1.0, 15.0],
             [5.0, 5.0, 5.0],
             [25.0, 2.5, 36.0],
         ];
+        let phase = |s: usize, p: usize| {
+            let run = |r: usize| match (s, p, r) {
+                (2, 0, 1) => Err("boom".to_string()),
+                _ => Ok(Sample::ran(rates[s][r], 1.0)),
+            };
+            (0..3).map(|r| Some(run(r))).collect()
+        };
         let samples = (0..4)
-            .map(|s| {
-                (0..PHASES.len())
-                    .map(|p| {
-                        (0..3)
-                            .map(|r| match (s, p) {
-                                (2, 0) if r == 1 => Some(Err("boom".to_string())),
-                                _ => sample(rates[s][r]),
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
+            .map(|s| (0..PHASES.len()).map(|p| phase(s, p)).collect())
             .collect();
-        let m = Measured::example(&systems, samples);
         let settings = Settings {
             runs: 3,
             scale: Scale::QUICK,
@@ -298,66 +288,77 @@ mod tests {
             scratch: "/tmp".into(),
             inputs: (),
         };
-        let r = build(settings, m);
-        let cell = |p: &str, s: &str| {
-            r.found
-                .cells
-                .iter()
-                .find(|c| c.phase == p && c.system == s)
-                .unwrap()
-        };
-        let c = cell("smallfile", "stitchfs");
+        build(settings, Measured::example(&systems, samples))
+    }
+
+    fn cell<'r>(r: &'r Report, phase: &str, system: &str) -> &'r Cell {
+        let is = |c: &&Cell| c.phase == phase && c.system == system;
+        r.found.cells.iter().find(is).unwrap()
+    }
+
+    fn goal<'r>(r: &'r Report, what: &str) -> &'r Goal {
+        r.goals.iter().find(|g| g.what.starts_with(what)).unwrap()
+    }
+
+    #[test]
+    fn ratios_are_taken_run_by_run() {
+        let r = example();
+        let c = cell(&r, "smallfile", "stitchfs");
         assert_eq!(c.rate, Some(20.0));
+        // Per-run ratios stay 2.0 over ext4, whatever the medians say.
         assert_eq!(c.vs_ext4, Some(2.0));
         // fuse2fs failed run 2: ratios from runs 1 and 3 only (4 and 6).
         assert_eq!(c.vs_fuse2fs, Some(5.0));
-        assert!(cell("smallfile", "fuse2fs")
-            .summary
-            .error
-            .as_deref()
-            .unwrap()
-            .contains("1 of 3 runs failed: boom"));
+        let error = cell(&r, "smallfile", "fuse2fs").summary.error.clone();
+        assert_eq!(error.as_deref(), Some("1 of 3 runs failed: boom"));
+        // 20 against the floor's 25 in run 1 (and 2.0 against 2.5 in run 2).
+        assert_eq!(c.vs_floor, Some(0.8));
         // 20 fsyncs/s at 1 ms each: 0.02 of the device.
         assert!((c.vs_device.unwrap() - 0.02).abs() < 1e-9);
-        assert_eq!(cell("largefile", "stitchfs").vs_device, Some(20e6 / 1e8));
-        let smallfile = r
-            .goals
-            .iter()
-            .find(|g| g.what.starts_with("smallfile rate vs ext4"))
-            .unwrap();
-        assert_eq!(smallfile.verdict(), "met");
-        let bindfs = r.goals.iter().find(|g| g.what.contains("bindfs")).unwrap();
-        assert_eq!(bindfs.verdict(), "not measured");
-        // 20 against the floor's 25 in run 1 (and 2.0 against 2.5 in run 2):
-        // 0.8 of the floor. The floor itself reaches 6.1 of fuse2fs (5.0
-        // and 7.2; fuse2fs failed run 2), above the goal of 2: a miss would
-        // be stitchfs's own.
-        assert_eq!(c.vs_floor, Some(0.8));
-        let vs_fuse2fs = r
-            .goals
-            .iter()
-            .find(|g| g.what.starts_with("smallfile rate vs fuse2fs"))
-            .unwrap();
-        assert_eq!(vs_fuse2fs.floor, Some(6.1));
-        let beyond = Goal {
-            floor: Some(1.5),
-            measured: Some(1.2),
-            ..vs_fuse2fs.clone()
-        };
         assert_eq!(
-            beyond.verdict(),
-            "not met; the FUSE floor reaches only 1.50 here"
+            cell(&r, "largefile", "stitchfs").vs_device,
+            Some(20e6 / 1e8)
         );
-        // A floor slower than stitchfs bounds nothing.
-        let slower = Goal {
-            floor: Some(1.0),
-            ..beyond.clone()
-        };
-        assert_eq!(slower.verdict(), "not met");
         let text = table(&r);
-        assert!(
-            text.contains("| smallfile | stitchfs journal | 20.0 files/s | 2.00 |"),
-            "{text}"
+        let row = "| smallfile | stitchfs journal | 20.0 files/s | 2.00 |";
+        assert!(text.contains(row), "{text}");
+    }
+
+    #[test]
+    fn goals_are_measured_beside_the_floor() {
+        let r = example();
+        assert_eq!(goal(&r, "smallfile rate vs ext4").verdict(), "met");
+        assert_eq!(
+            goal(&r, "stat (cold) rate vs bindfs").verdict(),
+            "not measured"
         );
+        // The floor reaches 6.1 of fuse2fs (5.0 and 7.2; fuse2fs failed run
+        // 2), above the goal of 2: a miss would be stitchfs's own.
+        assert_eq!(goal(&r, "smallfile rate vs fuse2fs").floor, Some(6.1));
+    }
+
+    #[test]
+    fn a_miss_is_the_floor_s_only_where_the_floor_misses_too_and_is_faster() {
+        let check = |measured: Option<f64>, floor: Option<f64>, expect: &str| {
+            let g = Goal {
+                system: "stitchfs",
+                what: "smallfile rate vs fuse2fs".into(),
+                measured,
+                limit: 2.0,
+                floor,
+            };
+            assert_eq!(g.verdict(), expect, "{measured:?} beside {floor:?}");
+        };
+        check(None, Some(1.0), "not measured");
+        check(Some(2.0), None, "met");
+        check(Some(1.2), None, "not met");
+        check(
+            Some(1.2),
+            Some(1.5),
+            "not met; the FUSE floor reaches only 1.50 here",
+        );
+        // A floor slower than stitchfs, or meeting the goal, bounds nothing.
+        check(Some(1.2), Some(1.0), "not met");
+        check(Some(1.2), Some(2.5), "not met");
     }
 }

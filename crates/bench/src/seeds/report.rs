@@ -77,58 +77,77 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
     let mut merged: Option<Report> = None;
     for file in files {
         let file = file.as_ref();
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let r: Report = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a seeds report", file.display()))?;
+        let r = read(file)?;
         let Some(m) = merged.as_mut() else {
             merged = Some(r);
             continue;
         };
-        // Phases are named within their seed (Featherstitch's and
-        // xsyncfs's are both "PostMark").
-        let again = r.cells.iter().find(|c| {
-            m.cells
-                .iter()
-                .any(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, c.system))
-        });
-        let why = if r.machine != m.machine {
-            format!("another machine ({:?}, not {:?})", r.machine, m.machine)
-        } else if r.settings.runs != m.settings.runs {
-            format!("{} runs, not {}", r.settings.runs, m.settings.runs)
-        } else if !same_sizes(&r.settings.scale, &m.settings.scale) {
-            "other sizes".to_string()
-        } else if let Some(c) = again {
-            format!("{} on {} measured again", c.phase, c.label)
-        } else {
-            String::new()
-        };
-        if !why.is_empty() {
+        if let Some(why) = refusal(m, &r) {
             bail!("cannot merge {}: {why}", file.display());
         }
-        let s = &mut m.settings;
-        let (i, more) = (&mut s.inputs, r.settings.inputs);
-        i.tree = i.tree.take().or(more.tree);
-        s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
-        i.project = i.project.take().or(more.project);
-        s.caches_dropped &= r.settings.caches_dropped;
-        for t in more.tools {
-            if !i.tools.contains(&t) {
-                i.tools.push(t);
-            }
-        }
-        m.device.extend(r.device);
-        for sys in r.systems {
-            if !m.systems.iter().any(|x| x.id == sys.id) {
-                m.systems.push(sys);
-            }
-        }
-        m.cells.extend(r.cells);
+        absorb(m, r);
     }
     let Some(mut m) = merged else {
         bail!("no reports to merge");
     };
-    // Phases in the benchmark's order, systems in the order first met.
+    in_order(&mut m);
+    Ok(m)
+}
+
+fn read(file: &Path) -> anyhow::Result<Report> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a seeds report", file.display()))
+}
+
+/// Why `r` cannot join `m` in one report, if it cannot.
+fn refusal(m: &Report, r: &Report) -> Option<String> {
+    // Phases are named within their seed (Featherstitch's and xsyncfs's
+    // are both "PostMark").
+    let again = r.cells.iter().find(|c| {
+        m.cells
+            .iter()
+            .any(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, c.system))
+    });
+    if r.machine != m.machine {
+        Some(format!(
+            "another machine ({:?}, not {:?})",
+            r.machine, m.machine
+        ))
+    } else if r.settings.runs != m.settings.runs {
+        Some(format!("{} runs, not {}", r.settings.runs, m.settings.runs))
+    } else if !same_sizes(&r.settings.scale, &m.settings.scale) {
+        Some("other sizes".to_string())
+    } else {
+        again.map(|c| format!("{} on {} measured again", c.phase, c.label))
+    }
+}
+
+/// `r`'s settings, probes, systems and cells added to `m`'s.
+fn absorb(m: &mut Report, r: Report) {
+    let s = &mut m.settings;
+    let (i, more) = (&mut s.inputs, r.settings.inputs);
+    i.tree = i.tree.take().or(more.tree);
+    s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
+    i.project = i.project.take().or(more.project);
+    s.caches_dropped &= r.settings.caches_dropped;
+    for t in more.tools {
+        if !i.tools.contains(&t) {
+            i.tools.push(t);
+        }
+    }
+    m.device.extend(r.device);
+    for sys in r.systems {
+        if !m.systems.iter().any(|x| x.id == sys.id) {
+            m.systems.push(sys);
+        }
+    }
+    m.cells.extend(r.cells);
+}
+
+/// Cells with phases in the benchmark's order, systems in the order first
+/// met.
+fn in_order(m: &mut Report) {
     let systems: Vec<&str> = m.systems.iter().map(|s| s.id).collect();
     m.cells.sort_by_key(|c| {
         let p = PHASES
@@ -136,7 +155,6 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
             .position(|p| (p.seed, p.name) == (c.seed, c.phase));
         (p, systems.iter().position(|&s| s == c.system))
     });
-    Ok(m)
 }
 
 /// Equal but for the tree's size, which only untar and git use.
@@ -349,35 +367,37 @@ mod tests {
         build(settings, Measured::example(&systems, samples))
     }
 
+    /// `text` holds `part`.
+    fn has(text: &str, part: &str) {
+        assert!(text.contains(part), "{part:?} not in:\n{text}");
+    }
+
+    /// Files of reports, in a directory removed at the end of the test.
+    struct Files(tempfile::TempDir);
+
+    impl Files {
+        fn new() -> Files {
+            Files(tempfile::tempdir().unwrap())
+        }
+
+        /// `json` written to the file `name`.
+        fn write(&self, name: &str, json: &str) -> std::path::PathBuf {
+            let p = self.0.path().join(name);
+            std::fs::write(&p, json).unwrap();
+            p
+        }
+
+        fn report(&self, name: &str, r: &Report) -> std::path::PathBuf {
+            self.write(name, &serde_json::to_string(r).unwrap())
+        }
+    }
+
     #[test]
     fn reports_of_separate_workloads_merge_into_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, r: &dyn Fn() -> String| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, r()).unwrap();
-            p
-        };
-        let json = |r: Report| move || serde_json::to_string(&r).unwrap();
+        let files = Files::new();
         // Given in the benchmark's reverse order, with ext4-sync in one only.
-        let sqlite = write(
-            "sqlite.json",
-            &json(one_phase("stitchfs,ext4,ext4-sync", 15, 3)),
-        );
-        let micro = write("micro.json", &json(one_phase("stitchfs,ext4", 0, 3)));
-        // Two seeds' phases of one name are two phases.
-        let postmark = |seed: &str| {
-            PHASES
-                .iter()
-                .position(|p| (p.seed, p.name) == (seed, "PostMark"))
-                .unwrap()
-        };
-        let fst = postmark("Featherstitch");
-        let xsyncfs = postmark("xsyncfs");
-        let fst_json = write("fst.json", &json(one_phase("ext4", fst, 3)));
-        let xsyncfs_json = write("xsyncfs.json", &json(one_phase("ext4", xsyncfs, 3)));
-        let both = merge(&[&xsyncfs_json, &fst_json]).unwrap();
-        let seeds: Vec<&str> = both.cells.iter().map(|c| c.seed).collect();
-        assert_eq!(seeds, ["Featherstitch", "xsyncfs"]);
+        let sqlite = files.report("sqlite.json", &one_phase("stitchfs,ext4,ext4-sync", 15, 3));
+        let micro = files.report("micro.json", &one_phase("stitchfs,ext4", 0, 3));
         let m = merge(&[&sqlite, &micro]).unwrap();
         let order: Vec<(&str, &str)> = m.cells.iter().map(|c| (c.phase, c.system)).collect();
         assert_eq!(
@@ -393,36 +413,53 @@ mod tests {
         assert_eq!(m.device.len(), 6);
         assert_eq!(m.settings.inputs.tools.len(), 2);
         let text = table(&m);
-        assert!(
-            text.contains("| Seltzer | create 4 KB | stitchfs journal | 10.0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("| ccfs | SQLite insert | ext4 -o sync |"),
-            "{text}"
-        );
+        has(&text, "| Seltzer | create 4 KB | stitchfs journal | 10.0");
+        has(&text, "| ccfs | SQLite insert | ext4 -o sync |");
+        // Two seeds' phases of one name are two phases.
+        let postmark = |seed: &str| {
+            let p = PHASES
+                .iter()
+                .position(|p| (p.seed, p.name) == (seed, "PostMark"));
+            files.report(seed, &one_phase("ext4", p.unwrap(), 3))
+        };
+        let both = merge(&[postmark("xsyncfs"), postmark("Featherstitch")]).unwrap();
+        let seeds: Vec<&str> = both.cells.iter().map(|c| c.seed).collect();
+        assert_eq!(seeds, ["Featherstitch", "xsyncfs"]);
+    }
 
-        // What cannot be one run's report is refused, saying why.
-        let again = write("again.json", &json(one_phase("ext4", 0, 3)));
-        let err = format!("{:#}", merge(&[&micro, &again]).unwrap_err());
-        assert!(err.contains("measured again"), "{err}");
-        let two = write("two.json", &json(one_phase("ext4", 1, 2)));
-        let err = format!("{:#}", merge(&[&micro, &two]).unwrap_err());
-        assert!(err.contains("2 runs, not 3"), "{err}");
+    /// What cannot be one run's report is refused, saying why.
+    #[test]
+    fn reports_that_cannot_be_one_are_refused() {
+        let files = Files::new();
+        let micro = files.report("micro.json", &one_phase("stitchfs,ext4", 0, 3));
+        let check = |json: String, expect: &str| {
+            let second = files.write("second.json", &json);
+            has(
+                &format!("{:#}", merge(&[&micro, &second]).unwrap_err()),
+                expect,
+            );
+        };
+        let json = |r: Report| serde_json::to_string(&r).unwrap();
+        check(
+            json(one_phase("ext4", 0, 3)),
+            "create 4 KB on ext4 data=ordered measured again",
+        );
+        check(json(one_phase("ext4", 1, 2)), "2 runs, not 3");
         let mut other = one_phase("ext4", 1, 3);
         other.machine.cores += 1;
-        let other = write("other.json", &json(other));
-        let err = format!("{:#}", merge(&[&micro, &other]).unwrap_err());
-        assert!(err.contains("another machine"), "{err}");
-        let bad = write("bad.json", &|| r#"{ "settings": {} }"#.to_string());
-        assert!(merge(&[&bad]).is_err());
+        check(json(other), "another machine");
+        let mut bigger = one_phase("ext4", 1, 3);
+        bigger.settings.scale.zero_files += 1;
+        check(json(bigger), "other sizes");
+        check(
+            r#"{ "settings": {} }"#.into(),
+            "second.json: not a seeds report",
+        );
         let mut renamed = serde_json::to_value(one_phase("ext4", 1, 3)).unwrap();
         renamed["cells"][0]["system"] = "ext5".into();
-        let renamed = write("renamed.json", &|| renamed.to_string());
-        let err = format!("{:#}", merge(&[&renamed]).unwrap_err());
-        assert!(
-            err.contains("not a name of this benchmark: \"ext5\""),
-            "{err}"
+        check(
+            renamed.to_string(),
+            "not a name of this benchmark: \"ext5\"",
         );
     }
 
@@ -472,13 +509,10 @@ mod tests {
             .starts_with("1 of 2 runs failed"));
         assert!(cell("SQLite insert", "ext4").summary.skipped.is_some());
         let text = table(&r);
-        assert!(
-            text.contains("| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |"),
-            "{text}"
+        has(
+            &text,
+            "| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |",
         );
-        assert!(
-            text.contains("- SQLite insert: sqlite3 not installed"),
-            "{text}"
-        );
+        has(&text, "- SQLite insert: sqlite3 not installed");
     }
 }
