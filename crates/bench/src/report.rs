@@ -5,12 +5,17 @@
 //! taken run by run because a run's systems run back to back (a slow
 //! moment of the machine slows them alike). A suite chooses its cell's
 //! fields; this module gives it the runs to take them from.
+//!
+//! It also writes what every mount suite's report says alike (the testbed
+//! paragraphs, the systems skipped, a cell's row), and reads a report's
+//! names back as the benchmark's own ([`known_name`]): a report read back
+//! names nothing else. It knows no suite.
 
 use super::markdown::{bullets, Table};
 use super::session::Measured;
-use super::systems::{DeviceLimits, Machine, System, Usage};
+use super::systems::{self, DeviceLimits, Machine, System, Usage};
 use super::workload::{Outcome, Sample};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Everything a run of a mount suite found: `S`, its settings; `C`, its
 /// cell.
@@ -177,11 +182,32 @@ pub(crate) fn paired_ratio(a: &[Option<f64>], b: &[Option<f64>]) -> Option<f64> 
 /// A system of a report, and why it did not run, if it did not.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SystemRow {
-    #[serde(deserialize_with = "crate::seeds::known_name")]
-    pub id: crate::seeds::Name,
-    #[serde(deserialize_with = "crate::seeds::known_name")]
-    pub label: crate::seeds::Name,
+    #[serde(deserialize_with = "system_name")]
+    pub id: Name,
+    #[serde(deserialize_with = "system_name")]
+    pub label: Name,
     pub skipped: Option<String>,
+}
+
+/// A name of the benchmark's own. Spelled as an alias so that serde, which
+/// would borrow a field typed `&str` from its input, reads it with a
+/// function of [`known_name`]'s instead.
+pub type Name = &'static str;
+
+/// Reads a name a report holds back as the benchmark's own, as `known`
+/// finds it: a report names nothing else.
+pub(crate) fn known_name<'de, D: Deserializer<'de>>(
+    d: D,
+    known: impl Fn(&str) -> Option<&'static str>,
+) -> Result<&'static str, D::Error> {
+    let name = String::deserialize(d)?;
+    known(&name)
+        .ok_or_else(|| serde::de::Error::custom(format!("not a name of this benchmark: {name:?}")))
+}
+
+/// Reads a system's id or label.
+fn system_name<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+    known_name(d, systems::named)
 }
 
 impl SystemRow {

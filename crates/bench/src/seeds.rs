@@ -50,7 +50,7 @@ use std::time::Duration;
 
 mod report;
 
-pub use report::{known_name, merge, table, Name, Report};
+pub use report::{known_name, merge, table, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
 /// image on the disk).

@@ -4,9 +4,9 @@
 
 use super::{Figure, Phase, Scale, Settings, PHASES};
 use crate::markdown::{self, mb, or_dash, ratio, section, Table};
-use crate::report::{self, Runs, Summary};
+use crate::report::{self, Name, Runs, Summary};
 use crate::session::Measured;
-use crate::systems::SYSTEMS;
+use crate::systems;
 use crate::workload::Sample;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -45,21 +45,15 @@ pub struct Cell {
     pub summary: Summary,
 }
 
-/// A name of the benchmark's own. Spelled as an alias so that serde, which
-/// would borrow a field typed `&str` from its input, reads it with
-/// [`known_name`] instead.
-pub type Name = &'static str;
-
-/// Reads a name a report holds (a seed, phase, unit, system id or label)
-/// back as the benchmark's own: a report names nothing else.
+/// Reads a name a cell holds (a seed, phase, unit, system id or label)
+/// back as the benchmark's own.
 pub fn known_name<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
-    let name = String::deserialize(d)?;
-    let phases = PHASES.iter().flat_map(|p| [p.seed, p.name, unit(p)]);
-    let systems = SYSTEMS.iter().flat_map(|s| [s.id, s.label]);
-    phases
-        .chain(systems)
-        .find(|&known| known == name)
-        .ok_or_else(|| serde::de::Error::custom(format!("not a name of this benchmark: {name:?}")))
+    report::known_name(d, |name| {
+        let mut phases = PHASES.iter().flat_map(|p| [p.seed, p.name, unit(p)]);
+        phases
+            .find(|&known| known == name)
+            .or_else(|| systems::named(name))
+    })
 }
 
 fn unit(p: &Phase) -> &'static str {
