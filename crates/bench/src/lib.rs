@@ -7,9 +7,10 @@
 //! paper's experiment through real mounts). The mount-based suites share
 //! `systems` (how each file system under test is made, mounted and
 //! measured), `workload` (one workload on one system, timed phase by
-//! phase), `session` (runs over the systems) and `report` (medians,
-//! ratios, report pieces); `plot` draws a suite's JSON with
-//! `scripts/plot.py`.
+//! phase), `session` (a suite run over its systems, run after run) and
+//! `report` (cells from the runs: medians, ratios taken run by run, the
+//! report's common parts); every suite writes Markdown with `markdown`,
+//! and `plot` draws a suite's JSON with `scripts/plot.py`.
 //!
 //! Architecture invariant: benchmarks measure the stack through its public
 //! interfaces (the library crates, or the `stitchfs` binary for mounts);
