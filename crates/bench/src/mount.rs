@@ -35,14 +35,14 @@
 //! set (each workload's systems back to back); a cell is the median of its
 //! runs, and a ratio is the median of the per-run ratios.
 
-use super::session::{self, write_synced, Ctx, Outcome, Run};
-use super::systems::{DeviceLimits, Machine, Place, System};
+use super::session::{self, Suite};
+use super::systems::Place;
+use super::workload::{write_synced, Run};
 use anyhow::Context;
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 mod report;
 
@@ -123,20 +123,7 @@ pub const WORKLOADS: [(&str, &[usize]); 5] = [
 /// The workloads named by a comma-separated list (`all` for every one),
 /// as indices into [`WORKLOADS`].
 pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
-    if list == "all" {
-        return Ok((0..WORKLOADS.len()).collect());
-    }
-    list.split(',')
-        .map(|name| {
-            WORKLOADS
-                .iter()
-                .position(|(w, _)| *w == name.trim())
-                .with_context(|| {
-                    let names: Vec<&str> = WORKLOADS.iter().map(|(w, _)| *w).collect();
-                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
-                })
-        })
-        .collect()
+    session::select_workloads(&WORKLOADS, list)
 }
 
 /// Sizes of one run.
@@ -189,124 +176,50 @@ impl Scale {
 }
 
 /// What a run needs.
-pub struct Config {
-    pub scale: Scale,
-    pub runs: usize,
-    pub systems: Vec<&'static System>,
-    /// Indices into [`WORKLOADS`].
-    pub workloads: Vec<usize>,
-    /// Where images and mount points go (on the disk being measured).
-    pub scratch: PathBuf,
-    /// A phase taking longer than this counts as hung.
-    pub timeout: Duration,
-}
+pub type Config = session::Config<Scale>;
 
 /// What was run, for the report.
-#[derive(Clone, Debug, Serialize)]
-pub struct Settings {
-    pub runs: usize,
-    #[serde(flatten)]
-    pub scale: Scale,
-    /// Whether the page, dentry and inode caches could be dropped before
-    /// each mount (needs root).
-    pub caches_dropped: bool,
-    pub scratch: PathBuf,
-}
-
-/// Progress steps of the whole benchmark.
-pub fn steps(cfg: &Config) -> usize {
-    cfg.runs * cfg.workloads.len() * cfg.systems.len()
-}
+pub type Settings = session::Settings<Scale>;
 
 /// Runs every workload on every available system `cfg.runs` times,
-/// measuring the device before each run (on a shared machine its speed
-/// moves, so each run is compared with its own probe).
+/// measuring the device before each run.
 pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
-    let s = &cfg.scale;
-    let scratch = tempfile::tempdir_in(&cfg.scratch)
-        .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
+    let scratch = session::scratch(cfg)?;
     let place = Place::new(scratch.path())?;
-    let machine = Machine::probe(scratch.path());
-    let skipped = session::unavailable(&cfg.systems);
-    let runs = cfg.runs.max(1);
-    // samples[system][phase][run]: one entry per run, None if skipped.
-    let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
-        vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
-    let mut caches_dropped = true;
-    let mut device = Vec::with_capacity(runs);
-    for r in 1..=runs {
-        progress(&format!("run {r}: measuring the device"));
-        device.push(DeviceLimits::measure(
-            scratch.path(),
-            s.probe_samples,
-            s.probe_bytes,
-        )?);
-        for &w in &cfg.workloads {
-            let (wname, phases) = WORKLOADS[w];
-            caches_dropped &= session::on_every_system(
-                r,
-                wname,
-                phases,
-                |p| PHASES[p].name,
-                &cfg.systems,
-                &skipped,
-                &mut samples,
-                &mut progress,
-                |sys| {
-                    let bench = Bench {
-                        sys,
-                        place: &place,
-                        cfg,
-                    };
-                    bench.workload(w)
-                },
-            );
-        }
+    let m = session::measure(
+        cfg,
+        &Mount(&cfg.scale),
+        scratch.path(),
+        &place,
+        &mut progress,
+    )?;
+    Ok(report::build(Settings::new(cfg, &m, ()), m))
+}
+
+/// The suite, as its session runs it.
+struct Mount<'a>(&'a Scale);
+
+impl Suite for Mount<'_> {
+    const WORKLOADS: &'static [(&'static str, &'static [usize])] = &WORKLOADS;
+
+    fn phase_name(p: usize) -> &'static str {
+        PHASES[p].name
     }
-    let settings = Settings {
-        runs,
-        scale: s.clone(),
-        caches_dropped,
-        scratch: cfg.scratch.clone(),
-    };
-    Ok(report::build(
-        settings,
-        machine,
-        device,
-        &cfg.systems,
-        &skipped,
-        samples,
-    ))
-}
 
-struct Bench<'a> {
-    sys: &'static System,
-    place: &'a Place,
-    cfg: &'a Config,
-}
+    fn storage(&self) -> (u64, usize, u64) {
+        let s = self.0;
+        (s.image_bytes, s.probe_samples, s.probe_bytes)
+    }
 
-impl Bench<'_> {
-    /// Runs workload `w` on fresh storage: an outcome for each of its
-    /// phases, and whether the caches were dropped.
-    fn workload(&self, w: usize) -> (Vec<(usize, Outcome)>, bool) {
-        let ctx = Ctx {
-            sys: self.sys,
-            place: self.place,
-            image_bytes: self.cfg.scale.image_bytes,
-            timeout: self.cfg.timeout,
-        };
-        let s = &self.cfg.scale;
-        ctx.workload(
-            WORKLOADS[w].1,
-            |p| PHASES[p].name.to_string(),
-            |run| match w {
-                0 => smallfile(run, s),
-                1 => largefile(run, s),
-                2 => mailbench(run, s, MAILBENCH, 0),
-                3 => metadata(run, s),
-                _ => mailbench(run, s, MAILBOX, s.mailbox_messages),
-            },
-        )
+    fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {
+        let s = self.0;
+        match w {
+            0 => smallfile(run, s),
+            1 => largefile(run, s),
+            2 => mailbench(run, s, MAILBENCH, 0),
+            3 => metadata(run, s),
+            _ => mailbench(run, s, MAILBOX, s.mailbox_messages),
+        }
     }
 }
 

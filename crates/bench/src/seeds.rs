@@ -34,14 +34,11 @@
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
 //! stitchfs's sync ioctl), inside the timing: a phase is done when what it
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
-//! asked. See [`super::session`] for what the counts cover.
+//! asked. See [`super::workload`] for what the counts cover.
 
-#[cfg(test)]
-use super::session::Sample;
-use super::session::{self, median, syncfs, Ctx, Outcome, Run};
-#[cfg(test)]
-use super::systems::Usage;
-use super::systems::{DeviceLimits, Machine, Place, System};
+use super::session::{self, Suite};
+use super::systems::Place;
+use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -53,7 +50,7 @@ use std::time::Duration;
 
 mod report;
 
-pub use report::{known_name, merge, table, Name, Report};
+pub use report::{known_name, merge, table, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
 /// image on the disk).
@@ -145,20 +142,7 @@ pub const WORKLOADS: [(&str, &[usize]); 12] = [
 /// The workloads named by a comma-separated list (`all` for every one),
 /// as indices into [`WORKLOADS`].
 pub fn select_workloads(list: &str) -> anyhow::Result<Vec<usize>> {
-    if list == "all" {
-        return Ok((0..WORKLOADS.len()).collect());
-    }
-    list.split(',')
-        .map(|name| {
-            WORKLOADS
-                .iter()
-                .position(|(w, _)| *w == name.trim())
-                .with_context(|| {
-                    let names: Vec<&str> = WORKLOADS.iter().map(|(w, _)| *w).collect();
-                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
-                })
-        })
-        .collect()
+    session::select_workloads(&WORKLOADS, list)
 }
 
 /// One PostMark configuration.
@@ -277,16 +261,10 @@ impl Scale {
 }
 
 /// What a run needs.
-pub struct Config {
-    pub scale: Scale,
-    pub runs: usize,
-    pub systems: Vec<&'static System>,
-    /// Indices into [`WORKLOADS`].
-    pub workloads: Vec<usize>,
-    /// Where images and mount points go (on the disk being measured).
-    pub scratch: PathBuf,
-    /// A phase taking longer than this counts as hung.
-    pub timeout: Duration,
+pub type Config = session::Config<Scale, Inputs>;
+
+/// What the workloads take from outside.
+pub struct Inputs {
     /// The source tree for untar and git.
     pub tree: Option<PathBuf>,
     /// The C project's tarball for andrew.
@@ -294,13 +272,11 @@ pub struct Config {
 }
 
 /// What was run, for the report.
+pub type Settings = session::Settings<Scale, Sources>;
+
+/// What the run took from outside, as the report records it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Settings {
-    pub runs: usize,
-    #[serde(flatten)]
-    pub scale: Scale,
-    pub caches_dropped: bool,
-    pub scratch: PathBuf,
+pub struct Sources {
     /// The source tree: where it came from, files and bytes.
     pub tree: Option<String>,
     pub project: Option<String>,
@@ -320,12 +296,14 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
     match WORKLOADS[w].0 {
         n if n.starts_with("postmark") => tool("postmark", "postmark"),
         "untar" => tool("tar", "tar").or_else(|| {
-            cfg.tree
+            cfg.inputs
+                .tree
                 .is_none()
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
         "git" => tool("git", "git").or_else(|| {
-            cfg.tree
+            cfg.inputs
+                .tree
                 .is_none()
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
@@ -339,7 +317,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
             }),
         "andrew" => tool("make", "make")
             .or_else(|| tool("cc", "gcc"))
-            .or_else(|| match &cfg.project {
+            .or_else(|| match &cfg.inputs.project {
                 Some(p) if p.is_file() => None,
                 Some(p) => Some(format!(
                     "no C project tarball at {} (run scripts/setup-bench.sh)",
@@ -351,21 +329,16 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
     }
 }
 
-/// Progress steps of the whole benchmark.
-pub fn steps(cfg: &Config) -> usize {
-    cfg.runs * cfg.workloads.len() * cfg.systems.len()
-}
-
 /// Inputs made once, outside the systems under test.
-struct Inputs {
+struct Prepared {
     /// A tar of the source tree, and its size.
     tree_tar: Option<PathBuf>,
     tree_note: Option<String>,
     dir: PathBuf,
 }
 
-fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
-    let mut inputs = Inputs {
+fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Prepared> {
+    let mut inputs = Prepared {
         tree_tar: None,
         tree_note: None,
         dir: dir.to_path_buf(),
@@ -374,7 +347,7 @@ fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
         .workloads
         .iter()
         .any(|&w| matches!(WORKLOADS[w].0, "untar" | "git"));
-    if let (true, Some(root)) = (wants_tree, &cfg.tree) {
+    if let (true, Some(root)) = (wants_tree, &cfg.inputs.tree) {
         let limit = cfg.scale.tree_files.unwrap_or(usize::MAX);
         let t = super::tree::Tree::read(root, limit)
             .with_context(|| format!("reading {}", root.display()))?;
@@ -409,90 +382,50 @@ fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Inputs> {
 /// Runs every workload on every available system `cfg.runs` times,
 /// measuring the device before each run.
 pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> anyhow::Result<Report> {
-    let s = &cfg.scale;
-    let scratch = tempfile::tempdir_in(&cfg.scratch)
-        .with_context(|| format!("making a directory in {}", cfg.scratch.display()))?;
+    let scratch = session::scratch(cfg)?;
     let inputs_dir = scratch.path().join("inputs");
     let fs_dir = scratch.path().join("fs");
     std::fs::create_dir_all(&inputs_dir)?;
     std::fs::create_dir_all(&fs_dir)?;
     let place = Place::new(&fs_dir)?;
-    let machine = Machine::probe(scratch.path());
-    let skipped = session::unavailable(&cfg.systems);
-    let missing: Vec<Option<String>> = (0..WORKLOADS.len())
-        .map(|w| workload_missing(w, cfg))
-        .collect();
-    for &w in &cfg.workloads {
-        if let Some(why) = &missing[w] {
-            eprintln!("skipping workload {}: {why}", WORKLOADS[w].0);
-        }
-    }
-    let inputs = prepare(cfg, &inputs_dir)?;
-    let runs = cfg.runs.max(1);
-    // samples[system][phase][run]
-    let mut samples: Vec<Vec<Vec<Option<Outcome>>>> =
-        vec![vec![Vec::with_capacity(runs); PHASES.len()]; cfg.systems.len()];
-    let mut not_run: Vec<Option<String>> = vec![None; PHASES.len()];
-    let mut caches_dropped = true;
-    let mut device = Vec::with_capacity(runs);
-    for r in 1..=runs {
-        progress(&format!("run {r}: measuring the device"));
-        device.push(DeviceLimits::measure(
-            scratch.path(),
-            s.probe_samples,
-            s.probe_bytes,
-        )?);
-        for &w in &cfg.workloads {
-            let (wname, phases) = WORKLOADS[w];
-            if let Some(why) = &missing[w] {
-                for &p in phases {
-                    not_run[p] = Some(why.clone());
-                }
-                continue;
-            }
-            caches_dropped &= session::on_every_system(
-                r,
-                wname,
-                phases,
-                |p| PHASES[p].name,
-                &cfg.systems,
-                &skipped,
-                &mut samples,
-                &mut progress,
-                |sys| {
-                    let ctx = Ctx {
-                        sys,
-                        place: &place,
-                        image_bytes: s.image_bytes,
-                        timeout: cfg.timeout,
-                    };
-                    ctx.workload(
-                        phases,
-                        |p| PHASES[p].name.to_string(),
-                        |run| workload(w, run, cfg, &inputs),
-                    )
-                },
-            );
-        }
-    }
-    let settings = Settings {
-        runs,
-        scale: s.clone(),
-        caches_dropped,
-        scratch: cfg.scratch.clone(),
-        tree: inputs.tree_note.clone(),
-        project: cfg.project.as_ref().map(|p| p.display().to_string()),
+    let suite = Seeds {
+        cfg,
+        inputs: prepare(cfg, &inputs_dir)?,
+    };
+    let m = session::measure(cfg, &suite, scratch.path(), &place, &mut progress)?;
+    let sources = Sources {
+        tree: suite.inputs.tree_note.clone(),
+        project: cfg.inputs.project.as_ref().map(|p| p.display().to_string()),
         tools: tool_versions(),
     };
-    Ok(report::build(
-        settings,
-        machine,
-        device,
-        &cfg.systems,
-        &skipped,
-        &not_run,
-        samples,
-    ))
+    Ok(report::build(Settings::new(cfg, &m, sources), m))
+}
+
+/// The suite, as its session runs it.
+struct Seeds<'a> {
+    cfg: &'a Config,
+    inputs: Prepared,
+}
+
+impl Suite for Seeds<'_> {
+    const WORKLOADS: &'static [(&'static str, &'static [usize])] = &WORKLOADS;
+
+    fn phase_name(p: usize) -> &'static str {
+        PHASES[p].name
+    }
+
+    fn storage(&self) -> (u64, usize, u64) {
+        let s = &self.cfg.scale;
+        (s.image_bytes, s.probe_samples, s.probe_bytes)
+    }
+
+    fn missing(&self, w: usize) -> Option<String> {
+        workload_missing(w, self.cfg)
+    }
+
+    fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {
+        workload(w, run, self.cfg, &self.inputs)
+    }
 }
 
 fn tool_versions() -> Vec<String> {
@@ -532,7 +465,7 @@ fn tool_versions() -> Vec<String> {
     v
 }
 
-fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Inputs) -> anyhow::Result<()> {
+fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow::Result<()> {
     let s = &cfg.scale;
     let p = WORKLOADS[w].1;
     match WORKLOADS[w].0 {
@@ -650,7 +583,7 @@ pub fn postmark_transactions(out: &str) -> Option<(f64, f64)> {
 }
 
 /// Debian's `postmark` with `pm`, in a directory of the mount; then syncfs.
-fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Inputs) -> anyhow::Result<()> {
+fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Prepared) -> anyhow::Result<()> {
     run.setup(phase, |root| Ok(std::fs::create_dir(root.join("pm"))?))?;
     let cfg_path = inputs.dir.join("postmark.cfg");
     run.timed(phase, |root| {
@@ -671,7 +604,7 @@ fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Inputs) -> anyh
 /// Featherstitch's untar and delete: GNU tar extracts the tree (the tar
 /// file is on the host disk, read through its cache), syncfs; remount;
 /// `rm -rf` of it, syncfs.
-fn untar(run: &mut Run, p: &[usize], inputs: &Inputs) -> anyhow::Result<()> {
+fn untar(run: &mut Run, p: &[usize], inputs: &Prepared) -> anyhow::Result<()> {
     let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
     // Read the tar once so its reads are not timed on the first system
     // only (drop_caches empties the cache before every mount).
@@ -702,7 +635,11 @@ fn untar(run: &mut Run, p: &[usize], inputs: &Inputs) -> anyhow::Result<()> {
 /// The Andrew-style build: unpack the C project's tarball, `./configure`,
 /// `make -j2`, each phase ending with syncfs.
 fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
-    let tarball = cfg.project.as_ref().context("no C project tarball")?;
+    let tarball = cfg
+        .inputs
+        .project
+        .as_ref()
+        .context("no C project tarball")?;
     run.timed(p[0], |root| {
         run_tool(
             Command::new("tar")
@@ -758,7 +695,7 @@ pub fn sqlite_script(n: usize, bytes: usize) -> String {
     s
 }
 
-fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
     let script = inputs.dir.join("inserts.sql");
     std::fs::write(&script, sqlite_script(s.sqlite_inserts, s.sqlite_bytes))?;
     run.setup(phase, |root| Ok(std::fs::create_dir(root.join("db"))?))?;
@@ -789,7 +726,7 @@ fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Re
 /// ccfs's git test: the tree is unpacked (untimed, made durable), then
 /// `git init`, `git add -A` and `git commit` with `core.fsync=all` and
 /// `core.fsyncMethod=fsync` are timed together.
-fn git(run: &mut Run, phase: usize, inputs: &Inputs) -> anyhow::Result<()> {
+fn git(run: &mut Run, phase: usize, inputs: &Prepared) -> anyhow::Result<()> {
     let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
     run.setup(phase, |root| {
         std::fs::create_dir(root.join("repo"))?;
@@ -859,12 +796,7 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
     })?;
     const OVERWRITE_BLOCKS: u64 = 4096;
     run.setup(p[1], |root| {
-        let mut f = File::create(root.join("overwrite"))?;
-        for _ in 0..OVERWRITE_BLOCKS {
-            f.write_all(&block)?;
-        }
-        f.sync_all()?;
-        Ok(())
+        filled(&root.join("overwrite"), &block, OVERWRITE_BLOCKS)
     })?;
     run.timed(p[1], |root| {
         let f = File::options().write(true).open(root.join("overwrite"))?;
@@ -879,12 +811,7 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
         Ok(n as f64)
     })?;
     run.setup(p[2], |root| {
-        let mut f = File::create(root.join("truncate"))?;
-        for _ in 0..n {
-            f.write_all(&block)?;
-        }
-        f.sync_all()?;
-        Ok(())
+        filled(&root.join("truncate"), &block, n as u64)
     })?;
     run.timed(p[2], |root| {
         let f = File::options().write(true).open(root.join("truncate"))?;
@@ -894,6 +821,16 @@ fn fsync_tests(run: &mut Run, p: &[usize], n: usize) -> anyhow::Result<()> {
         }
         Ok(n as f64)
     })
+}
+
+/// A file of `blocks` copies of `block`, written and fsynced.
+fn filled(path: &Path, block: &[u8], blocks: u64) -> anyhow::Result<()> {
+    let mut f = File::create(path)?;
+    for _ in 0..blocks {
+        f.write_all(block)?;
+    }
+    f.sync_all()?;
+    Ok(())
 }
 
 /// The uid and gid of the `mail` user, which Dovecot's mail processes run
@@ -965,7 +902,7 @@ impl Drop for Dovecot {
 
 /// Featherstitch's IMAP test: Dovecot with its Maildir on the mount; the
 /// messages are appended (untimed, made durable), then moved one by one.
-fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Result<()> {
+fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
     let (uid, gid) = mail_user().context("no mail user")?;
     let run_dir = inputs.dir.join("dovecot");
     let _ = std::fs::remove_dir_all(&run_dir);
@@ -1025,27 +962,6 @@ fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Inputs) -> anyhow::Resu
     Ok(())
 }
 
-/// One run of one phase, its figure and counts (for the report's tests).
-#[cfg(test)]
-pub(super) fn sample(amount: f64, seconds: f64, usage: Usage) -> Sample {
-    Sample {
-        amount,
-        seconds,
-        usage,
-    }
-}
-
-/// The median of the per-run ratios `a[r] / b[r]` over the runs where both
-/// have a figure.
-pub fn paired_ratio(a: &[Option<f64>], b: &[Option<f64>]) -> Option<f64> {
-    median(
-        a.iter()
-            .zip(b)
-            .filter_map(|(x, y)| Some((*x)? / (*y)?))
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1092,14 +1008,5 @@ mod tests {
         assert_eq!(s.matches("INSERT").count(), 3);
         assert!(!s.contains("BEGIN"));
         assert!(s.contains("journal_mode=DELETE"));
-    }
-
-    #[test]
-    fn ratios_pair_runs() {
-        // Run 2 is slow for both: the per-run ratios are 2, 2, 3.
-        let a = [Some(20.0), Some(2.0), Some(30.0), None];
-        let b = [Some(10.0), Some(1.0), Some(10.0), Some(5.0)];
-        assert_eq!(paired_ratio(&a, &b), Some(2.0));
-        assert_eq!(paired_ratio(&[None], &[Some(1.0)]), None);
     }
 }

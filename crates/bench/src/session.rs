@@ -1,282 +1,232 @@
-//! One workload on one mounted system, timed phase by phase: the machinery
-//! the mount suites share (`bench mount`, `bench seeds`).
+//! A mount suite's session (`bench mount`, `bench seeds`): every selected
+//! workload on every system that can run here, run after run, with the
+//! device probed before each run (on a shared machine its speed moves, so
+//! each run is compared with its own probe). A run repeats the whole set,
+//! each workload's systems back to back, so that ratios between systems
+//! can be taken run by run ([`super::report`]).
 //!
-//! A workload runs on storage formatted fresh, with the caches dropped
-//! before mount. A phase's figure is its amount of work over its own wall
-//! time. Its counts (CPU, bytes written, flushes) run from its start to the
-//! start of the next phase, or to the end of the unmount that follows it,
-//! so the write-back a phase leaves behind is charged to it.
+//! One workload on one system is [`super::workload`]'s; a suite says only
+//! what its workloads and phases are and how each workload runs
+//! ([`Suite`]).
 
-use super::systems::{self, Mounted, Place, System, Usage};
+use super::systems::{DeviceLimits, Machine, Place, System};
+use super::workload::{Ctx, Outcome, Run};
 use anyhow::Context;
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// One run of one phase on one system.
-#[derive(Clone, Debug)]
-pub(super) struct Sample {
-    /// Operations (MB, transactions, …: the phase's unit).
-    pub amount: f64,
-    pub seconds: f64,
-    pub usage: Usage,
-}
-
-impl Sample {
-    pub fn rate(&self) -> f64 {
-        self.amount / self.seconds
-    }
-}
-
-/// A run's sample, or why it failed.
-pub(super) type Outcome = Result<Sample, String>;
-
-/// Where and how a workload runs.
-pub(super) struct Ctx<'a> {
-    pub sys: &'static System,
-    pub place: &'a Place,
-    pub image_bytes: u64,
+/// What a run of a suite needs: `S`, the suite's sizes; `I`, what else
+/// it takes (inputs from outside, or nothing).
+pub struct Config<S, I = ()> {
+    pub scale: S,
+    pub runs: usize,
+    pub systems: Vec<&'static System>,
+    /// Indices into the suite's `WORKLOADS`.
+    pub workloads: Vec<usize>,
+    /// Where images and mount points go (on the disk being measured).
+    pub scratch: PathBuf,
     /// A phase taking longer than this counts as hung.
     pub timeout: Duration,
+    pub inputs: I,
 }
 
-impl Ctx<'_> {
-    /// Runs `body` on fresh storage: an outcome for each of `phases`, and
-    /// whether the caches were dropped. A failure is charged to the phase
-    /// running then (`name` names phases in messages); phases after it
-    /// are "not run".
-    pub fn workload(
-        &self,
-        phases: &[usize],
-        name: impl Fn(usize) -> String,
-        body: impl FnOnce(&mut Run) -> anyhow::Result<()>,
-    ) -> (Vec<(usize, Outcome)>, bool) {
-        let mut run = Run {
-            ctx: self,
-            mounted: None,
-            open: None,
-            blame: phases[0],
-            done: Vec::new(),
-            dropped: true,
-        };
-        let result = run.start().and_then(|()| {
-            body(&mut run)?;
-            run.unmount()
-        });
-        let mut out = std::mem::take(&mut run.done);
-        let failed = match result {
-            Ok(()) => None,
-            Err(e) => {
-                out.retain(|(p, _)| *p != run.blame);
-                out.push((run.blame, Err(format!("{e:#}"))));
-                Some(name(run.blame))
-            }
-        };
-        for &p in phases {
-            if !out.iter().any(|(q, _)| *q == p) {
-                let why = failed.clone().unwrap_or_else(|| "an earlier phase".into());
-                out.push((p, Err(format!("not run: {why} failed"))));
-            }
-        }
-        out.sort_by_key(|(p, _)| *p);
-        (out, run.dropped)
+impl<S, I> Config<S, I> {
+    /// Progress steps of the whole session.
+    pub fn steps(&self) -> usize {
+        self.runs * self.workloads.len() * self.systems.len()
+    }
+
+    /// Runs of the session: at least one.
+    fn run_count(&self) -> usize {
+        self.runs.max(1)
     }
 }
 
-/// One workload on one system: the mount, the phase whose counts are still
-/// running, and what is done.
-pub(super) struct Run<'a> {
-    ctx: &'a Ctx<'a>,
-    mounted: Option<Mounted>,
-    open: Option<Open>,
-    /// The phase an error now would belong to.
-    blame: usize,
-    done: Vec<(usize, Outcome)>,
-    dropped: bool,
+/// What was run, for the report: `S`, the suite's sizes; `E`, what else
+/// the suite records (flattened into the same object, after these).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Settings<S, E = ()> {
+    pub runs: usize,
+    #[serde(flatten)]
+    pub scale: S,
+    /// Whether the page, dentry and inode caches could be dropped before
+    /// each mount (needs root).
+    pub caches_dropped: bool,
+    pub scratch: PathBuf,
+    #[serde(flatten)]
+    pub inputs: E,
 }
 
-/// A timed phase whose counts have not been closed yet.
-struct Open {
-    phase: usize,
-    before: systems::Counters,
-    amount: f64,
-    seconds: f64,
-}
-
-impl Run<'_> {
-    fn mounted(&self) -> &Mounted {
-        self.mounted
-            .as_ref()
-            .expect("mounted between start and finish")
-    }
-
-    /// Fresh storage, caches dropped, mounted.
-    fn start(&mut self) -> anyhow::Result<()> {
-        let c = self.ctx;
-        c.sys.format(c.place, c.image_bytes).context("format")?;
-        self.mount()
-    }
-
-    fn mount(&mut self) -> anyhow::Result<()> {
-        self.dropped &= systems::drop_caches();
-        self.mounted = Some(self.ctx.sys.mount(self.ctx.place).context("mount")?);
-        Ok(())
-    }
-
-    /// Closes the open phase's counts at `after`.
-    fn close(&mut self, after: &systems::Counters) {
-        if let Some(o) = self.open.take() {
-            let usage = after.since(&o.before);
-            self.done.push((
-                o.phase,
-                Ok(Sample {
-                    amount: o.amount,
-                    seconds: o.seconds,
-                    usage,
-                }),
-            ));
+impl<S: Clone, E> Settings<S, E> {
+    pub(crate) fn new<I>(cfg: &Config<S, I>, m: &Measured, inputs: E) -> Self {
+        Settings {
+            runs: cfg.run_count(),
+            scale: cfg.scale.clone(),
+            caches_dropped: m.caches_dropped,
+            scratch: cfg.scratch.clone(),
+            inputs,
         }
     }
+}
 
-    /// Runs `f` on the mount as phase `phase`; `f` returns its amount of
-    /// work (the phase's unit).
-    pub fn timed(
-        &mut self,
-        phase: usize,
-        f: impl FnOnce(&Path) -> anyhow::Result<f64>,
-    ) -> anyhow::Result<()> {
-        let before = self.mounted().counters();
-        self.close(&before);
-        self.blame = phase;
-        let t = Instant::now();
-        let amount = self.mounted().watched(self.ctx.timeout, f)?;
-        let seconds = t.elapsed().as_secs_f64();
-        self.open = Some(Open {
-            phase,
-            before,
-            amount,
-            seconds,
-        });
-        Ok(())
+/// A suite as a session runs it.
+pub(crate) trait Suite {
+    /// The workloads, in order, with the phases each reports (every
+    /// phase of the suite in one of them).
+    const WORKLOADS: &'static [(&'static str, &'static [usize])];
+    /// Phase `p`'s name, for messages.
+    fn phase_name(p: usize) -> &'static str;
+    /// The image each system is made on, and the device probe's latency
+    /// samples and sequential bytes.
+    fn storage(&self) -> (u64, usize, u64);
+    /// Why workload `w` cannot run here (a tool or input missing).
+    fn missing(&self, _w: usize) -> Option<String> {
+        None
     }
+    /// Runs workload `w`'s phases on `run`.
+    fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()>;
+}
 
-    /// Setup for `phase`, untimed, made durable (syncfs) before the phase.
-    pub fn setup(
-        &mut self,
-        phase: usize,
-        f: impl FnOnce(&Path) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let now = self.mounted().counters();
-        self.close(&now);
-        self.blame = phase;
-        self.mounted().watched(self.ctx.timeout, |root| {
-            f(root)?;
-            syncfs(root)
+/// The workloads named by a comma-separated list (`all` for every one),
+/// as indices into `workloads`.
+pub(crate) fn select_workloads(
+    workloads: &[(&str, &[usize])],
+    list: &str,
+) -> anyhow::Result<Vec<usize>> {
+    if list == "all" {
+        return Ok((0..workloads.len()).collect());
+    }
+    list.split(',')
+        .map(|name| {
+            workloads
+                .iter()
+                .position(|(w, _)| *w == name.trim())
+                .with_context(|| {
+                    let names: Vec<&str> = workloads.iter().map(|(w, _)| *w).collect();
+                    format!("no workload {name:?} (known: {}, or all)", names.join(", "))
+                })
         })
-    }
+        .collect()
+}
 
-    fn unmount(&mut self) -> anyhow::Result<()> {
-        if let Some(o) = &self.open {
-            self.blame = o.phase;
+/// A directory for the session's images, mount points and inputs, in
+/// `cfg.scratch`; removed when dropped.
+pub(crate) fn scratch<S, I>(cfg: &Config<S, I>) -> anyhow::Result<tempfile::TempDir> {
+    tempfile::tempdir_in(&cfg.scratch)
+        .with_context(|| format!("making a directory in {}", cfg.scratch.display()))
+}
+
+/// What a session measured.
+pub(crate) struct Measured {
+    pub machine: Machine,
+    /// The device probe of each run.
+    pub device: Vec<DeviceLimits>,
+    pub systems: Vec<&'static System>,
+    /// Per system, why it cannot run here (`None`: it can).
+    pub skipped: Vec<Option<String>>,
+    /// Per phase, why its workload cannot run here.
+    pub not_run: Vec<Option<String>>,
+    /// `samples[system][phase][run]`: `None` for a skipped system; a phase
+    /// not selected has no runs.
+    pub samples: Vec<Vec<Vec<Option<Outcome>>>>,
+    /// Whether the caches were dropped before every mount.
+    pub caches_dropped: bool,
+}
+
+impl Measured {
+    fn new<S, I>(cfg: &Config<S, I>, phases: usize, scratch: &Path) -> Measured {
+        let runs = cfg.run_count();
+        Measured {
+            machine: Machine::probe(scratch),
+            device: Vec::with_capacity(runs),
+            systems: cfg.systems.clone(),
+            skipped: unavailable(&cfg.systems),
+            not_run: vec![None; phases],
+            samples: vec![vec![Vec::with_capacity(runs); phases]; cfg.systems.len()],
+            caches_dropped: true,
         }
-        let after = self.mounted.take().expect("mounted").unmount()?;
-        self.close(&after);
-        Ok(())
-    }
-
-    /// Unmounts (closing the open phase's counts after it), drops caches,
-    /// mounts again.
-    pub fn remount(&mut self) -> anyhow::Result<()> {
-        self.unmount()?;
-        self.mount()
     }
 }
 
-pub(super) fn syncfs(dir: &Path) -> anyhow::Result<()> {
-    let f = File::open(dir)?;
-    // SAFETY: syncfs on a descriptor we own.
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("syncfs");
-    }
-    // The kernel sends no syncfs to a FUSE server: stitchfs is asked
-    // directly (other systems answer ENOTTY and have nothing more to do,
-    // or, like fuse2fs, no way to be asked).
-    stitch_control::request_sync(&f).context("stitchfs sync ioctl")?;
-    Ok(())
-}
-
-/// A file written with `data`, then fsynced, and closed.
-pub(super) fn write_synced(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    let mut f = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    f.write_all(data)
-        .with_context(|| format!("write {}", path.display()))?;
-    f.sync_all()
-        .with_context(|| format!("fsync {}", path.display()))
-}
-
-/// The median (of an even count, the mean of the middle two).
-pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+#[cfg(test)]
+impl Measured {
+    /// What a session of `systems` (none skipped, every workload run)
+    /// measured as `samples`, each run's device probe
+    /// [`DeviceLimits::EXAMPLE`] (for the reports' tests).
+    pub fn example(
+        systems: &[&'static System],
+        samples: Vec<Vec<Vec<Option<Outcome>>>>,
+    ) -> Measured {
+        let (phases, runs) = (samples[0].len(), samples[0].iter().map(Vec::len).max());
+        Measured {
+            machine: Machine::probe(Path::new("/")),
+            device: vec![DeviceLimits::EXAMPLE; runs.unwrap_or(0)],
+            systems: systems.to_vec(),
+            skipped: vec![None; systems.len()],
+            not_run: vec![None; phases],
+            samples,
+            caches_dropped: true,
+        }
     }
 }
 
-/// A system of a report, and why it did not run, if it did not.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct SystemRow {
-    #[serde(deserialize_with = "crate::seeds::known_name")]
-    pub id: crate::seeds::Name,
-    #[serde(deserialize_with = "crate::seeds::known_name")]
-    pub label: crate::seeds::Name,
-    pub skipped: Option<String>,
-}
-
-impl SystemRow {
-    pub(super) fn rows(systems: &[&'static System], skipped: &[Option<String>]) -> Vec<SystemRow> {
-        systems
-            .iter()
-            .zip(skipped)
-            .map(|(s, why)| SystemRow {
-                id: s.id,
-                label: s.label,
-                skipped: why.clone(),
-            })
-            .collect()
+/// Runs every selected workload of `suite` on every system that can run
+/// here, `cfg.runs` times, each on fresh storage at `place`; the device is
+/// probed in `scratch` before each run.
+pub(crate) fn measure<S, I, T: Suite>(
+    cfg: &Config<S, I>,
+    suite: &T,
+    scratch: &Path,
+    place: &Place,
+    progress: &mut impl FnMut(&str),
+) -> anyhow::Result<Measured> {
+    let phases = T::WORKLOADS.iter().flat_map(|(_, p)| p.iter());
+    let phases = phases.max().map_or(0, |last| last + 1);
+    let mut m = Measured::new(cfg, phases, scratch);
+    let missing = missing_workloads(cfg, suite);
+    let (image_bytes, samples, bytes) = suite.storage();
+    for r in 1..=cfg.run_count() {
+        progress(&format!("run {r}: measuring the device"));
+        m.device
+            .push(DeviceLimits::measure(scratch, samples, bytes)?);
+        for &w in &cfg.workloads {
+            let phases = T::WORKLOADS[w].1;
+            if let Some(why) = &missing[w] {
+                for &p in phases {
+                    m.not_run[p] = Some(why.clone());
+                }
+                continue;
+            }
+            on_every_system(&mut m, r, T::WORKLOADS[w], T::phase_name, progress, |sys| {
+                let ctx = Ctx {
+                    sys,
+                    place,
+                    image_bytes,
+                    timeout: cfg.timeout,
+                };
+                let name = |p| T::phase_name(p).to_string();
+                ctx.workload(phases, name, |run| suite.workload(w, run))
+            });
+        }
     }
+    Ok(m)
 }
 
-/// A figure with as many decimals as it needs.
-pub(super) fn figure(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
+/// Per workload, why it cannot run here; said on stderr for those selected.
+fn missing_workloads<S, I, T: Suite>(cfg: &Config<S, I>, suite: &T) -> Vec<Option<String>> {
+    let missing: Vec<Option<String>> = (0..T::WORKLOADS.len()).map(|w| suite.missing(w)).collect();
+    for &w in &cfg.workloads {
+        if let Some(why) = &missing[w] {
+            eprintln!("skipping workload {}: {why}", T::WORKLOADS[w].0);
+        }
     }
-}
-
-/// One figure per run: `a, b, c`.
-pub(super) fn runs_of(
-    d: &[systems::DeviceLimits],
-    f: impl Fn(&systems::DeviceLimits) -> String,
-) -> String {
-    d.iter().map(f).collect::<Vec<_>>().join(", ")
-}
-
-pub(super) fn ratio(x: Option<f64>) -> String {
-    x.map_or("–".into(), |x| format!("{x:.2}"))
+    missing
 }
 
 /// The systems that cannot run here, each with why (`None`: it can); said
 /// on stderr.
-pub(super) fn unavailable(systems: &[&'static System]) -> Vec<Option<String>> {
+fn unavailable(systems: &[&'static System]) -> Vec<Option<String>> {
     let skipped: Vec<Option<String>> = systems.iter().map(|sys| sys.missing()).collect();
     for (sys, why) in systems.iter().zip(&skipped) {
         if let Some(why) = why {
@@ -286,40 +236,93 @@ pub(super) fn unavailable(systems: &[&'static System]) -> Vec<Option<String>> {
     skipped
 }
 
-/// Run `r` of one workload (`phases`) on every system: each phase's outcome
-/// goes to `samples[system][phase]` (`None` for a skipped system), failures
-/// are said on stderr too. Returns whether every run dropped the caches.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn on_every_system(
+/// Run `r` of one workload on every system: each phase's outcome goes to
+/// `m.samples[system][phase]` (`None` for a skipped system), failures are
+/// said on stderr too.
+fn on_every_system(
+    m: &mut Measured,
     r: usize,
-    wname: &str,
-    phases: &[usize],
+    (wname, phases): (&str, &[usize]),
     phase_name: impl Fn(usize) -> &'static str,
-    systems: &[&'static System],
-    skipped: &[Option<String>],
-    samples: &mut [Vec<Vec<Option<Outcome>>>],
     progress: &mut impl FnMut(&str),
     mut run: impl FnMut(&'static System) -> (Vec<(usize, Outcome)>, bool),
-) -> bool {
-    let mut caches_dropped = true;
-    for (i, &sys) in systems.iter().enumerate() {
+) {
+    for (i, &sys) in m.systems.iter().enumerate() {
         progress(&format!("run {r}: {wname} / {}", sys.label));
-        if skipped[i].is_some() {
+        if m.skipped[i].is_some() {
             for &p in phases {
-                samples[i][p].push(None);
+                m.samples[i][p].push(None);
             }
             continue;
         }
         let (out, dropped) = run(sys);
-        caches_dropped &= dropped;
+        m.caches_dropped &= dropped;
         for (p, o) in out {
             if let Err(e) = &o {
                 if !e.starts_with("not run") {
                     eprintln!("{} on {}, run {r}: {e}", phase_name(p), sys.label);
                 }
             }
-            samples[i][p].push(Some(o));
+            m.samples[i][p].push(Some(o));
         }
     }
-    caches_dropped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORKLOADS: [(&str, &[usize]); 3] = [("a", &[0]), ("b", &[1, 2]), ("c", &[3])];
+
+    #[test]
+    fn workloads_are_selected_by_name() {
+        let check = |list: &str, expect: Result<&[usize], &str>| {
+            let got = select_workloads(&WORKLOADS, list).map_err(|e| e.to_string());
+            assert_eq!(
+                got.as_deref(),
+                expect.map_err(String::from).as_deref(),
+                "{list}"
+            );
+        };
+        check("all", Ok(&[0, 1, 2]));
+        check("c, a", Ok(&[2, 0]));
+        check("b", Ok(&[1]));
+        check("d", Err("no workload \"d\" (known: a, b, c, or all)"));
+    }
+
+    #[derive(Clone, Serialize)]
+    struct Files {
+        files: usize,
+    }
+
+    #[derive(Serialize)]
+    struct Tools {
+        tools: Vec<&'static str>,
+    }
+
+    /// A suite's sizes and inputs sit in the settings' own object, the
+    /// sizes after `runs` and the inputs last: the order reports have.
+    #[test]
+    fn settings_hold_the_suite_sizes_and_inputs_in_one_object() {
+        fn check(settings: impl Serialize, expect: &str) {
+            assert_eq!(serde_json::to_string(&settings).unwrap(), expect);
+        }
+        fn settings<E>(inputs: E) -> Settings<Files, E> {
+            Settings {
+                runs: 2,
+                scale: Files { files: 7 },
+                caches_dropped: true,
+                scratch: "/s".into(),
+                inputs,
+            }
+        }
+        check(
+            settings(()),
+            r#"{"runs":2,"files":7,"caches_dropped":true,"scratch":"/s"}"#,
+        );
+        check(
+            settings(Tools { tools: vec!["tar"] }),
+            r#"{"runs":2,"files":7,"caches_dropped":true,"scratch":"/s","tools":["tar"]}"#,
+        );
+    }
 }

@@ -165,6 +165,15 @@ pub fn select(list: &str) -> anyhow::Result<Vec<&'static System>> {
         .collect()
 }
 
+/// The id or label of a system under test spelled `name`, as the
+/// benchmark's own string.
+pub fn named(name: &str) -> Option<&'static str> {
+    SYSTEMS
+        .iter()
+        .flat_map(|s| [s.id, s.label])
+        .find(|&known| known == name)
+}
+
 /// Where a system's storage and mount point go: one directory on the disk
 /// being measured.
 pub struct Place {

@@ -188,28 +188,33 @@ pub fn rows(
     opts: Optimizations,
 ) -> anyhow::Result<[Row; 2]> {
     let (dev, mut fs) = fresh_fs(opts)?;
-    let (before, t0) = (fs.modes().cache().stats(), cpu_seconds());
-    untar(&mut fs, root, tree)?;
-    let untar_row = row(
-        "untar (diskfs)",
-        name,
-        &before,
-        &fs.modes().cache().stats(),
-        cpu_seconds() - t0,
-        0.0,
-    );
+    let untar_row = measured(&mut fs, "untar (diskfs)", name, |fs| {
+        untar(fs, root, tree).map(drop)
+    })?;
     fs.unmount(NOW)?;
     let mut fs = mount(&dev, opts)?;
-    let (before, t0) = (fs.modes().cache().stats(), cpu_seconds());
-    delete(&mut fs, tree)?;
-    let delete_row = row(
-        "delete (diskfs)",
-        name,
-        &before,
-        &fs.modes().cache().stats(),
-        cpu_seconds() - t0,
-        0.0,
-    );
+    let delete_row = measured(&mut fs, "delete (diskfs)", name, |fs| delete(fs, tree))?;
     fs.unmount(NOW)?;
     Ok([untar_row, delete_row])
+}
+
+/// `load` on `fs`, as the row `workload` of setting `name`: the patch
+/// cache's counts and the CPU time it took.
+fn measured(
+    fs: &mut DiskFs,
+    workload: &'static str,
+    name: &'static str,
+    load: impl FnOnce(&mut DiskFs) -> anyhow::Result<()>,
+) -> anyhow::Result<Row> {
+    let (before, t0) = (fs.modes().cache().stats(), cpu_seconds());
+    load(fs)?;
+    let after = fs.modes().cache().stats();
+    Ok(row(
+        workload,
+        name,
+        &before,
+        &after,
+        cpu_seconds() - t0,
+        0.0,
+    ))
 }

@@ -1,8 +1,10 @@
 //! The modes benchmark's results: a cell per load and mode (medians over
-//! the runs, ratios to async), the issue's goals measured against them, and
-//! the Markdown report.
+//! the runs, ratios to async), the goals measured against them, and the
+//! Markdown report.
 
 use super::{Outcome, Sample, Settings, LOADS, MODES};
+use crate::markdown::{or_dash, section, Table};
+use crate::report::failed_runs;
 use serde::Serialize;
 
 /// One load under one mode.
@@ -73,10 +75,7 @@ pub(super) fn cells(samples: Vec<Vec<Vec<Outcome>>>) -> Vec<Cell> {
 fn cell(load: &'static str, mode: &'static str, runs: &[Outcome]) -> Cell {
     let mut ok: Vec<&Sample> = runs.iter().filter_map(|r| r.as_ref().ok()).collect();
     ok.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-    let failed: Vec<&String> = runs.iter().filter_map(|r| r.as_ref().err()).collect();
-    let error = failed
-        .first()
-        .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len()));
+    let error = failed_runs(runs.iter().filter_map(|r| r.as_ref().err()), runs.len());
     let median = ok.get(ok.len() / 2);
     Cell {
         load,
@@ -90,7 +89,7 @@ fn cell(load: &'static str, mode: &'static str, runs: &[Outcome]) -> Cell {
     }
 }
 
-/// One of the issue's goals, measured.
+/// One of the suite's goals, measured.
 struct Goal {
     what: String,
     measured: f64,
@@ -137,8 +136,30 @@ fn goals(r: &Report) -> Vec<Goal> {
 /// The report as Markdown: times relative to async, the counts behind
 /// them, and the goals.
 pub fn table(r: &Report) -> String {
-    let s = &r.settings;
-    let mut out = format!(
+    let failures = r.cells.iter().filter_map(|c| {
+        let e = c.error.as_deref()?;
+        Some(format!("{} under {}: {e}", c.load, c.mode))
+    });
+    let goals = goals(r).into_iter().map(|g| {
+        let verdict = match (g.measured.is_nan(), g.met()) {
+            (true, _) => "not measured (a run failed)",
+            (false, true) => "met",
+            (false, false) => "not met",
+        };
+        let (what, measured, limit) = (g.what, g.measured, g.limit);
+        format!("{what}: {measured:.2} (goal ≤ {limit:.1}): {verdict}")
+    });
+    intro(&r.settings)
+        + "Time relative to async (async's seconds in brackets):\n\n"
+        + &relative(&r.cells)
+        + "\n"
+        + &counts(&r.cells)
+        + &section("Failures", failures)
+        + &section("Goals", goals)
+}
+
+fn intro(s: &Settings) -> String {
+    format!(
         "Consistency modes (Featherstitch Figure 10, Seltzer Tables 4–5): median wall time of {} run(s), \
          mount to the end of unmount, on a fresh {} MiB ext3 image (journal {} blocks) per load, \
          through FileDevice (fdatasync). untar/delete: {} files, {:.1} MB from {}; \
@@ -153,82 +174,59 @@ pub fn table(r: &Report) -> String {
         s.postmark_max_size >> 10,
         s.postmark_transactions,
         s.fsync_files,
-    );
-    out.push_str("Time relative to async (async's seconds in brackets):\n\n| load |");
-    for (m, _) in MODES {
-        out.push_str(&format!(" {m} |"));
+    )
+}
+
+/// A row per load, a column per mode: each time over async's.
+fn relative(cells: &[Cell]) -> String {
+    let modes: Vec<&str> = MODES.iter().map(|(m, _)| *m).collect();
+    let mut t = Table::new(&format!("load | {}", modes.join(" | ")), 1);
+    for row in cells.chunks(MODES.len()) {
+        let figures: Vec<String> = row
+            .iter()
+            .map(|c| match c.mode {
+                _ if c.seconds.is_nan() => "failed".into(),
+                "async" => format!("1.00 ({:.2} s)", c.seconds),
+                _ => format!("{:.2}", c.vs_async),
+            })
+            .collect();
+        t.row(&[row[0].load], &figures);
     }
-    out.push_str("\n|---|");
-    out.push_str(&"---:|".repeat(MODES.len()));
-    for row in r.cells.chunks(MODES.len()) {
-        out.push_str(&format!("\n| {} |", row[0].load));
-        for c in row {
-            if c.seconds.is_nan() {
-                out.push_str(" failed |");
-            } else if c.mode == "async" {
-                out.push_str(&format!(" 1.00 ({:.2} s) |", c.seconds));
-            } else {
-                out.push_str(&format!(" {:.2} |", c.vs_async));
-            }
-        }
-    }
-    out.push_str(
-        "\n\n| load | mode | time s | vs async | data MB | blocks written | writes vs async \
-         | flushes | undo MB | patches | commits | log blocks | log copies |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    t.text()
+}
+
+/// A row per load and mode: its time and the counts behind it.
+fn counts(cells: &[Cell]) -> String {
+    let mut t = Table::new(
+        "load | mode | time s | vs async | data MB | blocks written | writes vs async \
+         | flushes | undo MB | patches | commits | log blocks | log copies",
+        2,
     );
-    for c in &r.cells {
+    for c in cells {
         if c.seconds.is_nan() {
-            out.push_str(&format!(
-                "| {} | {} | failed |{}\n",
-                c.load,
-                c.mode,
-                " – |".repeat(10)
-            ));
-            continue;
-        }
-        let j = |f: fn(&JournalCounts) -> u64| {
-            c.counts
-                .journal
-                .as_ref()
-                .map_or("–".into(), |j| f(j).to_string())
-        };
-        out.push_str(&format!(
-            "| {} | {} | {:.2} | {:.2} | {:.1} | {} | {:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
-            c.load,
-            c.mode,
-            c.seconds,
-            c.vs_async,
-            c.counts.data_bytes as f64 / 1e6,
-            c.counts.blocks_written,
-            c.writes_vs_async,
-            c.counts.flushes,
-            c.counts.undo_bytes as f64 / 1e6,
-            c.counts.patches,
-            j(|j| j.commits),
-            j(|j| j.log_blocks),
-            j(|j| j.copies),
-        ));
-    }
-    let failures: Vec<&Cell> = r.cells.iter().filter(|c| c.error.is_some()).collect();
-    if !failures.is_empty() {
-        out.push_str("\nFailures:\n\n");
-        for c in failures {
-            let e = c.error.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {} under {}: {e}\n", c.load, c.mode));
+            t.gap(&[c.load, c.mode], "failed");
+        } else {
+            t.row(&[c.load, c.mode], &figures(c));
         }
     }
-    out.push_str("\nGoals:\n\n");
-    for g in goals(r) {
-        let verdict = match (g.measured.is_nan(), g.met()) {
-            (true, _) => "not measured (a run failed)",
-            (false, true) => "met",
-            (false, false) => "not met",
-        };
-        out.push_str(&format!(
-            "- {}: {:.2} (goal ≤ {:.1}): {verdict}\n",
-            g.what, g.measured, g.limit
-        ));
-    }
-    out
+    t.text()
+}
+
+/// A measured cell's figures, after its load and mode.
+fn figures(c: &Cell) -> Vec<String> {
+    let n = &c.counts;
+    let j = |f: fn(&JournalCounts) -> u64| or_dash(n.journal.as_ref(), |j| f(j).to_string());
+    vec![
+        format!("{:.2}", c.seconds),
+        format!("{:.2}", c.vs_async),
+        format!("{:.1}", n.data_bytes as f64 / 1e6),
+        n.blocks_written.to_string(),
+        format!("{:.2}", c.writes_vs_async),
+        n.flushes.to_string(),
+        format!("{:.2}", n.undo_bytes as f64 / 1e6),
+        n.patches.to_string(),
+        j(|j| j.commits),
+        j(|j| j.log_blocks),
+        j(|j| j.copies),
+    ]
 }

@@ -2,20 +2,19 @@
 //! the runs, ratios taken run by run), the goals measured against them, and
 //! the Markdown report.
 
-use super::{Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
-use crate::systems::{DeviceLimits, Machine, System, Usage};
+use super::{Phase, Scale, Settings, PHASES};
+use crate::markdown::{figure, mb, or_dash, ratio, section, Table};
+use crate::report::{self, Runs, Summary};
+use crate::session::Measured;
+use crate::systems::{DeviceLimits, System};
+use crate::workload::Sample;
 use serde::Serialize;
 
-/// Everything a run of the benchmark found.
+/// Everything a run of the benchmark found, and the goals measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub settings: Settings,
-    pub machine: Machine,
-    /// The device probe of each run.
-    pub device: Vec<DeviceLimits>,
-    pub systems: Vec<SystemRow>,
-    pub cells: Vec<Cell>,
+    #[serde(flatten)]
+    pub found: report::Report<Settings, Cell>,
     pub goals: Vec<Goal>,
 }
 
@@ -41,14 +40,11 @@ pub struct Cell {
     /// bandwidth (each run against its own probe; the median).
     pub vs_device: Option<f64>,
     pub fsyncs_per_s: Option<f64>,
-    /// The median run's wall time and counts.
-    pub seconds: Option<f64>,
-    pub usage: Option<Usage>,
-    pub error: Option<String>,
-    pub skipped: Option<String>,
+    #[serde(flatten)]
+    pub summary: Summary,
 }
 
-/// One of the issue's goals, measured.
+/// One of the suite's goals, measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
     pub system: &'static str,
@@ -77,97 +73,45 @@ impl Goal {
 
 const BASELINES: [&str; 4] = ["ext4", "fuse2fs", "bindfs", "fuse-floor"];
 
-/// `samples[system][phase][run]`, `None` where nothing ran (skipped).
-pub(super) fn build(
-    settings: Settings,
-    machine: Machine,
-    device: Vec<DeviceLimits>,
-    systems: &[&'static System],
-    skipped: &[Option<String>],
-    samples: Vec<Vec<Vec<Option<Outcome>>>>,
-) -> Report {
-    let rate = |s: usize, p: usize, r: usize| -> Option<f64> {
-        match samples.get(s)?[p][r].as_ref()? {
-            Ok(x) => Some(x.rate()),
-            Err(_) => None,
-        }
-    };
-    let index = |id: &str| systems.iter().position(|s| s.id == id);
-    let mut cells = Vec::new();
-    for (p, phase) in PHASES.iter().enumerate() {
-        if samples.iter().all(|sys| sys[p].is_empty()) {
-            continue; // a workload not selected
-        }
-        for (s, sys) in systems.iter().enumerate() {
-            let runs = &samples[s][p];
-            let run_rates: Vec<Option<f64>> = (0..runs.len()).map(|r| rate(s, p, r)).collect();
-            let ratio = |base: &str| {
-                let b = index(base)?;
-                median(
-                    (0..runs.len())
-                        .filter_map(|r| Some(rate(s, p, r)? / rate(b, p, r)?))
-                        .collect(),
-                )
-            };
-            let mut ok: Vec<&Sample> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().ok())
-                .collect();
-            ok.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-            let mid = ok.get(ok.len() / 2).copied();
-            let failed: Vec<&String> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().err())
-                .collect();
-            let error = failed
-                .first()
-                .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len()));
-            let r = mid.map(Sample::rate);
-            let fsyncs = r.filter(|_| phase.fsyncs > 0.0).map(|r| r * phase.fsyncs);
-            let floor = |run: usize| {
-                let d = device.get(run)?;
-                match phase.name {
-                    _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
-                    "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
-                    _ => None,
-                }
-            };
-            let vs_device = median(
-                (0..runs.len())
-                    .filter_map(|run| Some(rate(s, p, run)? * floor(run)?))
-                    .collect(),
-            );
-            let [vs_ext4, vs_fuse2fs, vs_bindfs, vs_floor] = BASELINES.map(ratio);
-            cells.push(Cell {
-                phase: phase.name,
-                unit: phase.unit,
-                system: sys.id,
-                label: sys.label,
-                rate: r,
-                run_rates,
-                vs_ext4,
-                vs_fuse2fs,
-                vs_bindfs,
-                vs_floor,
-                vs_device,
-                fsyncs_per_s: fsyncs,
-                seconds: mid.map(|m| m.seconds),
-                usage: mid.map(|m| m.usage.clone()),
-                error,
-                skipped: skipped[s].clone(),
-            });
-        }
-    }
-    let goals = goals(&cells, systems);
+pub(super) fn build(settings: Settings, m: Measured) -> Report {
+    let systems = m.systems.clone();
+    let found = report::Report::new(settings, m, |runs| cell(&PHASES[runs.phase], runs));
     Report {
-        settings,
-        machine,
-        device,
-        systems: SystemRow::rows(systems, skipped),
-        cells,
-        goals,
+        goals: goals(&found.cells, &systems),
+        found,
+    }
+}
+
+fn cell(phase: &Phase, runs: &Runs) -> Cell {
+    let rate = runs.median().map(Sample::rate);
+    let [vs_ext4, vs_fuse2fs, vs_bindfs, vs_floor] = BASELINES.map(|b| runs.vs(b));
+    let sys = runs.system();
+    Cell {
+        phase: phase.name,
+        unit: phase.unit,
+        system: sys.id,
+        label: sys.label,
+        rate,
+        run_rates: runs.rates(),
+        vs_ext4,
+        vs_fuse2fs,
+        vs_bindfs,
+        vs_floor,
+        vs_device: runs.vs_device(|x, d| Some(x.rate() * device_floor(phase, d)?)),
+        fsyncs_per_s: rate
+            .filter(|_| phase.fsyncs > 0.0)
+            .map(|r| r * phase.fsyncs),
+        summary: runs.summary(),
+    }
+}
+
+/// Seconds the device needs for one unit of `phase`'s work at best: its
+/// fsyncs, one after another, or (largefile) its MB written in sequence.
+fn device_floor(phase: &Phase, d: &DeviceLimits) -> Option<f64> {
+    match phase.name {
+        _ if phase.fsyncs > 0.0 => Some(phase.fsyncs * d.fsync_latency_s),
+        "largefile" => Some(1e6 / d.seq_write_bytes_per_s),
+        _ => None,
     }
 }
 
@@ -202,22 +146,43 @@ fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
     out
 }
 
-fn mb(x: Option<u64>) -> String {
-    x.map_or("–".into(), |x| format!("{:.1}", x as f64 / 1e6))
-}
-
 /// The report as Markdown: the machine and device, the table, failures and
 /// goals.
 pub fn table(r: &Report) -> String {
-    let (s, m, d) = (&r.settings, &r.machine, &r.device);
-    let mut out = format!(
+    let f = &r.found;
+    let failures = f.cells.iter().filter_map(|c| {
+        let e = c.summary.error.as_deref()?;
+        Some(format!("{} on {}: {e}", c.phase, c.label))
+    });
+    let goals = r.goals.iter().map(|g| {
+        let (what, limit) = (&g.what, g.limit);
+        let measured = ratio(g.measured);
+        format!(
+            "{} {what}: {measured} (goal ≥ {limit:.1}): {}",
+            g.system,
+            g.verdict()
+        )
+    });
+    let first = format!(
         "McoreFS §6 workloads through a mount: median of {} run(s), each on storage made fresh \
-         with caches dropped{}.\n\n\
-         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
-         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
-         fdatasync takes {} ms (median of {} each; p90 {} ms), so at most {} fsyncs/s one \
-         after another; sequential write {} MB/s ({} MiB + fdatasync).\n\n\
-         Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
+         with caches dropped{}.\n\n",
+        f.settings.runs,
+        report::caches(f.settings.caches_dropped),
+    );
+    first
+        + &report::testbed(&f.machine, &f.device, true)
+        + &workloads(&f.settings.scale)
+        + &report::skipped_systems(&f.systems, "Skipped")
+        + &cells(&f.cells)
+        + NOTES
+        + &section("Failures", failures)
+        + &section("Goals", goals)
+}
+
+/// What the workloads do, at these sizes.
+fn workloads(s: &Scale) -> String {
+    format!(
+        "Workloads, run in the benchmark process on the mount: smallfile, {} files in {} \
          directories, each created, written 1 KB, fsynced, closed and unlinked; largefile, \
          {:.0} MB in 1 MiB writes, then fsync; mailbench, {} threads × {} messages of {} B, \
          each thread with its own spool and mailbox, per message: write spool/tmp/M + fsync, \
@@ -227,230 +192,173 @@ pub fn table(r: &Report) -> String {
          mailbench (full mailbox), the same after {} messages were put in each thread's \
          mail/cur (untimed, synced); create/stat/unlink, {} empty files in one directory, unmounted, caches dropped and \
          mounted again before the cold stat. Images {} MiB.\n\n",
-        s.runs,
-        if s.caches_dropped {
-            ""
-        } else {
-            " (could not drop caches: not root)"
-        },
-        m.cpu,
-        m.cores,
-        m.ram_bytes as f64 / (1u64 << 30) as f64,
-        m.kernel,
-        m.disk,
-        m.host_fs,
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
-        d.first().map_or(0, |d| d.latency_samples),
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
-        runs_of(d, |d| format!("{:.0}", 1.0 / d.fsync_latency_s)),
-        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
-        d.first().map_or(0, |d| d.seq_bytes >> 20),
-        s.scale.smallfile_files,
-        s.scale.smallfile_dirs,
-        s.scale.largefile_bytes as f64 / 1e6,
-        s.scale.mail_threads,
-        s.scale.mail_messages,
-        s.scale.message_bytes,
-        s.scale.mailbox_messages,
-        s.scale.meta_files,
-        s.scale.image_bytes >> 20,
-    );
-    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
-    if !skipped.is_empty() {
-        out.push_str("Skipped:\n\n");
-        for sys in skipped {
-            let why = sys.skipped.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {}: {why}\n", sys.label));
-        }
-        out.push('\n');
-    }
-    out.push_str(
-        "| workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device \
-         | time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for c in &r.cells {
-        let head = format!("| {} | {} |", c.phase, c.label);
-        if let Some(why) = &c.skipped {
-            let short = why.split(':').next().unwrap_or(why);
-            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(11)));
-            continue;
-        }
-        let Some(rt) = c.rate else {
-            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(11)));
-            continue;
-        };
-        let u = c.usage.clone().unwrap_or_default();
-        let device = match (c.vs_device, c.fsyncs_per_s) {
-            (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
-            (Some(v), None) => format!("{v:.2}"),
-            _ => "–".into(),
-        };
-        out.push_str(&format!(
-            "{head} {} {} | {} | {} | {} | {} | {device} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
-            figure(rt),
-            c.unit,
-            ratio(c.vs_ext4),
-            ratio(c.vs_fuse2fs),
-            ratio(c.vs_bindfs),
-            ratio(c.vs_floor),
-            c.seconds.unwrap_or(f64::NAN),
-            u.client_cpu,
-            u.server_cpu.map_or("–".into(), |x| format!("{x:.2}")),
-            mb(u.fs_bytes_written),
-            mb(u.disk_bytes_written),
-            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
-        ));
-    }
-    out.push_str(
-        "\nRatios are medians of per-run ratios (a run's systems run back to back). \
-         vs floor: against the FUSE floor (`stitchfs bench floor-server`), a server mounted \
-         as stitchfs is that keeps its namespace in memory, writes file data straight into \
-         its image and makes every fsync one fdatasync: what any durable FUSE file system \
-         over an image could reach here. \
-         vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
-         its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
-         or to the end of the unmount after it. Client CPU: the benchmark process (the \
-         kernel's file system work happens in its calls); server CPU: the FUSE server. \
-         FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
-         device, device-wide.\n",
-    );
-    let failures: Vec<&Cell> = r.cells.iter().filter(|c| c.error.is_some()).collect();
-    if !failures.is_empty() {
-        out.push_str("\nFailures:\n\n");
-        for c in failures {
-            let e = c.error.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
-        }
-    }
-    if !r.goals.is_empty() {
-        out.push_str("\nGoals:\n\n");
-        for g in &r.goals {
-            out.push_str(&format!(
-                "- {} {}: {} (goal ≥ {:.1}): {}\n",
-                g.system,
-                g.what,
-                ratio(g.measured),
-                g.limit,
-                g.verdict()
-            ));
-        }
-    }
-    out
+        s.smallfile_files,
+        s.smallfile_dirs,
+        s.largefile_bytes as f64 / 1e6,
+        s.mail_threads,
+        s.mail_messages,
+        s.message_bytes,
+        s.mailbox_messages,
+        s.meta_files,
+        s.image_bytes >> 20,
+    )
 }
+
+/// The table: a row per cell.
+fn cells(cells: &[Cell]) -> String {
+    let mut t = Table::new(
+        "workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device | \
+         time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes",
+        2,
+    );
+    for c in cells {
+        let names = [c.phase, c.label];
+        report::cell_row(&mut t, &names, &c.summary, c.rate, |rate| figures(c, rate));
+    }
+    t.text()
+}
+
+/// A measured cell's figures, after its names.
+fn figures(c: &Cell, rate: f64) -> Vec<String> {
+    let u = c.summary.usage.clone().unwrap_or_default();
+    let device = match (c.vs_device, c.fsyncs_per_s) {
+        (Some(v), Some(f)) => format!("{v:.2} ({f:.0} fsyncs/s)"),
+        (Some(v), None) => format!("{v:.2}"),
+        _ => "–".into(),
+    };
+    vec![
+        format!("{} {}", figure(rate), c.unit),
+        ratio(c.vs_ext4),
+        ratio(c.vs_fuse2fs),
+        ratio(c.vs_bindfs),
+        ratio(c.vs_floor),
+        device,
+        format!("{:.2}", c.summary.seconds.unwrap_or(f64::NAN)),
+        format!("{:.2}", u.client_cpu),
+        or_dash(u.server_cpu, |x| format!("{x:.2}")),
+        mb(u.fs_bytes_written),
+        mb(u.disk_bytes_written),
+        or_dash(u.disk_flushes, |x| x.to_string()),
+    ]
+}
+
+/// What the columns mean.
+const NOTES: &str = "\nRatios are medians of per-run ratios (a run's systems run back to back). \
+     vs floor: against the FUSE floor (`stitchfs bench floor-server`), a server mounted \
+     as stitchfs is that keeps its namespace in memory, writes file data straight into \
+     its image and makes every fsync one fdatasync: what any durable FUSE file system \
+     over an image could reach here. \
+     vs device: fsyncs/s over the device's fsyncs/s (smallfile, mailbench), or MB/s over \
+     its sequential MB/s (largefile), each run against its own probe. Counts run from a phase's start to the next phase's, \
+     or to the end of the unmount after it. Client CPU: the benchmark process (the \
+     kernel's file system work happens in its calls); server CPU: the FUSE server. \
+     FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
+     device, device-wide.\n";
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount::Scale;
     use crate::systems::select;
 
-    fn sample(rate: f64) -> Option<Outcome> {
-        Some(Ok(Sample {
-            amount: rate,
-            seconds: 1.0,
-            usage: Usage::default(),
-        }))
-    }
-
-    #[test]
-    fn ratios_are_taken_run_by_run() {
+    /// stitchfs, ext4, fuse2fs and the floor, every phase run three times
+    /// at the same rates; run 2 is slow for everyone, and fuse2fs failed
+    /// smallfile's run 2.
+    fn example() -> Report {
         let systems = select("stitchfs,ext4,fuse2fs,fuse-floor").unwrap();
-        // Run 2 is slow for everyone: per-run ratios stay 2.0 for stitchfs
-        // over ext4, whatever the medians of the rates say.
         let rates = [
             [20.0, 2.0, 30.0],
             [10.0, 1.0, 15.0],
             [5.0, 5.0, 5.0],
             [25.0, 2.5, 36.0],
         ];
+        let phase = |s: usize, p: usize| {
+            let run = |r: usize| match (s, p, r) {
+                (2, 0, 1) => Err("boom".to_string()),
+                _ => Ok(Sample::ran(rates[s][r], 1.0)),
+            };
+            (0..3).map(|r| Some(run(r))).collect()
+        };
         let samples = (0..4)
-            .map(|s| {
-                (0..PHASES.len())
-                    .map(|p| {
-                        (0..3)
-                            .map(|r| match (s, p) {
-                                (2, 0) if r == 1 => Some(Err("boom".to_string())),
-                                _ => sample(rates[s][r]),
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
+            .map(|s| (0..PHASES.len()).map(|p| phase(s, p)).collect())
             .collect();
-        let device = DeviceLimits::EXAMPLE;
         let settings = Settings {
             runs: 3,
             scale: Scale::QUICK,
             caches_dropped: true,
             scratch: "/tmp".into(),
+            inputs: (),
         };
-        let machine = Machine::probe(std::path::Path::new("/"));
-        let r = build(
-            settings,
-            machine,
-            vec![device; 3],
-            &systems,
-            &[None, None, None, None],
-            samples,
-        );
-        let cell = |p: &str, s: &str| {
-            r.cells
-                .iter()
-                .find(|c| c.phase == p && c.system == s)
-                .unwrap()
-        };
-        let c = cell("smallfile", "stitchfs");
+        build(settings, Measured::example(&systems, samples))
+    }
+
+    fn cell<'r>(r: &'r Report, phase: &str, system: &str) -> &'r Cell {
+        let is = |c: &&Cell| c.phase == phase && c.system == system;
+        r.found.cells.iter().find(is).unwrap()
+    }
+
+    fn goal<'r>(r: &'r Report, what: &str) -> &'r Goal {
+        r.goals.iter().find(|g| g.what.starts_with(what)).unwrap()
+    }
+
+    #[test]
+    fn ratios_are_taken_run_by_run() {
+        let r = example();
+        let c = cell(&r, "smallfile", "stitchfs");
         assert_eq!(c.rate, Some(20.0));
+        // Per-run ratios stay 2.0 over ext4, whatever the medians say.
         assert_eq!(c.vs_ext4, Some(2.0));
         // fuse2fs failed run 2: ratios from runs 1 and 3 only (4 and 6).
         assert_eq!(c.vs_fuse2fs, Some(5.0));
-        assert!(cell("smallfile", "fuse2fs")
-            .error
-            .as_deref()
-            .unwrap()
-            .contains("1 of 3 runs failed: boom"));
+        let error = cell(&r, "smallfile", "fuse2fs").summary.error.clone();
+        assert_eq!(error.as_deref(), Some("1 of 3 runs failed: boom"));
+        // 20 against the floor's 25 in run 1 (and 2.0 against 2.5 in run 2).
+        assert_eq!(c.vs_floor, Some(0.8));
         // 20 fsyncs/s at 1 ms each: 0.02 of the device.
         assert!((c.vs_device.unwrap() - 0.02).abs() < 1e-9);
-        assert_eq!(cell("largefile", "stitchfs").vs_device, Some(20e6 / 1e8));
-        let smallfile = r
-            .goals
-            .iter()
-            .find(|g| g.what.starts_with("smallfile rate vs ext4"))
-            .unwrap();
-        assert_eq!(smallfile.verdict(), "met");
-        let bindfs = r.goals.iter().find(|g| g.what.contains("bindfs")).unwrap();
-        assert_eq!(bindfs.verdict(), "not measured");
-        // 20 against the floor's 25 in run 1 (and 2.0 against 2.5 in run 2):
-        // 0.8 of the floor. The floor itself reaches 6.1 of fuse2fs (5.0
-        // and 7.2; fuse2fs failed run 2), above the goal of 2: a miss would
-        // be stitchfs's own.
-        assert_eq!(c.vs_floor, Some(0.8));
-        let vs_fuse2fs = r
-            .goals
-            .iter()
-            .find(|g| g.what.starts_with("smallfile rate vs fuse2fs"))
-            .unwrap();
-        assert_eq!(vs_fuse2fs.floor, Some(6.1));
-        let beyond = Goal {
-            floor: Some(1.5),
-            measured: Some(1.2),
-            ..vs_fuse2fs.clone()
-        };
         assert_eq!(
-            beyond.verdict(),
-            "not met; the FUSE floor reaches only 1.50 here"
+            cell(&r, "largefile", "stitchfs").vs_device,
+            Some(20e6 / 1e8)
         );
-        // A floor slower than stitchfs bounds nothing.
-        let slower = Goal {
-            floor: Some(1.0),
-            ..beyond.clone()
-        };
-        assert_eq!(slower.verdict(), "not met");
         let text = table(&r);
-        assert!(
-            text.contains("| smallfile | stitchfs journal | 20.0 files/s | 2.00 |"),
-            "{text}"
+        let row = "| smallfile | stitchfs journal | 20.0 files/s | 2.00 |";
+        assert!(text.contains(row), "{text}");
+    }
+
+    #[test]
+    fn goals_are_measured_beside_the_floor() {
+        let r = example();
+        assert_eq!(goal(&r, "smallfile rate vs ext4").verdict(), "met");
+        assert_eq!(
+            goal(&r, "stat (cold) rate vs bindfs").verdict(),
+            "not measured"
         );
+        // The floor reaches 6.1 of fuse2fs (5.0 and 7.2; fuse2fs failed run
+        // 2), above the goal of 2: a miss would be stitchfs's own.
+        assert_eq!(goal(&r, "smallfile rate vs fuse2fs").floor, Some(6.1));
+    }
+
+    #[test]
+    fn a_miss_is_the_floor_s_only_where_the_floor_misses_too_and_is_faster() {
+        let check = |measured: Option<f64>, floor: Option<f64>, expect: &str| {
+            let g = Goal {
+                system: "stitchfs",
+                what: "smallfile rate vs fuse2fs".into(),
+                measured,
+                limit: 2.0,
+                floor,
+            };
+            assert_eq!(g.verdict(), expect, "{measured:?} beside {floor:?}");
+        };
+        check(None, Some(1.0), "not measured");
+        check(Some(2.0), None, "met");
+        check(Some(1.2), None, "not met");
+        check(
+            Some(1.2),
+            Some(1.5),
+            "not met; the FUSE floor reaches only 1.50 here",
+        );
+        // A floor slower than stitchfs, or meeting the goal, bounds nothing.
+        check(Some(1.2), Some(1.0), "not met");
+        check(Some(1.2), Some(2.5), "not met");
     }
 }

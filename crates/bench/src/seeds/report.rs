@@ -2,23 +2,18 @@
 //! the runs, ratios to ext4 data=ordered taken run by run), and the
 //! Markdown report.
 
-use super::{paired_ratio, Figure, Scale, Settings, PHASES};
-use crate::session::{figure, median, ratio, runs_of, Outcome, Sample, SystemRow};
-use crate::systems::{DeviceLimits, Machine, System, Usage, SYSTEMS};
+use super::{Figure, Phase, Scale, Settings, PHASES};
+use crate::markdown::{self, mb, or_dash, ratio, section, Table};
+use crate::report::{self, Name, Runs, Summary};
+use crate::session::Measured;
+use crate::systems;
+use crate::workload::Sample;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
 /// Everything a run of the benchmark found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Report {
-    pub settings: Settings,
-    pub machine: Machine,
-    /// The device probe of each run.
-    pub device: Vec<DeviceLimits>,
-    pub systems: Vec<SystemRow>,
-    pub cells: Vec<Cell>,
-}
+pub type Report = report::Report<Settings, Cell>;
 
 /// One phase on one system.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -46,32 +41,22 @@ pub struct Cell {
     /// device's 4 KiB write + fdatasync latency of the same run) over the
     /// phase's time; 1 would be at the device's limit. Median over runs.
     pub vs_device: Option<f64>,
-    /// The median run's wall time and counts.
-    pub seconds: Option<f64>,
-    pub usage: Option<Usage>,
-    pub error: Option<String>,
-    /// Why it did not run (a tool or input missing).
-    pub skipped: Option<String>,
+    #[serde(flatten)]
+    pub summary: Summary,
 }
 
-/// A name of the benchmark's own. Spelled as an alias so that serde, which
-/// would borrow a field typed `&str` from its input, reads it with
-/// [`known_name`] instead.
-pub type Name = &'static str;
-
-/// Reads a name a report holds (a seed, phase, unit, system id or label)
-/// back as the benchmark's own: a report names nothing else.
+/// Reads a name a cell holds (a seed, phase, unit, system id or label)
+/// back as the benchmark's own.
 pub fn known_name<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
-    let name = String::deserialize(d)?;
-    let phases = PHASES.iter().flat_map(|p| [p.seed, p.name, unit(p)]);
-    let systems = SYSTEMS.iter().flat_map(|s| [s.id, s.label]);
-    phases
-        .chain(systems)
-        .find(|&known| known == name)
-        .ok_or_else(|| serde::de::Error::custom(format!("not a name of this benchmark: {name:?}")))
+    report::known_name(d, |name| {
+        let mut phases = PHASES.iter().flat_map(|p| [p.seed, p.name, unit(p)]);
+        phases
+            .find(|&known| known == name)
+            .or_else(|| systems::named(name))
+    })
 }
 
-fn unit(p: &super::Phase) -> &'static str {
+fn unit(p: &Phase) -> &'static str {
     match p.figure {
         Figure::Rate(u) => u,
         Figure::Time => "s",
@@ -86,57 +71,77 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
     let mut merged: Option<Report> = None;
     for file in files {
         let file = file.as_ref();
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let r: Report = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a seeds report", file.display()))?;
+        let r = read(file)?;
         let Some(m) = merged.as_mut() else {
             merged = Some(r);
             continue;
         };
-        // Phases are named within their seed (Featherstitch's and
-        // xsyncfs's are both "PostMark").
-        let again = r.cells.iter().find(|c| {
-            m.cells
-                .iter()
-                .any(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, c.system))
-        });
-        let why = if r.machine != m.machine {
-            format!("another machine ({:?}, not {:?})", r.machine, m.machine)
-        } else if r.settings.runs != m.settings.runs {
-            format!("{} runs, not {}", r.settings.runs, m.settings.runs)
-        } else if !same_sizes(&r.settings.scale, &m.settings.scale) {
-            "other sizes".to_string()
-        } else if let Some(c) = again {
-            format!("{} on {} measured again", c.phase, c.label)
-        } else {
-            String::new()
-        };
-        if !why.is_empty() {
+        if let Some(why) = refusal(m, &r) {
             bail!("cannot merge {}: {why}", file.display());
         }
-        let s = &mut m.settings;
-        s.tree = s.tree.take().or(r.settings.tree);
-        s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
-        s.project = s.project.take().or(r.settings.project);
-        s.caches_dropped &= r.settings.caches_dropped;
-        for t in r.settings.tools {
-            if !s.tools.contains(&t) {
-                s.tools.push(t);
-            }
-        }
-        m.device.extend(r.device);
-        for sys in r.systems {
-            if !m.systems.iter().any(|x| x.id == sys.id) {
-                m.systems.push(sys);
-            }
-        }
-        m.cells.extend(r.cells);
+        absorb(m, r);
     }
     let Some(mut m) = merged else {
         bail!("no reports to merge");
     };
-    // Phases in the benchmark's order, systems in the order first met.
+    in_order(&mut m);
+    Ok(m)
+}
+
+fn read(file: &Path) -> anyhow::Result<Report> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a seeds report", file.display()))
+}
+
+/// Why `r` cannot join `m` in one report, if it cannot.
+fn refusal(m: &Report, r: &Report) -> Option<String> {
+    // Phases are named within their seed (Featherstitch's and xsyncfs's
+    // are both "PostMark").
+    let again = r.cells.iter().find(|c| {
+        m.cells
+            .iter()
+            .any(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, c.system))
+    });
+    if r.machine != m.machine {
+        Some(format!(
+            "another machine ({:?}, not {:?})",
+            r.machine, m.machine
+        ))
+    } else if r.settings.runs != m.settings.runs {
+        Some(format!("{} runs, not {}", r.settings.runs, m.settings.runs))
+    } else if !same_sizes(&r.settings.scale, &m.settings.scale) {
+        Some("other sizes".to_string())
+    } else {
+        again.map(|c| format!("{} on {} measured again", c.phase, c.label))
+    }
+}
+
+/// `r`'s settings, probes, systems and cells added to `m`'s.
+fn absorb(m: &mut Report, r: Report) {
+    let s = &mut m.settings;
+    let (i, more) = (&mut s.inputs, r.settings.inputs);
+    i.tree = i.tree.take().or(more.tree);
+    s.scale.tree_files = s.scale.tree_files.or(r.settings.scale.tree_files);
+    i.project = i.project.take().or(more.project);
+    s.caches_dropped &= r.settings.caches_dropped;
+    for t in more.tools {
+        if !i.tools.contains(&t) {
+            i.tools.push(t);
+        }
+    }
+    m.device.extend(r.device);
+    for sys in r.systems {
+        if !m.systems.iter().any(|x| x.id == sys.id) {
+            m.systems.push(sys);
+        }
+    }
+    m.cells.extend(r.cells);
+}
+
+/// Cells with phases in the benchmark's order, systems in the order first
+/// met.
+fn in_order(m: &mut Report) {
     let systems: Vec<&str> = m.systems.iter().map(|s| s.id).collect();
     m.cells.sort_by_key(|c| {
         let p = PHASES
@@ -144,7 +149,6 @@ pub fn merge(files: &[impl AsRef<Path>]) -> anyhow::Result<Report> {
             .position(|p| (p.seed, p.name) == (c.seed, c.phase));
         (p, systems.iter().position(|&s| s == c.system))
     });
-    Ok(m)
 }
 
 /// Equal but for the tree's size, which only untar and git use.
@@ -156,127 +160,83 @@ fn same_sizes(a: &Scale, b: &Scale) -> bool {
     all_trees(a) == all_trees(b)
 }
 
-/// `samples[system][phase][run]`, `None` where a system was skipped;
-/// `not_run[phase]` says why a phase's workload could not run.
-pub(super) fn build(
-    settings: Settings,
-    machine: Machine,
-    device: Vec<DeviceLimits>,
-    systems: &[&'static System],
-    skipped: &[Option<String>],
-    not_run: &[Option<String>],
-    samples: Vec<Vec<Vec<Option<Outcome>>>>,
-) -> Report {
-    let ok = |o: &Option<Outcome>| -> Option<Sample> { o.as_ref()?.as_ref().ok().cloned() };
-    let base = systems.iter().position(|s| s.id == "ext4");
-    let mut cells = Vec::new();
-    for (p, phase) in PHASES.iter().enumerate() {
-        let ran = samples.iter().any(|sys| !sys[p].is_empty());
-        if !ran && not_run[p].is_none() {
-            continue; // a workload not selected
-        }
-        let rates = |s: usize| -> Vec<Option<f64>> {
-            samples[s][p]
-                .iter()
-                .map(|o| ok(o).map(|x| x.rate()))
-                .collect()
-        };
-        for (s, sys) in systems.iter().enumerate() {
-            let runs = &samples[s][p];
-            let my_rates = rates(s);
-            let vs_ext4 = base.and_then(|b| paired_ratio(&my_rates, &rates(b)));
-            let mut good: Vec<Sample> = runs.iter().filter_map(ok).collect();
-            good.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
-            let mid = good.get(good.len() / 2).cloned();
-            let to_figure = |x: &Sample| match phase.figure {
-                Figure::Rate(_) => x.rate(),
-                Figure::Time => x.seconds,
-            };
-            let vs_device = (phase.fsyncs > 0.0)
-                .then(|| {
-                    median(
-                        runs.iter()
-                            .zip(&device)
-                            .filter_map(|(o, d)| {
-                                let x = ok(o)?;
-                                Some(x.amount * phase.fsyncs * d.fsync_latency_s / x.seconds)
-                            })
-                            .collect(),
-                    )
-                })
-                .flatten();
-            let failed: Vec<String> = runs
-                .iter()
-                .flatten()
-                .filter_map(|o| o.as_ref().err().cloned())
-                .collect();
-            cells.push(Cell {
-                seed: phase.seed,
-                phase: phase.name,
-                unit: unit(phase),
-                system: sys.id,
-                label: sys.label,
-                figure: mid.as_ref().map(to_figure),
-                run_figures: runs.iter().map(|o| ok(o).as_ref().map(to_figure)).collect(),
-                vs_ext4,
-                vs_device,
-                seconds: mid.as_ref().map(|m| m.seconds),
-                usage: mid.map(|m| m.usage),
-                error: failed
-                    .first()
-                    .map(|e| format!("{} of {} runs failed: {e}", failed.len(), runs.len())),
-                skipped: not_run[p].clone().or_else(|| skipped[s].clone()),
-            });
-        }
-    }
-    Report {
-        settings,
-        machine,
-        device,
-        systems: SystemRow::rows(systems, skipped),
-        cells,
+pub(super) fn build(settings: Settings, m: Measured) -> Report {
+    Report::new(settings, m, |runs| cell(&PHASES[runs.phase], runs))
+}
+
+fn cell(phase: &Phase, runs: &Runs) -> Cell {
+    let figure = |x: &Sample| match phase.figure {
+        Figure::Rate(_) => x.rate(),
+        Figure::Time => x.seconds,
+    };
+    let sys = runs.system();
+    // The floor over the phase's time: its fsyncs at the device's latency.
+    let vs_device = runs.vs_device(|x, d| {
+        let fsyncs = Some(phase.fsyncs).filter(|&f| f > 0.0)?;
+        Some(x.amount * fsyncs * d.fsync_latency_s / x.seconds)
+    });
+    Cell {
+        seed: phase.seed,
+        phase: phase.name,
+        unit: unit(phase),
+        system: sys.id,
+        label: sys.label,
+        figure: runs.median().map(figure),
+        run_figures: runs.figures(figure),
+        vs_ext4: runs.vs("ext4"),
+        vs_device,
+        summary: runs.summary(),
     }
 }
 
 /// The report as Markdown.
 pub fn table(r: &Report) -> String {
-    let (s, m, d) = (&r.settings, &r.machine, &r.device);
-    let sc = &s.scale;
+    let s = &r.settings;
+    let failures = r.cells.iter().filter_map(|c| {
+        let e = c
+            .summary
+            .error
+            .as_deref()
+            .filter(|_| c.summary.skipped.is_none())?;
+        let e = e.lines().take(6).collect::<Vec<_>>().join(" / ");
+        Some(format!("{} on {}: {e}", c.phase, c.label))
+    });
+    let first = format!(
+        "The seeds' experiments through a mount: median of {} run(s), each workload on \
+         storage made fresh (a {} MiB image on the same disk) with caches dropped{}.\n\n",
+        s.runs,
+        s.scale.image_bytes >> 20,
+        report::caches(s.caches_dropped),
+    );
+    first
+        + &report::testbed(&r.machine, &r.device, false)
+        + &sizes(s)
+        + &report::skipped_systems(&r.systems, "Systems skipped")
+        + &cells(&r.cells)
+        + NOTES
+        + &section("Failures", failures)
+        + &not_run(r)
+}
+
+/// The sizes, inputs and tools of the run.
+fn sizes(s: &Settings) -> String {
+    let (sc, i) = (&s.scale, &s.inputs);
     let pm = |p: &super::PostMark| {
         format!(
             "{} files of {}–{} B, {} transactions",
             p.files, p.min_size, p.max_size, p.transactions
         )
     };
-    let mut out = format!(
-        "The seeds' experiments through a mount: median of {} run(s), each workload on \
-         storage made fresh (a {} MiB image on the same disk) with caches dropped{}.\n\n\
-         Machine: {} ({} cores), {:.1} GiB RAM, Linux {}; images on `{}` (host {}).\n\n\
-         Device limits, on a raw file beside the images, before each run: a 4 KiB write + \
-         fdatasync takes {} ms (median of {}; p90 {} ms); sequential write {} MB/s ({} MiB + \
-         fdatasync).\n\n\
-         Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
+    let tools = if i.tools.is_empty() {
+        "–".to_string()
+    } else {
+        i.tools.join("; ")
+    };
+    format!(
+        "Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
          create+delete ×{}; PostMark small {}; large {}; Featherstitch {}; xsyncfs {}; \
          source tree {}; C project {}; SQLite {} inserts of {} B; fsync tests {} operations \
-         each; IMAP {} messages of {} B.\n\nTools: {}.\n\n",
-        s.runs,
-        sc.image_bytes >> 20,
-        if s.caches_dropped {
-            ""
-        } else {
-            " (could not drop caches: not root)"
-        },
-        m.cpu,
-        m.cores,
-        m.ram_bytes as f64 / (1u64 << 30) as f64,
-        m.kernel,
-        m.disk,
-        m.host_fs,
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_s * 1e3)),
-        d.first().map_or(0, |d| d.latency_samples),
-        runs_of(d, |d| format!("{:.3}", d.fsync_latency_p90_s * 1e3)),
-        runs_of(d, |d| format!("{:.0}", d.seq_write_bytes_per_s / 1e6)),
-        d.first().map_or(0, |d| d.seq_bytes >> 20),
+         each; IMAP {} messages of {} B.\n\nTools: {tools}.\n\n",
         sc.micro_files,
         sc.micro_bytes >> 20,
         sc.zero_files,
@@ -284,126 +244,99 @@ pub fn table(r: &Report) -> String {
         pm(&sc.postmark_large),
         pm(&sc.postmark_fst),
         pm(&sc.postmark_xsyncfs),
-        s.tree.as_deref().unwrap_or("none"),
-        s.project.as_deref().unwrap_or("none"),
+        i.tree.as_deref().unwrap_or("none"),
+        i.project.as_deref().unwrap_or("none"),
         sc.sqlite_inserts,
         sc.sqlite_bytes,
         sc.fsync_ops,
         sc.imap_messages,
         sc.imap_bytes,
-        if s.tools.is_empty() {
-            "–".to_string()
-        } else {
-            s.tools.join("; ")
-        },
+    )
+}
+
+/// The table: a row per cell.
+fn cells(cells: &[Cell]) -> String {
+    let mut t = Table::new(
+        "seed | workload | system | result | vs ext4 ordered | vs device floor | time s | \
+         CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes",
+        3,
     );
-    let skipped: Vec<&SystemRow> = r.systems.iter().filter(|s| s.skipped.is_some()).collect();
-    if !skipped.is_empty() {
-        out.push_str("Systems skipped:\n\n");
-        for sys in skipped {
-            let why = sys.skipped.as_deref().unwrap_or_default();
-            out.push_str(&format!("- {}: {why}\n", sys.label));
-        }
-        out.push('\n');
+    for c in cells {
+        let names = [c.seed, c.phase, c.label];
+        report::cell_row(&mut t, &names, &c.summary, c.figure, |x| figures(c, x));
     }
-    out.push_str(
-        "| seed | workload | system | result | vs ext4 ordered | vs device floor | time s \
-         | CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for c in &r.cells {
-        let head = format!("| {} | {} | {} |", c.seed, c.phase, c.label);
-        if let Some(why) = &c.skipped {
-            let short = why.split(':').next().unwrap_or(why);
-            out.push_str(&format!("{head} skipped: {short} |{}\n", " – |".repeat(8)));
-            continue;
-        }
-        let Some(fig) = c.figure else {
-            out.push_str(&format!("{head} failed |{}\n", " – |".repeat(8)));
-            continue;
-        };
-        let u = c.usage.clone().unwrap_or_default();
-        let cpu = match u.server_cpu {
-            Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
-            None => format!("{:.2}", u.client_cpu),
-        };
-        out.push_str(&format!(
-            "{head} {} {} | {} | {} | {:.2} | {cpu} | {} | {} | {} | {} |\n",
-            figure(fig),
-            c.unit,
-            ratio(c.vs_ext4),
-            ratio(c.vs_device),
-            c.seconds.unwrap_or(f64::NAN),
-            u.fs_bytes_written
-                .map_or("–".into(), |b| format!("{}", b / 4096)),
-            u.fs_flushes.map_or("–".into(), |x| x.to_string()),
-            u.disk_bytes_written
-                .map_or("–".into(), |b| format!("{:.1}", b as f64 / 1e6)),
-            u.disk_flushes.map_or("–".into(), |x| x.to_string()),
-        ));
-    }
-    out.push_str(
-        "\nResult: a rate, or the phase's time in seconds; every phase ends with a syncfs \
-         of the mount, inside the timing. vs ext4 ordered: speed relative to ext4 \
-         data=ordered, the median of per-run ratios (above 1 is faster). vs device floor: \
-         for fsync-bound phases, the time the phase's fsyncs alone would take at the \
-         device's 4 KiB write + fdatasync latency (same run's probe) over the phase's time \
-         (1.0 = at the device's limit; SQLite counted at 2 fsyncs an insert, a lower \
-         bound). CPU: the benchmark process and the tools it ran (the kernel's file system \
-         work happens in their calls) + the FUSE server. FS blocks (4 KiB) written and FS \
-         flushes: the loop device's counts for the kernel's file systems; for FUSE \
-         servers, the server's write_bytes (flushes are not seen per file system: see the \
-         disk's). Disk: the host device, device-wide (other activity on the machine shows \
-         there too). Counts run from a phase's start to the next phase's, or to the end \
-         of the unmount after it.\n",
-    );
-    let failures: Vec<&Cell> = r
-        .cells
-        .iter()
-        .filter(|c| c.error.is_some() && c.skipped.is_none())
-        .collect();
-    if !failures.is_empty() {
-        out.push_str("\nFailures:\n\n");
-        for c in failures {
-            let e = c.error.as_deref().unwrap_or_default();
-            let e: String = e.lines().take(6).collect::<Vec<_>>().join(" / ");
-            out.push_str(&format!("- {} on {}: {e}\n", c.phase, c.label));
-        }
-    }
-    let not_run: Vec<(&str, &str)> = r
-        .cells
-        .iter()
-        .filter_map(|c| Some((c.phase, c.skipped.as_deref()?)))
-        .filter(|(_, why)| !r.systems.iter().any(|s| s.skipped.as_deref() == Some(why)))
-        .collect();
-    if !not_run.is_empty() {
-        out.push_str("\nNot run:\n\n");
-        let mut seen = Vec::new();
-        for (phase, why) in not_run {
-            if !seen.contains(&phase) {
-                seen.push(phase);
-                out.push_str(&format!("- {phase}: {why}\n"));
-            }
-        }
-    }
-    out
+    t.text()
+}
+
+/// A measured cell's figures, after its names.
+fn figures(c: &Cell, figure: f64) -> Vec<String> {
+    let u = c.summary.usage.clone().unwrap_or_default();
+    let cpu = match u.server_cpu {
+        Some(sv) => format!("{:.2} + {sv:.2}", u.client_cpu),
+        None => format!("{:.2}", u.client_cpu),
+    };
+    vec![
+        format!("{} {}", markdown::figure(figure), c.unit),
+        ratio(c.vs_ext4),
+        ratio(c.vs_device),
+        format!("{:.2}", c.summary.seconds.unwrap_or(f64::NAN)),
+        cpu,
+        or_dash(u.fs_bytes_written, |b| format!("{}", b / 4096)),
+        or_dash(u.fs_flushes, |x| x.to_string()),
+        mb(u.disk_bytes_written),
+        or_dash(u.disk_flushes, |x| x.to_string()),
+    ]
+}
+
+/// What the columns mean.
+const NOTES: &str =
+    "\nResult: a rate, or the phase's time in seconds; every phase ends with a syncfs \
+     of the mount, inside the timing. vs ext4 ordered: speed relative to ext4 \
+     data=ordered, the median of per-run ratios (above 1 is faster). vs device floor: \
+     for fsync-bound phases, the time the phase's fsyncs alone would take at the \
+     device's 4 KiB write + fdatasync latency (same run's probe) over the phase's time \
+     (1.0 = at the device's limit; SQLite counted at 2 fsyncs an insert, a lower \
+     bound). CPU: the benchmark process and the tools it ran (the kernel's file system \
+     work happens in their calls) + the FUSE server. FS blocks (4 KiB) written and FS \
+     flushes: the loop device's counts for the kernel's file systems; for FUSE \
+     servers, the server's write_bytes (flushes are not seen per file system: see the \
+     disk's). Disk: the host device, device-wide (other activity on the machine shows \
+     there too). Counts run from a phase's start to the next phase's, or to the end \
+     of the unmount after it.\n";
+
+/// The phases whose workload could not run here, once each, with why (a
+/// system's own reason is in the systems skipped).
+fn not_run(r: &Report) -> String {
+    let mut seen = Vec::new();
+    let not_run = r.cells.iter().filter_map(|c| {
+        let why = c.summary.skipped.as_deref()?;
+        let a_system = r.systems.iter().any(|s| s.skipped.as_deref() == Some(why));
+        (!a_system && !seen.contains(&c.phase)).then(|| {
+            seen.push(c.phase);
+            format!("{}: {why}", c.phase)
+        })
+    });
+    section("Not run", not_run.collect::<Vec<_>>())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeds::{sample, Scale};
+    use crate::seeds::Scale;
     use crate::systems::select;
+    use crate::workload::Outcome;
 
-    fn quick_settings(runs: usize) -> Settings {
+    fn quick_settings(runs: usize, tools: Vec<String>) -> Settings {
         Settings {
             runs,
             scale: Scale::QUICK,
             caches_dropped: true,
             scratch: "/tmp".into(),
-            tree: None,
-            project: None,
-            tools: Vec::new(),
+            inputs: crate::seeds::Sources {
+                tree: None,
+                project: None,
+                tools,
+            },
         }
     }
 
@@ -417,58 +350,48 @@ mod tests {
                 (0..PHASES.len())
                     .map(|p| match p == phase {
                         true => (0..runs)
-                            .map(|_| Some(Ok(sample(10.0, 1.0, Usage::default()))))
+                            .map(|_| Some(Ok(Sample::ran(10.0, 1.0))))
                             .collect(),
                         false => Vec::new(),
                     })
                     .collect()
             })
             .collect();
-        let device = DeviceLimits::EXAMPLE;
-        let settings = Settings {
-            tools: vec![format!("tool of phase {phase}")],
-            ..quick_settings(runs)
-        };
-        build(
-            settings,
-            Machine::probe(Path::new("/")),
-            vec![device; runs],
-            &systems,
-            &vec![None; systems.len()],
-            &vec![None; PHASES.len()],
-            samples,
-        )
+        let settings = quick_settings(runs, vec![format!("tool of phase {phase}")]);
+        build(settings, Measured::example(&systems, samples))
+    }
+
+    /// `text` holds `part`.
+    fn has(text: &str, part: &str) {
+        assert!(text.contains(part), "{part:?} not in:\n{text}");
+    }
+
+    /// Files of reports, in a directory removed at the end of the test.
+    struct Files(tempfile::TempDir);
+
+    impl Files {
+        fn new() -> Files {
+            Files(tempfile::tempdir().unwrap())
+        }
+
+        /// `json` written to the file `name`.
+        fn write(&self, name: &str, json: &str) -> std::path::PathBuf {
+            let p = self.0.path().join(name);
+            std::fs::write(&p, json).unwrap();
+            p
+        }
+
+        fn report(&self, name: &str, r: &Report) -> std::path::PathBuf {
+            self.write(name, &serde_json::to_string(r).unwrap())
+        }
     }
 
     #[test]
     fn reports_of_separate_workloads_merge_into_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, r: &dyn Fn() -> String| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, r()).unwrap();
-            p
-        };
-        let json = |r: Report| move || serde_json::to_string(&r).unwrap();
+        let files = Files::new();
         // Given in the benchmark's reverse order, with ext4-sync in one only.
-        let sqlite = write(
-            "sqlite.json",
-            &json(one_phase("stitchfs,ext4,ext4-sync", 15, 3)),
-        );
-        let micro = write("micro.json", &json(one_phase("stitchfs,ext4", 0, 3)));
-        // Two seeds' phases of one name are two phases.
-        let postmark = |seed: &str| {
-            PHASES
-                .iter()
-                .position(|p| (p.seed, p.name) == (seed, "PostMark"))
-                .unwrap()
-        };
-        let fst = postmark("Featherstitch");
-        let xsyncfs = postmark("xsyncfs");
-        let fst_json = write("fst.json", &json(one_phase("ext4", fst, 3)));
-        let xsyncfs_json = write("xsyncfs.json", &json(one_phase("ext4", xsyncfs, 3)));
-        let both = merge(&[&xsyncfs_json, &fst_json]).unwrap();
-        let seeds: Vec<&str> = both.cells.iter().map(|c| c.seed).collect();
-        assert_eq!(seeds, ["Featherstitch", "xsyncfs"]);
+        let sqlite = files.report("sqlite.json", &one_phase("stitchfs,ext4,ext4-sync", 15, 3));
+        let micro = files.report("micro.json", &one_phase("stitchfs,ext4", 0, 3));
         let m = merge(&[&sqlite, &micro]).unwrap();
         let order: Vec<(&str, &str)> = m.cells.iter().map(|c| (c.phase, c.system)).collect();
         assert_eq!(
@@ -482,38 +405,55 @@ mod tests {
             ]
         );
         assert_eq!(m.device.len(), 6);
-        assert_eq!(m.settings.tools.len(), 2);
+        assert_eq!(m.settings.inputs.tools.len(), 2);
         let text = table(&m);
-        assert!(
-            text.contains("| Seltzer | create 4 KB | stitchfs journal | 10.0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("| ccfs | SQLite insert | ext4 -o sync |"),
-            "{text}"
-        );
+        has(&text, "| Seltzer | create 4 KB | stitchfs journal | 10.0");
+        has(&text, "| ccfs | SQLite insert | ext4 -o sync |");
+        // Two seeds' phases of one name are two phases.
+        let postmark = |seed: &str| {
+            let p = PHASES
+                .iter()
+                .position(|p| (p.seed, p.name) == (seed, "PostMark"));
+            files.report(seed, &one_phase("ext4", p.unwrap(), 3))
+        };
+        let both = merge(&[postmark("xsyncfs"), postmark("Featherstitch")]).unwrap();
+        let seeds: Vec<&str> = both.cells.iter().map(|c| c.seed).collect();
+        assert_eq!(seeds, ["Featherstitch", "xsyncfs"]);
+    }
 
-        // What cannot be one run's report is refused, saying why.
-        let again = write("again.json", &json(one_phase("ext4", 0, 3)));
-        let err = format!("{:#}", merge(&[&micro, &again]).unwrap_err());
-        assert!(err.contains("measured again"), "{err}");
-        let two = write("two.json", &json(one_phase("ext4", 1, 2)));
-        let err = format!("{:#}", merge(&[&micro, &two]).unwrap_err());
-        assert!(err.contains("2 runs, not 3"), "{err}");
+    /// What cannot be one run's report is refused, saying why.
+    #[test]
+    fn reports_that_cannot_be_one_are_refused() {
+        let files = Files::new();
+        let micro = files.report("micro.json", &one_phase("stitchfs,ext4", 0, 3));
+        let check = |json: String, expect: &str| {
+            let second = files.write("second.json", &json);
+            has(
+                &format!("{:#}", merge(&[&micro, &second]).unwrap_err()),
+                expect,
+            );
+        };
+        let json = |r: Report| serde_json::to_string(&r).unwrap();
+        check(
+            json(one_phase("ext4", 0, 3)),
+            "create 4 KB on ext4 data=ordered measured again",
+        );
+        check(json(one_phase("ext4", 1, 2)), "2 runs, not 3");
         let mut other = one_phase("ext4", 1, 3);
         other.machine.cores += 1;
-        let other = write("other.json", &json(other));
-        let err = format!("{:#}", merge(&[&micro, &other]).unwrap_err());
-        assert!(err.contains("another machine"), "{err}");
-        let bad = write("bad.json", &|| r#"{ "settings": {} }"#.to_string());
-        assert!(merge(&[&bad]).is_err());
+        check(json(other), "another machine");
+        let mut bigger = one_phase("ext4", 1, 3);
+        bigger.settings.scale.zero_files += 1;
+        check(json(bigger), "other sizes");
+        check(
+            r#"{ "settings": {} }"#.into(),
+            "second.json: not a seeds report",
+        );
         let mut renamed = serde_json::to_value(one_phase("ext4", 1, 3)).unwrap();
         renamed["cells"][0]["system"] = "ext5".into();
-        let renamed = write("renamed.json", &|| renamed.to_string());
-        let err = format!("{:#}", merge(&[&renamed]).unwrap_err());
-        assert!(
-            err.contains("not a name of this benchmark: \"ext5\""),
-            "{err}"
+        check(
+            renamed.to_string(),
+            "not a name of this benchmark: \"ext5\"",
         );
     }
 
@@ -528,30 +468,19 @@ mod tests {
                 .map(|p| match p {
                     17 => [[2.0, 4.0], [1.0, 1.0]][s]
                         .iter()
-                        .map(|&t| Some(Ok(sample(100.0, t, Usage::default()))))
+                        .map(|&t| Some(Ok(Sample::ran(100.0, t))))
                         .collect(),
                     16 => vec![
-                        Some(Ok(sample(1.0, [10.0, 5.0][s], Usage::default()))),
+                        Some(Ok(Sample::ran(1.0, [10.0, 5.0][s]))),
                         Some(Err("boom".into())),
                     ],
                     _ => Vec::new(),
                 })
                 .collect()
         };
-        let samples = vec![mk(0), mk(1)];
-        let device = DeviceLimits::EXAMPLE;
-        let settings = quick_settings(2);
-        let mut not_run = vec![None; n];
-        not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
-        let r = build(
-            settings,
-            Machine::probe(std::path::Path::new("/")),
-            vec![device.clone(), device],
-            &systems,
-            &[None, None],
-            &not_run,
-            samples,
-        );
+        let mut m = Measured::example(&systems, vec![mk(0), mk(1)]);
+        m.not_run[15] = Some("sqlite3 not installed: apt-get install sqlite3".to_string());
+        let r = build(quick_settings(2, Vec::new()), m);
         let cell = |p: &str, s: &str| {
             r.cells
                 .iter()
@@ -567,19 +496,17 @@ mod tests {
         assert_eq!((g.figure, g.unit), (Some(10.0), "s"));
         assert_eq!(g.vs_ext4, Some(0.5));
         assert!(g
+            .summary
             .error
             .as_deref()
             .unwrap()
             .starts_with("1 of 2 runs failed"));
-        assert!(cell("SQLite insert", "ext4").skipped.is_some());
+        assert!(cell("SQLite insert", "ext4").summary.skipped.is_some());
         let text = table(&r);
-        assert!(
-            text.contains("| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |"),
-            "{text}"
+        has(
+            &text,
+            "| ccfs | git add + commit | stitchfs journal | 10.0 s | 0.50 |",
         );
-        assert!(
-            text.contains("- SQLite insert: sqlite3 not installed"),
-            "{text}"
-        );
+        has(&text, "- SQLite insert: sqlite3 not installed");
     }
 }

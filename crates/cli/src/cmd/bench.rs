@@ -323,8 +323,9 @@ fn run_mount(a: MountArgs) -> anyhow::Result<()> {
         workloads: mount::select_workloads(&a.workloads)?,
         scratch: scratch_dir(out)?,
         timeout: std::time::Duration::from_secs(a.timeout),
+        inputs: (),
     };
-    let bar = progress(mount::steps(&cfg))?;
+    let bar = progress(cfg.steps())?;
     let report = mount::run(&cfg, |step| {
         bar.set_message(step.to_string());
         if step.starts_with("run ") {
@@ -360,10 +361,12 @@ fn run_seeds(a: SeedsArgs) -> anyhow::Result<()> {
         workloads: seeds::select_workloads(&a.workloads)?,
         scratch: scratch_dir(out)?,
         timeout: std::time::Duration::from_secs(a.timeout),
-        tree: a.tree.or_else(stitch_bench::tree::default_tree),
-        project: Some(a.project),
+        inputs: seeds::Inputs {
+            tree: a.tree.or_else(stitch_bench::tree::default_tree),
+            project: Some(a.project),
+        },
     };
-    let bar = progress(seeds::steps(&cfg))?;
+    let bar = progress(cfg.steps())?;
     let report = seeds::run(&cfg, |step| {
         bar.set_message(step.to_string());
         if !step.ends_with("measuring the device") {
