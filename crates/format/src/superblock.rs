@@ -263,6 +263,15 @@ impl Superblock {
         })?;
         ensure(self.blocks_count_lo > self.first_data_block, s, || {
             format!("blocks_count {} too small", self.blocks_count_lo)
+        })?;
+        // The kernel and e2fsck bound the descriptor blocks kept for
+        // growth by what one block of pointers can map.
+        let most = bs.bytes() / 4;
+        ensure(u32::from(self.reserved_gdt_blocks) <= most, s, || {
+            format!(
+                "reserved_gdt_blocks {} above {most}",
+                self.reserved_gdt_blocks
+            )
         })
     }
 
