@@ -36,7 +36,7 @@ mod xattr;
 
 pub use batch::{BatchError, Done, Op};
 pub use dir::Entry;
-pub use error::{DiskError, Result};
+pub use error::{Damage, DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use more_ops::{SetAttr, Special};
