@@ -3,8 +3,9 @@
 //!
 //! Damage is kept apart from I/O: [`DiskError::is_damage`] says the bytes
 //! on disk are wrong (what e2fsck would repair), [`DiskError::is_io`] that
-//! the device failed. A [`Damage`] found while the file system is in use
-//! (a free count that would leave its bounds) has stopped every write.
+//! the device failed. A [`Damage`] found by mount's checks is a refusal
+//! before anything was written; one found later (a free count that would
+//! leave its bounds) has stopped every write.
 
 use stitch_format::FormatError;
 use stitch_patch::PatchError;
@@ -66,6 +67,25 @@ impl DiskError {
 /// would use, named by what mount relies on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Damage {
+    /// The device ends before the file system does.
+    #[error("the image holds {held} blocks but its superblock claims {claimed}")]
+    TooSmall { held: u64, claimed: u32 },
+    /// The device was opened with another block size than the file
+    /// system's.
+    #[error("the file system's blocks are {fs} bytes but the device's are {device}")]
+    BlockSize { fs: usize, device: usize },
+    /// The root directory (inode 2) is not one.
+    #[error("the root directory (inode 2) {0}")]
+    Root(String),
+    /// The list of files open when the system stopped.
+    #[error("the orphan list {0}")]
+    OrphanList(String),
+    /// The journal (inode 8), or what replaying it would leave.
+    #[error("the journal {0}")]
+    Journal(String),
+    /// The resize inode (7) that `resize_inode` promises.
+    #[error("the resize inode (7) {0}")]
+    ResizeInode(String),
     /// A group summary an allocation or free would take out of its
     /// bounds: the descriptor disagrees with its bitmap.
     #[error("{0}; every write has stopped (check the image with e2fsck -fn)")]
