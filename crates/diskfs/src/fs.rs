@@ -83,7 +83,17 @@ impl DiskFs {
         jcfg: JournalConfig,
         now: u32,
     ) -> Result<DiskFs> {
-        Self::read_and_check(cache, consistency)?.mount(jcfg, now)
+        Self::read_and_check(cache, consistency)?.mount(jcfg, now, &[])
+    }
+
+    /// Mounts in soft updates after an unclean shutdown, reclaiming `leaks`
+    /// (what a checker found; see `repair`): the group summaries are set to
+    /// what the bitmaps say right after the file system is marked in use
+    /// and before anything else moves them (the orphans' frees first of
+    /// all), then the rest are repaired.
+    pub fn mount_reclaiming(cache: PatchCache, leaks: &[crate::Leak], now: u32) -> Result<DiskFs> {
+        let opened = Self::read_and_check(cache, Consistency::SoftUpdates)?;
+        opened.mount(JournalConfig::default(), now, leaks)
     }
 
     /// Everything [`DiskFs::mount`] checks before its first write, and
@@ -136,7 +146,7 @@ impl DiskFs {
 
     /// Sets the superblock's free totals to the sum of the descriptors'
     /// counts, which decide (the totals on disk may lag; see `alloc`).
-    fn sum_free_totals(&mut self) {
+    pub(crate) fn sum_free_totals(&mut self) {
         (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
 
@@ -254,8 +264,9 @@ struct Opened {
 impl Opened {
     /// The writes of a mount, in order: the staged replay (home blocks,
     /// then the emptied log), the superblock marked in use (durably), the
-    /// journal started, the orphans freed.
-    fn mount(self, jcfg: JournalConfig, now: u32) -> Result<DiskFs> {
+    /// journal started, the group summaries set as `leaks` count them, the
+    /// orphans freed, the other leaks repaired.
+    fn mount(self, jcfg: JournalConfig, now: u32, leaks: &[crate::Leak]) -> Result<DiskFs> {
         let Opened { mut fs, replay } = self;
         // Every check passed: from here on mount writes.
         if let Some(staged) = replay {
@@ -281,8 +292,13 @@ impl Opened {
         if let Some((area, jsb)) = journal {
             fs.m.start_journal(area, jsb, jcfg)?;
         }
+        // Counts first: every later free and allocation moves them.
+        let (counts, rest): (Vec<crate::Leak>, Vec<crate::Leak>) =
+            leaks.iter().partition(|l| l.is_count());
+        fs.repair_leaks(&counts, now)?;
         // Files unlinked while open before a crash go now.
         fs.free_orphans(now)?;
+        fs.repair_leaks(&rest, now)?;
         Ok(fs)
     }
 }

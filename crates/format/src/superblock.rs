@@ -207,6 +207,12 @@ impl Superblock {
             .has_compat(crate::features::compat::HAS_JOURNAL)
     }
 
+    /// `s_state` says the file system was unmounted cleanly (ext2's
+    /// `EXT2_VALID_FS`), not left in use by a mount that stopped.
+    pub fn cleanly_unmounted(&self) -> bool {
+        self.state & STATE_VALID != 0
+    }
+
     pub fn needs_recovery(&self) -> bool {
         self.features().has_incompat(incompat::RECOVER)
     }

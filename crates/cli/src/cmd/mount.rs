@@ -8,8 +8,15 @@
 //! in a clean unmount: memfs makes everything durable and the image is
 //! marked clean before the process exits (`stitchfs umount` waits for
 //! that; `fusermount3 -u` returns before).
+//!
+//! An image left unclean without a journal to replay (a soft-updates or
+//! async mount that stopped) is run through the checker first, with a
+//! progress bar on a terminal: corruption is refused, nothing written;
+//! leaks are reclaimed (`repair`, as `fsck --repair-leaks` does) and said
+//! in one line of the log, and only then is the image mounted.
 
 use crate::fuse::{daemon, diag, StitchFuse};
+use crate::repair::Verdict;
 use anyhow::{bail, Context};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -436,9 +443,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
         ),
         e => anyhow::Error::new(e).context(format!("opening {image}")),
     })?;
-    let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
-    let disk = DiskFs::mount(cache, plan.mode, now())
-        .with_context(|| format!("mounting {image} ({})", plan.mode))?;
+    let disk = mount_disk(plan, Arc::new(dev))?;
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
@@ -460,4 +465,60 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
             .context("giving the new file system's root to its user")?;
     }
     Ok(fs)
+}
+
+/// diskfs on the open (and locked) image, in the plan's mode. An image
+/// left unclean without a journal to replay (a soft-updates or async
+/// mount that stopped: its group summaries may lag its bitmaps, and it
+/// may leak) goes through the checker first: its leaks are reclaimed and
+/// its corruption refused (`repair`), before the mount writes.
+fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
+    let sb = read_superblock(&plan.image)?;
+    if !sb.cleanly_unmounted() && !sb.needs_recovery() {
+        reclaim(&plan.image, dev.clone())?;
+    }
+    let cache = PatchCache::new(dev, CacheConfig::default());
+    DiskFs::mount(cache, plan.mode, now())
+        .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
+}
+
+/// After an unclean shutdown without a journal: the checker's verdict, on
+/// a terminal with its progress; leaks reclaimed and said in one line of
+/// the log, corruption refused with what it is.
+fn reclaim(image: &Path, dev: Arc<FileDevice>) -> anyhow::Result<()> {
+    let shown = image.display();
+    diag::info(&format!(
+        "{shown} was not unmounted cleanly: checking it before mounting"
+    ));
+    let started = std::time::Instant::now();
+    let bar = crate::progress::bar()?;
+    let verdict = crate::repair::reclaim(image, dev, &mut |phase, done, total| {
+        crate::progress::show(&bar, phase, done, total)
+    });
+    crate::progress::clear(&bar);
+    match verdict? {
+        Verdict::Clean(done) => {
+            diag::info(&format!(
+                "{shown}: checked after an unclean shutdown in {:.1} s: {done}",
+                started.elapsed().as_secs_f64()
+            ));
+            Ok(())
+        }
+        Verdict::Corrupt(report) => {
+            let found: Vec<String> = report
+                .findings
+                .iter()
+                .filter(|f| f.class == stitch_fsck::Class::Corruption)
+                .take(5)
+                .map(|f| format!("  {}", f.message))
+                .collect();
+            bail!(
+                "{shown} was not unmounted cleanly and is damaged, not only leaking, so it was \
+                 not mounted and nothing was written:\n{}\n({} problem(s) in all: see \
+                 `stitchfs fsck {shown}`; `e2fsck -f {shown}` repairs it)",
+                found.join("\n"),
+                report.summary.corruptions
+            )
+        }
+    }
 }
