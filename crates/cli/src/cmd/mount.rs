@@ -9,11 +9,14 @@
 //! marked clean before the process exits (`stitchfs umount` waits for
 //! that; `fusermount3 -u` returns before).
 //!
-//! An image left unclean without a journal to replay (a soft-updates or
-//! async mount that stopped) is run through the checker first, with a
-//! progress bar on a terminal: corruption is refused, nothing written;
-//! leaks are reclaimed (`repair`, as `fsck --repair-leaks` does) and said
-//! in one line of the log, and only then is the image mounted.
+//! Nothing is written to the image before everything the mount relies on
+//! is checked (`DiskFs::check_mountable`): a damaged image is refused,
+//! unchanged, with what is wrong and where to repair it. An image left
+//! unclean without a journal to replay (a soft-updates or async mount
+//! that stopped) is then run through the checker, with a progress bar on
+//! a terminal: corruption is refused, leaks are reclaimed (`repair`, as
+//! `fsck --repair-leaks` does) and said in one line of the log, and only
+//! then is the image mounted.
 
 use crate::fuse::{daemon, diag, StitchFuse};
 use crate::repair::Verdict;
@@ -24,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stitch_blockdev::{DevError, FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_format::superblock::EXT2_MAGIC;
 use stitch_format::Superblock;
 use stitch_memfs::MemFs;
 use stitch_patch::{CacheConfig, PatchCache};
@@ -341,7 +345,13 @@ fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
     f.read_exact(&mut buf)
         .with_context(|| format!("{}: too small to hold a superblock", image.display()))
         .with_context(not_ours)?;
-    Superblock::decode(&buf[1024..]).with_context(not_ours)
+    let ext2 = Superblock::decode_raw(&buf[1024..]).is_some_and(|sb| sb.magic == EXT2_MAGIC);
+    match Superblock::decode(&buf[1024..]) {
+        // An ext2 superblock with values that contradict each other, or a
+        // feature stitchfs does not implement: said as such.
+        Err(e) if ext2 => Err(refusal(image, e.into())),
+        other => other.with_context(not_ours),
+    }
 }
 
 /// The consistency mode: what was asked, checked against the image; by
@@ -467,19 +477,39 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
     Ok(fs)
 }
 
-/// diskfs on the open (and locked) image, in the plan's mode. An image
-/// left unclean without a journal to replay (a soft-updates or async
-/// mount that stopped: its group summaries may lag its bitmaps, and it
-/// may leak) goes through the checker first: its leaks are reclaimed and
-/// its corruption refused (`repair`), before the mount writes.
+/// diskfs on the open (and locked) image, in the plan's mode. Nothing is
+/// written before every check passed: first what mount relies on
+/// (`DiskFs::check_mountable`); then, for an image left unclean without a
+/// journal to replay (a soft-updates or async mount that stopped: its
+/// group summaries may lag its bitmaps, and it may leak), the checker,
+/// whose leaks are reclaimed and whose corruption is refused (`repair`).
 fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
+    let cache = || PatchCache::new(dev.clone(), CacheConfig::default());
+    DiskFs::check_mountable(cache(), plan.mode).map_err(|e| refusal(&plan.image, e))?;
     let sb = read_superblock(&plan.image)?;
     if !sb.cleanly_unmounted() && !sb.needs_recovery() {
         reclaim(&plan.image, dev.clone())?;
     }
-    let cache = PatchCache::new(dev, CacheConfig::default());
-    DiskFs::mount(cache, plan.mode, now())
+    DiskFs::mount(cache(), plan.mode, now())
         .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
+}
+
+/// The refusal of a damaged image, pointing to the tools that repair it.
+fn refusal(image: &Path, e: stitch_diskfs::DiskError) -> anyhow::Error {
+    let image = image.display();
+    if e.is_damage() {
+        let what = match e {
+            stitch_diskfs::DiskError::Damaged(d) => d.to_string(),
+            e => e.to_string(),
+        };
+        anyhow::anyhow!(
+            "{image} is damaged, so it was not mounted and nothing was written: {what}\n\
+             check it with `e2fsck -fn {image}` or `stitchfs fsck {image}`; `e2fsck -f {image}` \
+             repairs it"
+        )
+    } else {
+        anyhow::Error::new(e).context(format!("{image} cannot be mounted; nothing was written"))
+    }
 }
 
 /// After an unclean shutdown without a journal: the checker's verdict, on
