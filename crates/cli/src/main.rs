@@ -9,6 +9,7 @@
 
 mod cmd;
 mod fuse;
+mod progress;
 mod repair;
 
 use clap::{Parser, Subcommand};
@@ -41,7 +42,9 @@ enum Command {
     /// Mount an image through FUSE ([IMAGE] MOUNTPOINT; without IMAGE,
     /// ./stitchfs.img, made if missing); runs as a daemon unless -f.
     /// `stitchfs umount MOUNTPOINT`, `fusermount3 -u MOUNTPOINT` or
-    /// SIGTERM unmounts it cleanly.
+    /// SIGTERM unmounts it cleanly. A damaged image is refused unchanged;
+    /// one left unclean without a journal to replay is checked first, its
+    /// soft-updates leaks reclaimed.
     Mount(cmd::mount::Args),
     /// Unmount a stitchfs mount and wait until its server has written
     /// everything and marked the image clean (`fusermount3 -u` returns

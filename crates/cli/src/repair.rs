@@ -1,47 +1,179 @@
-//! `stitchfs fsck --repair-leaks`: our checker finds the leaks, diskfs
-//! repairs them, the checker looks again; repeated until the image is clean.
-//! Corruption is never "repaired" here: the image is left as it is.
+//! Reclaiming soft-updates leaks: our checker finds them, diskfs repairs
+//! them (`DiskFs::mount_reclaiming`, which sets the group summaries before
+//! anything else moves them), the checker looks again; repeated until the
+//! image is clean. Used by `stitchfs fsck --repair-leaks` and by `stitchfs
+//! mount` after an unclean shutdown. Corruption is never "repaired" here:
+//! the image is left as it is.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
-use stitch_blockdev::{FileDevice, OpenOptions};
-use stitch_diskfs::{Consistency, DiskFs, InodeNo, Leak};
-use stitch_fsck::{CheckOptions, FindingKind, Report};
+use stitch_blockdev::{BlockDevice, FileDevice, OpenOptions};
+use stitch_diskfs::{DiskFs, InodeNo, Leak};
+use stitch_fsck::{CheckOptions, FindingKind, Phase, Report};
 use stitch_patch::{CacheConfig, PatchCache};
 
 const MAX_PASSES: usize = 5;
 
-pub fn run(image: &Path) -> anyhow::Result<i32> {
-    for pass in 1..=MAX_PASSES {
-        let report = check(image)?;
+/// What checking and repairing found.
+pub enum Verdict {
+    /// Clean now; what it took.
+    Clean(Reclaimed),
+    /// Corruption (not only leaks): nothing was written.
+    Corrupt(Report),
+}
+
+/// What the repair passes reclaimed, counted from the checker's findings.
+#[derive(Debug, Default)]
+pub struct Reclaimed {
+    /// Leaks repaired in each pass.
+    pub per_pass: Vec<usize>,
+    pub orphans: usize,
+    pub blocks: u64,
+    pub inodes: u64,
+    pub link_counts: usize,
+    pub reconnected: usize,
+    pub summaries: usize,
+    /// Block counts, directory sizes, orphan links, attribute counts.
+    pub fields: usize,
+}
+
+impl Reclaimed {
+    fn add(&mut self, report: &Report, leaks: &[Leak]) {
+        self.per_pass.push(leaks.len());
+        self.orphans += report
+            .findings
+            .iter()
+            .filter(|f| matches!(f.kind, FindingKind::Orphan { .. }))
+            .count();
+        for leak in leaks {
+            match *leak {
+                Leak::BlocksLeaked { first, last } => self.blocks += u64::from(last - first) + 1,
+                Leak::InodesLeaked { first, last } => self.inodes += u64::from(last - first) + 1,
+                Leak::LinkCount { counted: 0, .. } | Leak::UnconnectedDirectory { .. } => {
+                    self.reconnected += 1
+                }
+                Leak::LinkCount { .. } => self.link_counts += 1,
+                l if l.is_count() => self.summaries += 1,
+                _ => self.fields += 1,
+            }
+        }
+    }
+}
+
+impl fmt::Display for Reclaimed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = [
+            (self.orphans as u64, "orphan(s) freed"),
+            (self.blocks, "leaked block(s) freed"),
+            (self.inodes, "leaked inode(s) freed"),
+            (self.reconnected as u64, "file(s) reconnected to lost+found"),
+            (self.link_counts as u64, "link count(s) lowered"),
+            (
+                self.fields as u64,
+                "inode field(s) or attribute count(s) corrected",
+            ),
+            (
+                self.summaries as u64,
+                "group summary or total count(s) set from the bitmaps",
+            ),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if parts.is_empty() {
+            return f.write_str("nothing to reclaim");
+        }
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
+/// Checks the image and repairs its leaks until it is clean. `dev` is the
+/// image, opened (and locked) by the caller; the checker reads `image`,
+/// the same file, between the passes.
+pub fn reclaim(
+    image: &Path,
+    dev: Arc<dyn BlockDevice>,
+    progress: &mut dyn FnMut(Phase, u64, u64),
+) -> anyhow::Result<Verdict> {
+    let mut done = Reclaimed::default();
+    for _ in 0..MAX_PASSES {
+        let report = check(image, progress)?;
         // Notes (superblock totals) are repaired too, as e2fsck -p does.
         if report.findings.is_empty() {
+            return Ok(Verdict::Clean(done));
+        }
+        if !report.only_leaks() {
+            return Ok(Verdict::Corrupt(report));
+        }
+        let leaks = leaks_of(&report);
+        done.add(&report, &leaks);
+        let now = now();
+        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
+        DiskFs::mount_reclaiming(cache, &leaks, now)?.unmount(now)?;
+    }
+    let report = check(image, progress)?;
+    if report.findings.is_empty() {
+        return Ok(Verdict::Clean(done));
+    }
+    bail!("still not clean after {MAX_PASSES} repair passes:\n{report}")
+}
+
+/// `stitchfs fsck --repair-leaks`.
+pub fn run(image: &Path) -> anyhow::Result<i32> {
+    let dev = FileDevice::open(
+        image,
+        OpenOptions {
+            read_only: false,
+            direct: false,
+            block_size: block_size(image)?,
+        },
+    )?;
+    match reclaim(image, Arc::new(dev), &mut |_, _, _| {})? {
+        Verdict::Clean(done) => {
+            for (pass, n) in done.per_pass.iter().enumerate() {
+                eprintln!("pass {}: repaired {n} leak(s)", pass + 1);
+            }
             println!(
                 "{}: clean after {} repair pass(es)",
                 image.display(),
-                pass - 1
+                done.per_pass.len()
             );
-            return Ok(stitch_fsck::EXIT_CLEAN);
+            Ok(stitch_fsck::EXIT_CLEAN)
         }
-        if !report.only_leaks() {
+        Verdict::Corrupt(report) => {
             println!("{}:", image.display());
             print!("{report}");
             eprintln!("stitchfs fsck: corruption found; --repair-leaks repairs leaks only, nothing was changed");
-            return Ok(report.exit_code());
+            Ok(report.exit_code())
         }
-        let leaks = leaks_of(&report);
-        repair(image, &leaks).with_context(|| format!("repair pass {pass}"))?;
-        eprintln!("pass {pass}: repaired {} leak(s)", leaks.len());
     }
-    let report = check(image)?;
-    print!("{report}");
-    bail!("still not clean after {MAX_PASSES} repair passes")
 }
 
-fn check(image: &Path) -> anyhow::Result<Report> {
-    stitch_fsck::check(image, &CheckOptions::default(), &mut |_, _, _| {})
+/// The image's block size as its primary superblock says, 4 KiB when it
+/// says nothing usable (the checker then reports why, and nothing is
+/// written).
+fn block_size(image: &Path) -> anyhow::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1024];
+    std::fs::File::open(image)?.read_exact_at(&mut buf, 1024)?;
+    let sb = stitch_format::Superblock::decode_raw(&buf);
+    Ok(sb
+        .and_then(|sb| sb.block_size())
+        .map_or(4096, |b| b.bytes() as usize))
+}
+
+fn check(image: &Path, progress: &mut dyn FnMut(Phase, u64, u64)) -> anyhow::Result<Report> {
+    stitch_fsck::check(image, &CheckOptions::default(), progress)
         .map_err(|e| anyhow::anyhow!("{}: {e}", image.display()))
+}
+
+fn now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
 }
 
 /// The checker's leak findings in diskfs's terms (orphans need none: mount
@@ -74,6 +206,9 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
                 should_be,
             }),
             FindingKind::InUseWithDtime { ino, .. } => Some(Leak::OrphanLink { ino: InodeNo(ino) }),
+            FindingKind::DeletedWithoutDtime { ino } => {
+                Some(Leak::DeletionTime { ino: InodeNo(ino) })
+            }
             FindingKind::XattrRefcountWrong {
                 block,
                 refcount,
@@ -96,24 +231,4 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
             _ => None,
         })
         .collect()
-}
-
-fn repair(image: &Path, leaks: &[Leak]) -> anyhow::Result<()> {
-    let dev = FileDevice::open(
-        image,
-        OpenOptions {
-            read_only: false,
-            direct: false,
-            block_size: 4096,
-        },
-    )?;
-    let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32);
-    // Mounting finishes the orphans.
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, now)?;
-    fs.repair_leaks(leaks, now)?;
-    fs.unmount(now)?;
-    Ok(())
 }

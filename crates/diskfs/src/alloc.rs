@@ -42,6 +42,14 @@
 //! block in each small commit. After a crash the totals on disk may lag;
 //! they are hints (mount sums the descriptors, as the kernel does, and
 //! e2fsck -n reports them and exits 0; stitchfs fsck calls them notes).
+//!
+//! Every count an allocation or free moves is checked before the bitmap
+//! changes (`move_count`): one that would go below zero or above what its
+//! group holds is damage, never a wrapped number. After a soft-updates
+//! crash the descriptors may lag their bitmaps (a count is no dependency
+//! of anything), so the mount that follows brings them in step first
+//! (`stitchfs mount` runs the checker and `DiskFs::mount_reclaiming`);
+//! a count out of bounds after that stops every write.
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
@@ -100,9 +108,8 @@ impl DiskFs {
             };
             let in_group = self.geo.blocks_in_group(GroupNo(g as u32)) as usize;
             if let Some((bit, len)) = self.free_run(g, start, in_group, want)? {
+                self.move_count(g, Summary::FreeBlocks, -(len as i64))?;
                 let patches = self.set_run(self.gds[g].block_bitmap, bit, len)?;
-                self.gds[g].free_blocks_count -= len as u16;
-                self.sb.free_blocks_count_lo -= len as u32;
                 self.write_group(g)?;
                 return Ok((self.group_first(g) + bit as u32, len, patches));
             }
@@ -144,13 +151,12 @@ impl DiskFs {
             .0 as usize;
         let bit = (block - self.group_first(g)) as usize;
         self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
+        self.move_count(g, Summary::FreeBlocks, 1)?;
         let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
         let soft_updates = self.m.consistency() == stitch_modes::Consistency::SoftUpdates;
         if soft_updates || (self.m.journal().is_some() && !self.m.journals(DATA)) {
             self.pending_frees.push(g, bit, p);
         }
-        self.gds[g].free_blocks_count += 1;
-        self.sb.free_blocks_count_lo += 1;
         self.write_group(g)?;
         Ok(p)
     }
@@ -177,7 +183,7 @@ impl DiskFs {
             None => self.mark_inode(g, index as usize)?,
         };
         if dir {
-            self.gds[g].used_dirs_count += 1;
+            self.move_count(g, Summary::Dirs, 1)?;
             self.write_group(g)?;
         }
         Ok((ino, p))
@@ -191,9 +197,8 @@ impl DiskFs {
             false,
             "allocating a used inode",
         )?;
+        self.move_count(g, Summary::FreeInodes, -1)?;
         let p = self.flip(self.gds[g].inode_bitmap, index, &[])?;
-        self.gds[g].free_inodes_count -= 1;
-        self.sb.free_inodes_count -= 1;
         self.write_group(g)?;
         Ok(p)
     }
@@ -292,16 +297,65 @@ impl DiskFs {
             true,
             "freeing a free inode",
         )?;
+        if dir {
+            self.move_count(g, Summary::Dirs, -1)?;
+        }
+        self.move_count(g, Summary::FreeInodes, 1)?;
         let p = self.flip(self.gds[g].inode_bitmap, index as usize, deps)?;
         self.reserved.freed(g, index as usize);
         self.forget_dir(ino);
-        self.gds[g].free_inodes_count += 1;
-        self.sb.free_inodes_count += 1;
-        if dir {
-            self.gds[g].used_dirs_count -= 1;
-        }
         self.write_group(g)?;
         Ok(p)
+    }
+
+    /// Moves group `g`'s count `what` by `delta`, and the superblock's
+    /// total with it (the free counts), before the bitmap changes. A count
+    /// that would go below zero or above what the group holds says the
+    /// descriptor disagrees with its bitmap: a state the file system cannot
+    /// be in once mount has brought the summaries in step (see `fs`). It
+    /// is never wrapped or clamped: the cache stops every write, so nothing
+    /// more reaches the disk, and the error names the count.
+    fn move_count(&mut self, g: usize, what: Summary, delta: i64) -> Result<()> {
+        let group = GroupNo(g as u32);
+        let gd = &self.gds[g];
+        let (now, cap) = match what {
+            Summary::FreeBlocks => (gd.free_blocks_count, self.geo.blocks_in_group(group)),
+            Summary::FreeInodes => (gd.free_inodes_count, self.geo.inodes_per_group),
+            Summary::Dirs => (gd.used_dirs_count, self.geo.inodes_per_group),
+        };
+        let total = match what {
+            Summary::FreeBlocks => Some((self.sb.free_blocks_count_lo, self.geo.blocks_count)),
+            Summary::FreeInodes => Some((self.sb.free_inodes_count, self.geo.inodes_count())),
+            Summary::Dirs => None,
+        };
+        let new = stepped(u32::from(now), delta, cap).and_then(|n| u16::try_from(n).ok());
+        let new_total = total.map(|(t, cap)| stepped(t, delta, cap));
+        let why = match (new, new_total) {
+            (None, _) => format!(
+                "{group}'s {} count {now} cannot move by {delta} (the group holds {cap})",
+                what.name()
+            ),
+            (Some(_), Some(None)) => format!(
+                "the superblock's {} total cannot move by {delta}",
+                what.name()
+            ),
+            (Some(n), total) => {
+                let gd = &mut self.gds[g];
+                match what {
+                    Summary::FreeBlocks => gd.free_blocks_count = n,
+                    Summary::FreeInodes => gd.free_inodes_count = n,
+                    Summary::Dirs => gd.used_dirs_count = n,
+                }
+                match (what, total.flatten()) {
+                    (Summary::FreeBlocks, Some(t)) => self.sb.free_blocks_count_lo = t,
+                    (Summary::FreeInodes, Some(t)) => self.sb.free_inodes_count = t,
+                    _ => {}
+                }
+                return Ok(());
+            }
+        };
+        self.m.cache_mut().halt(why.clone());
+        Err(crate::error::Damage::Count(why).into())
     }
 
     /// The first block of `ino`'s group: where its blocks go when nothing
@@ -425,6 +479,31 @@ impl DiskFs {
             META,
         )?)
     }
+}
+
+/// A count in a group descriptor that allocation and free move.
+#[derive(Clone, Copy, Debug)]
+enum Summary {
+    FreeBlocks,
+    FreeInodes,
+    Dirs,
+}
+
+impl Summary {
+    fn name(self) -> &'static str {
+        match self {
+            Summary::FreeBlocks => "free block",
+            Summary::FreeInodes => "free inode",
+            Summary::Dirs => "directory",
+        }
+    }
+}
+
+/// `v` moved by `delta`, if that stays in `0..=cap`.
+fn stepped(v: u32, delta: i64, cap: u32) -> Option<u32> {
+    u32::try_from(i64::from(v) + delta)
+        .ok()
+        .filter(|&n| n <= cap)
 }
 
 /// The first clear bit in `[start, end)`, else in `[0, start)`.

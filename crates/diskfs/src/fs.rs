@@ -7,14 +7,18 @@
 //!   `write_group`, which patch the cached blocks to match.
 //! - Free counts are never a dependency of anything: after a crash they may
 //!   be wrong, which `fsck` classifies as a soft-updates leak.
+//! - Mount writes nothing until everything it relies on has been read and
+//!   checked (`read_and_check`, `validate`): a damaged image is refused unchanged.
+//!   A journal needing recovery is replayed into the cache behind a held
+//!   patch, and the file system it leaves is what is checked.
 //! - Mount marks the file system not clean and makes that durable before it
 //!   returns; unmount makes everything durable, then marks it clean.
 
 use crate::diff;
-use crate::error::{DiskError, Result};
+use crate::error::{Damage, Result};
 use crate::journal::Replayed;
 use stitch_format::features::incompat;
-use stitch_format::group_desc::{decode_table, GroupDesc};
+use stitch_format::group_desc::{decode_table, free_totals, GroupDesc};
 use stitch_format::{Geometry, InodeNo, Superblock};
 use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
@@ -64,9 +68,10 @@ pub struct DiskFs {
 }
 
 impl DiskFs {
-    /// Mounts the file system on `cache`: reads and validates the superblock
-    /// and descriptors, refuses what it can't handle, replays the journal if
-    /// it holds transactions, and durably marks the file system in use.
+    /// Mounts the file system on `cache`: reads and checks everything it
+    /// relies on (see `validate`), refusing a damaged image before writing
+    /// a byte; replays the journal if it holds transactions; durably marks
+    /// the file system in use; frees the orphans a crash left.
     pub fn mount(cache: PatchCache, consistency: Consistency, now: u32) -> Result<DiskFs> {
         Self::mount_with(cache, consistency, JournalConfig::default(), now)
     }
@@ -78,17 +83,35 @@ impl DiskFs {
         jcfg: JournalConfig,
         now: u32,
     ) -> Result<DiskFs> {
+        Self::read_and_check(cache, consistency)?.mount(jcfg, now, &[])
+    }
+
+    /// Mounts in soft updates after an unclean shutdown, reclaiming `leaks`
+    /// (what a checker found; see `repair`): the group summaries are set to
+    /// what the bitmaps say right after the file system is marked in use
+    /// and before anything else moves them (the orphans' frees first of
+    /// all), then the rest are repaired.
+    pub fn mount_reclaiming(cache: PatchCache, leaks: &[crate::Leak], now: u32) -> Result<DiskFs> {
+        let opened = Self::read_and_check(cache, Consistency::SoftUpdates)?;
+        opened.mount(JournalConfig::default(), now, leaks)
+    }
+
+    /// Everything [`DiskFs::mount`] checks before its first write, and
+    /// nothing more: the cache (with a journal replay staged in it, if
+    /// any) is dropped unwritten. For a caller that must refuse a damaged
+    /// image before it does anything else with it.
+    pub fn check_mountable(cache: PatchCache, consistency: Consistency) -> Result<()> {
+        Self::read_and_check(cache, consistency).map(drop)
+    }
+
+    /// Reads the superblock and descriptors and checks them and the rest
+    /// mount relies on; a journal that needs recovery is replayed into the
+    /// cache only (behind a held patch) and the file system it leaves is
+    /// checked. Nothing reaches the disk here.
+    fn read_and_check(cache: PatchCache, consistency: Consistency) -> Result<Opened> {
         let mut m = Modes::new(cache, consistency);
-        let bs_dev = m.cache().block_size();
-        let sb = read_super(&mut m, bs_dev)?;
-        let geo = Geometry::from_superblock(&sb)?;
-        let bs = geo.block_size.bytes() as usize;
-        if bs != bs_dev {
-            return Err(DiskError::Invalid(
-                "file system block size differs from the device's",
-            ));
-        }
-        let gds = read_descriptors(&mut m, &geo)?;
+        let bs = m.cache().block_size();
+        let (sb, geo, gds) = load(&mut m, bs)?;
         let mut fs = DiskFs {
             m,
             sb,
@@ -105,39 +128,26 @@ impl DiskFs {
             wanted_ino: None,
             dirs: Default::default(),
         };
-        fs.replayed = fs.replay_journal()?;
-        if fs.replayed.is_some() {
-            // Replay may have rewritten the superblock and descriptors.
-            fs.sb = read_super(&mut fs.m, bs)?;
+        let replay = fs.stage_replay()?;
+        if replay.is_some() {
+            // Every later read sees the file system as replayed: that is
+            // what is checked, and what is mounted.
+            (fs.sb, fs.geo, fs.gds) = load(&mut fs.m, bs).map_err(|e| match e {
+                e if e.is_damage() => {
+                    Damage::Journal(format!("replays into a damaged file system: {e}")).into()
+                }
+                e => e,
+            })?;
             fs.sb.feature_incompat &= !incompat::RECOVER.bit;
-            fs.geo = Geometry::from_superblock(&fs.sb)?;
-            fs.gds = read_descriptors(&mut fs.m, &fs.geo)?;
         }
-        // The superblock's free totals lag the descriptors after a crash
-        // (see `alloc`); the descriptors decide.
-        fs.sb.free_blocks_count_lo = fs.gds.iter().map(|g| u32::from(g.free_blocks_count)).sum();
-        fs.sb.free_inodes_count = fs.gds.iter().map(|g| u32::from(g.free_inodes_count)).sum();
-        let area = match consistency {
-            Consistency::Journal(_) => {
-                fs.sb.feature_incompat |= incompat::RECOVER.bit;
-                Some(fs.journal_area()?)
-            }
-            _ => None,
-        };
-        fs.sb.state &= !STATE_VALID;
-        fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
-        fs.sb.mtime = now;
-        let p = fs.write_super()?;
-        // A crash from here on must find the file system marked in use
-        // (and, journaled, needing recovery before the log names anything).
-        fs.sync_patches(&p)?;
-        if let Some(area) = area {
-            let jsb = fs.read_journal_superblock(&area)?;
-            fs.m.start_journal(area, jsb, jcfg)?;
-        }
-        // Files unlinked while open before a crash go now.
-        fs.free_orphans(now)?;
-        Ok(fs)
+        fs.check_tree(consistency)?;
+        Ok(Opened { fs, replay })
+    }
+
+    /// Sets the superblock's free totals to the sum of the descriptors'
+    /// counts, which decide (the totals on disk may lag; see `alloc`).
+    pub(crate) fn sum_free_totals(&mut self) {
+        (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
 
     /// What the journal replay at mount did, if there was one.
@@ -244,6 +254,55 @@ impl DiskFs {
     }
 }
 
+/// A file system mount has read and checked, and not yet written to.
+struct Opened {
+    fs: DiskFs,
+    /// A journal replay staged in the cache, not yet written.
+    replay: Option<crate::journal::Staged>,
+}
+
+impl Opened {
+    /// The writes of a mount, in order: the staged replay (home blocks,
+    /// then the emptied log), the superblock marked in use (durably), the
+    /// journal started, the group summaries set as `leaks` count them, the
+    /// orphans freed, the other leaks repaired.
+    fn mount(self, jcfg: JournalConfig, now: u32, leaks: &[crate::Leak]) -> Result<DiskFs> {
+        let Opened { mut fs, replay } = self;
+        // Every check passed: from here on mount writes.
+        if let Some(staged) = replay {
+            fs.replayed = Some(fs.apply_replay(staged)?);
+        }
+        fs.sum_free_totals();
+        let journal = match fs.m.consistency() {
+            Consistency::Journal(_) => {
+                fs.sb.feature_incompat |= incompat::RECOVER.bit;
+                let area = fs.journal_area()?;
+                let jsb = fs.read_journal_superblock(&area)?;
+                Some((area, jsb))
+            }
+            _ => None,
+        };
+        fs.sb.state &= !STATE_VALID;
+        fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
+        fs.sb.mtime = now;
+        let p = fs.write_super()?;
+        // A crash from here on must find the file system marked in use
+        // (and, journaled, needing recovery before the log names anything).
+        fs.sync_patches(&p)?;
+        if let Some((area, jsb)) = journal {
+            fs.m.start_journal(area, jsb, jcfg)?;
+        }
+        // Counts first: every later free and allocation moves them.
+        let (counts, rest): (Vec<crate::Leak>, Vec<crate::Leak>) =
+            leaks.iter().partition(|l| l.is_count());
+        fs.repair_leaks(&counts, now)?;
+        // Files unlinked while open before a crash go now.
+        fs.free_orphans(now)?;
+        fs.repair_leaks(&rest, now)?;
+        Ok(fs)
+    }
+}
+
 /// Where the primary superblock lives: byte 1024 of the device.
 fn superblock_location(bs: usize) -> (BlockNo, usize) {
     if bs > 1024 {
@@ -251,6 +310,32 @@ fn superblock_location(bs: usize) -> (BlockNo, usize) {
     } else {
         (BlockNo(1), 0)
     }
+}
+
+/// The superblock and descriptors as the cache holds them, checked: the
+/// superblock's values, its block size against the device's (`bs`), the
+/// device's size against its block count, every descriptor.
+fn load(m: &mut Modes, bs: usize) -> Result<(Superblock, Geometry, Vec<GroupDesc>)> {
+    let sb = read_super(m, bs)?;
+    let geo = Geometry::from_superblock(&sb)?;
+    let fs_bs = geo.block_size.bytes() as usize;
+    if fs_bs != bs {
+        return Err(Damage::BlockSize {
+            fs: fs_bs,
+            device: bs,
+        }
+        .into());
+    }
+    let held = m.cache().device().num_blocks();
+    if held < u64::from(geo.blocks_count) {
+        return Err(Damage::TooSmall {
+            held,
+            claimed: geo.blocks_count,
+        }
+        .into());
+    }
+    let gds = read_descriptors(m, &geo)?;
+    Ok((sb, geo, gds))
 }
 
 fn read_super(m: &mut Modes, bs: usize) -> Result<Superblock> {
@@ -266,9 +351,6 @@ fn read_descriptors(m: &mut Modes, geo: &Geometry) -> Result<Vec<GroupDesc>> {
     for i in 0..u64::from(geo.gdt_blocks()) {
         table.extend_from_slice(m.read(BlockNo(first + i))?);
     }
-    let gds = decode_table(&table, geo)?;
-    for (g, gd) in gds.iter().enumerate() {
-        gd.validate(geo, stitch_format::GroupNo(g as u32))?;
-    }
-    Ok(gds)
+    // Each descriptor validated as the kernel checks it.
+    Ok(decode_table(&table, geo)?)
 }

@@ -1,21 +1,26 @@
 //! The ext3 journal as diskfs sees it: where it is (inode 8's blocks),
 //! replay at mount, and the superblock flags around a journaled mount.
 //!
-//! Order at mount: replay (home blocks durable, then the journal marked
-//! empty, then `needs_recovery` cleared), so a crash during replay replays
-//! again. In journal mode `needs_recovery` is then set durably before the
-//! journal superblock names a log, and cleared at unmount only after the
-//! log is checkpointed and marked empty: the kernel wipes a journal whose
-//! file system does not say it needs recovery, so the flag must never be
-//! clear while the log holds a committed transaction.
+//! Order at mount: the replay is worked out and staged in the cache behind
+//! a held patch ([`DiskFs::stage_replay`]), so that mount checks the file
+//! system as the replay leaves it before anything is written; then
+//! [`DiskFs::apply_replay`] writes it: home blocks durable, then the
+//! journal marked empty, then (with the superblock mount writes)
+//! `needs_recovery` cleared, so a crash during replay replays again. In
+//! journal mode `needs_recovery` is then set durably before the journal
+//! superblock names a log, and cleared at unmount only after the log is
+//! checkpointed and marked empty: the kernel wipes a journal whose file
+//! system does not say it needs recovery, so the flag must never be clear
+//! while the log holds a committed transaction.
 
-use crate::error::{DiskError, Result};
+use crate::error::{Damage, DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::features::incompat;
 use stitch_format::inode::JOURNAL_INO;
-use stitch_format::jbd2::recovery::{recover, Recovery};
+use stitch_format::jbd2::recovery::{recover, RecoverError, Recovery};
 use stitch_format::jbd2::JournalSuperblock;
-use stitch_patch::BlockNo;
+use stitch_format::FileType;
+use stitch_patch::{BlockNo, PatchId};
 
 /// What replay at mount did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,25 +33,49 @@ pub struct Replayed {
     pub failed_commit: Option<u32>,
 }
 
+/// A replay in the cache, not yet written: its home blocks wait on `hold`.
+pub(crate) struct Staged {
+    hold: PatchId,
+    log_superblock: BlockNo,
+    /// The journal superblock emptied, for when the home blocks are durable.
+    emptied: JournalSuperblock,
+    replayed: Replayed,
+}
+
 impl DiskFs {
-    /// The journal's blocks in logical order (block 0 holds its superblock).
+    /// The journal's blocks in logical order (block 0 holds its
+    /// superblock), every one inside the file system.
     pub(crate) fn journal_area(&mut self) -> Result<Vec<BlockNo>> {
         if !self.sb.has_journal() || self.sb.journal_inum != JOURNAL_INO.0 {
             return Err(DiskError::Invalid(
                 "the image has no journal in inode 8 (make one with `stitchfs mkfs --journal`)",
             ));
         }
-        let inode = self.read_inode(JOURNAL_INO)?;
+        let bad = |why: String| DiskError::from(Damage::Journal(why));
+        let inode = self
+            .read_inode(JOURNAL_INO)
+            .map_err(|e| bad(format!("inode does not decode: {e}")))?;
+        if inode.core.links_count == 0 || inode.file_type() != Some(FileType::Regular) {
+            return Err(bad(format!(
+                "inode is not an in-use regular file (mode 0o{:o}, {} links)",
+                inode.core.mode, inode.core.links_count
+            )));
+        }
         let n = inode.size() / self.bs as u64;
+        if n == 0 {
+            return Err(bad("inode is empty".into()));
+        }
         let mut area = Vec::with_capacity(n as usize);
         for logical in 0..n {
-            let phys = self.bmap(&inode, logical)?.ok_or_else(|| {
-                DiskError::Corrupt(format!("journal block {logical} is not mapped"))
+            let phys = self
+                .bmap(&inode, logical)?
+                .filter(|&b| self.in_data_area(b));
+            let phys = phys.ok_or_else(|| {
+                bad(format!(
+                    "block {logical} is not mapped inside the file system"
+                ))
             })?;
             area.push(BlockNo(u64::from(phys)));
-        }
-        if area.is_empty() {
-            return Err(DiskError::Corrupt("the journal inode is empty".into()));
         }
         Ok(area)
     }
@@ -56,18 +85,23 @@ impl DiskFs {
         area: &[BlockNo],
     ) -> Result<JournalSuperblock> {
         let bytes = self.m.read(area[0])?.to_vec();
-        Ok(JournalSuperblock::decode(
-            &bytes,
-            self.bs as u32,
-            area.len() as u32,
-        )?)
+        JournalSuperblock::decode(&bytes, self.bs as u32, area.len() as u32)
+            .map_err(|e| Damage::Journal(format!("superblock: {e}")).into())
     }
 
-    /// Replays the journal if it holds transactions; returns what it did.
-    /// Afterwards the log is empty and `needs_recovery` is clear in memory
-    /// (the caller writes the superblock).
-    pub(crate) fn replay_journal(&mut self) -> Result<Option<Replayed>> {
+    /// If the journal holds transactions, works out their replay and puts
+    /// it in the cache behind a held patch: every later read sees the
+    /// replayed file system, and nothing of it reaches the disk until
+    /// [`DiskFs::apply_replay`] (or ever, if mount refuses and drops the
+    /// cache). `needs_recovery` is then clear in memory.
+    pub(crate) fn stage_replay(&mut self) -> Result<Option<Staged>> {
         if !self.sb.has_journal() {
+            if self.sb.needs_recovery() {
+                return Err(Damage::Journal(
+                    "is missing, yet the superblock asks for recovery".into(),
+                )
+                .into());
+            }
             return Ok(None);
         }
         let area = self.journal_area()?;
@@ -76,38 +110,69 @@ impl DiskFs {
             self.sb.feature_incompat &= !incompat::RECOVER.bit;
             return Ok(None);
         }
-        let cache = self.m.cache_mut();
-        let rec: Recovery = recover(&jsb, |n: u32| -> Result<Vec<u8>> {
-            let at = area
-                .get(n as usize)
-                .ok_or_else(|| DiskError::Corrupt(format!("journal block {n} out of range")))?;
-            Ok(cache.read(*at)?.to_vec())
-        })
-        .map_err(|e| DiskError::Corrupt(format!("journal replay: {e}")))?;
+        let rec = self.recovery(&jsb, &area)?;
+        let hold = self.m.cache_mut().create_held(&[])?;
         for (&b, data) in &rec.blocks {
-            if b >= u64::from(self.geo.blocks_count) || data.len() != self.bs {
-                return Err(DiskError::Corrupt(format!(
-                    "journal replays block {b}, outside the file system"
-                )));
-            }
             self.m
                 .cache_mut()
-                .create_byte(BlockNo(b), 0, data, &[], META)?;
+                .create_byte(BlockNo(b), 0, data, &[hold], META)?;
         }
-        self.m.cache_mut().sync()?;
-        let mut reset = jsb.clone();
-        reset.start = 0;
-        reset.sequence = rec.next_sequence;
-        reset.update_checksum();
-        self.m
-            .cache_mut()
-            .create_byte(area[0], 0, &reset.to_bytes(), &[], META)?;
-        self.m.cache_mut().sync()?;
-        Ok(Some(Replayed {
-            transactions: rec.transactions,
-            blocks: rec.blocks.len(),
-            revoked: rec.revoked,
-            failed_commit: rec.failed_commit,
+        self.sb.feature_incompat &= !incompat::RECOVER.bit;
+        Ok(Some(Staged {
+            hold,
+            log_superblock: area[0],
+            emptied: jsb.reset(rec.next_sequence),
+            replayed: Replayed {
+                transactions: rec.transactions,
+                blocks: rec.blocks.len(),
+                revoked: rec.revoked,
+                failed_commit: rec.failed_commit,
+            },
         }))
+    }
+
+    /// What replaying the log writes, every block inside the file system.
+    fn recovery(&mut self, jsb: &JournalSuperblock, area: &[BlockNo]) -> Result<Recovery> {
+        let cache = self.m.cache_mut();
+        let rec = recover(jsb, |n: u32| -> Result<Vec<u8>> {
+            let at = area.get(n as usize).ok_or_else(|| {
+                DiskError::from(Damage::Journal(format!("block {n} is past its end")))
+            })?;
+            Ok(cache.read(*at)?.to_vec())
+        })
+        .map_err(|e| match e {
+            RecoverError::Read { source, .. } => source,
+            RecoverError::Corrupt(e) => Damage::Journal(format!("cannot be recovered: {e}")).into(),
+        })?;
+        let fs_blocks = u64::from(self.geo.blocks_count);
+        if let Some((&b, _)) = rec.blocks.range(fs_blocks..).next() {
+            return Err(Damage::Journal(format!(
+                "replays block {b}, outside the file system ({fs_blocks} blocks)"
+            ))
+            .into());
+        }
+        if let Some((&b, _)) = rec.blocks.iter().find(|(_, d)| d.len() != self.bs) {
+            return Err(Damage::Journal(format!("replays block {b} with a short copy")).into());
+        }
+        Ok(rec)
+    }
+
+    /// Writes a staged replay: its home blocks durably, then the journal
+    /// superblock emptied, durably.
+    pub(crate) fn apply_replay(&mut self, staged: Staged) -> Result<Replayed> {
+        let cache = self.m.cache_mut();
+        cache.release(staged.hold)?;
+        // Journal rule: the home blocks are durable before the journal
+        // stops holding them, or a crash in between loses them.
+        cache.sync()?;
+        let emptied = staged.emptied.to_bytes();
+        cache.create_byte(staged.log_superblock, 0, &emptied, &[], META)?;
+        cache.sync()?;
+        Ok(staged.replayed)
+    }
+
+    /// Whether block `b` lies in the file system's data area.
+    pub(crate) fn in_data_area(&self, b: u32) -> bool {
+        b >= self.geo.first_data_block && b < self.geo.blocks_count
     }
 }

@@ -10,7 +10,8 @@
 //! encoded by the format crate, and changes become patches by diffing the
 //! encoded bytes (`diff`), so no layout is written twice.
 //!
-//! Modules: `fs` (mount, unmount, superblock and descriptors), `alloc`,
+//! Modules: `fs` (mount, unmount, superblock and descriptors), `validate`
+//! (what mount checks before it writes), `alloc`,
 //! `inode`, `bmap` (block maps and data), `dir`, `ops` and `more_ops` (the
 //! operations), `rename`, `orphan`, `repair` (leak reclaiming), `batch`
 //! (the interface the layer above calls), `diff` (changes into patches).
@@ -32,11 +33,12 @@ mod ops;
 mod orphan;
 mod rename;
 mod repair;
+mod validate;
 mod xattr;
 
 pub use batch::{BatchError, Done, Op};
 pub use dir::Entry;
-pub use error::{DiskError, Result};
+pub use error::{Damage, DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use more_ops::{SetAttr, Special};

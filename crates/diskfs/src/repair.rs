@@ -54,6 +54,12 @@ pub enum Leak {
     OrphanLink {
         ino: InodeNo,
     },
+    /// A deleted inode (no links) with no deletion time: its deletion
+    /// stopped between the two writes; the time finishes it, as e2fsck
+    /// does.
+    DeletionTime {
+        ino: InodeNo,
+    },
     GroupFreeBlocks {
         group: u32,
         counted: u32,
@@ -81,6 +87,12 @@ pub enum Leak {
 }
 
 impl Leak {
+    /// A group summary or superblock total: what mount sets before
+    /// anything else may move it (see `fs`).
+    pub fn is_count(&self) -> bool {
+        self.rank() == 0
+    }
+
     /// The order repairs are made in (e2fsck's passes, counts first).
     fn rank(&self) -> u8 {
         match self {
@@ -92,6 +104,7 @@ impl Leak {
             Leak::BlockCount { .. }
             | Leak::DirSize { .. }
             | Leak::OrphanLink { .. }
+            | Leak::DeletionTime { .. }
             | Leak::XattrRefcount { .. } => 2,
             Leak::UnconnectedDirectory { .. } => 3,
             Leak::LinkCount { .. } => 4,
@@ -127,13 +140,13 @@ impl DiskFs {
     fn repair(&mut self, leak: Leak, now: u32) -> Result<()> {
         match leak {
             Leak::GroupFreeBlocks { group, counted } => {
-                self.set_group(group, |g| g.free_blocks_count = counted as u16)
+                self.set_group(group, counted, |g, n| g.free_blocks_count = n)
             }
             Leak::GroupFreeInodes { group, counted } => {
-                self.set_group(group, |g| g.free_inodes_count = counted as u16)
+                self.set_group(group, counted, |g, n| g.free_inodes_count = n)
             }
             Leak::GroupDirs { group, counted } => {
-                self.set_group(group, |g| g.used_dirs_count = counted as u16)
+                self.set_group(group, counted, |g, n| g.used_dirs_count = n)
             }
             Leak::FreeBlocks { counted } => {
                 self.sb.free_blocks_count_lo = counted;
@@ -165,6 +178,7 @@ impl DiskFs {
             }),
             Leak::DirSize { ino, should_be } => self.edit_inode(ino, |i| i.set_size(should_be)),
             Leak::OrphanLink { ino } => self.edit_inode(ino, |i| i.core.dtime = 0),
+            Leak::DeletionTime { ino } => self.edit_inode(ino, |i| i.core.dtime = now),
             Leak::XattrRefcount { block, users } => self.set_xattr_refcount(block, users),
             Leak::UnconnectedDirectory { ino } => self.reconnect(ino, FileType::Directory, now),
             Leak::LinkCount { ino, counted: 0 } => {
@@ -181,17 +195,26 @@ impl DiskFs {
         }
     }
 
+    /// Sets a count of group `group` to `counted`, checked against the
+    /// group as mount checks it; the superblock's totals follow the
+    /// descriptors.
     fn set_group(
         &mut self,
         group: u32,
-        f: impl FnOnce(&mut stitch_format::GroupDesc),
+        counted: u32,
+        f: impl FnOnce(&mut stitch_format::GroupDesc, u16),
     ) -> Result<()> {
         let g = group as usize;
-        let gd = self
+        let mut gd = self
             .gds
-            .get_mut(g)
+            .get(g)
+            .cloned()
             .ok_or(DiskError::Invalid("no such group"))?;
-        f(gd);
+        let n = u16::try_from(counted).map_err(|_| DiskError::Invalid("a count past 65535"))?;
+        f(&mut gd, n);
+        gd.validate(&self.geo, stitch_format::GroupNo(group))?;
+        self.gds[g] = gd;
+        self.sum_free_totals();
         self.write_group(g).map(drop)
     }
 

@@ -1,9 +1,10 @@
 //! Block group descriptors (32 bytes each, no `64bit`) and the descriptor table.
 //!
 //! Invariant: a descriptor accepted by [`GroupDesc::validate`] points its
-//! bitmaps and inode table inside the file system, past the group's
-//! superblock/GDT copy, and its free counts fit the group; so callers may
-//! index the device with these numbers without further range checks.
+//! bitmaps and inode table inside its own group, clear of the group's
+//! superblock/GDT copy and of each other, and its counts fit the group;
+//! so callers may index the device with these numbers without further
+//! range checks, and no write to one of them lands on another.
 
 use crate::codec::{ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
@@ -30,55 +31,120 @@ ondisk! {
 }
 
 impl GroupDesc {
-    /// Checks this descriptor of group `g` against the geometry.
+    /// Checks this descriptor of group `g` against the geometry, as the
+    /// kernel's `ext4_check_descriptors` and e2fsck's `ext2fs_check_desc`
+    /// do without `flex_bg` (which is refused): the block bitmap, inode
+    /// bitmap and inode table lie inside the file system and inside their
+    /// own group, off the group's superblock copy and descriptor table and
+    /// off each other; the free and directory counts fit the group. The
+    /// message names the group, the structure and the block, as e2fsck
+    /// would ("group 3's inode table at block 70000 lies outside the file
+    /// system").
     pub fn validate(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
         let s = Structure::GroupDescriptor;
-        let ctx =
-            |what: &str, v: u32| format!("{g}: {what} {v} outside the file system's data area");
-        let lo = geo.first_data_block;
-        let in_fs = |b: u32| b >= lo && b < geo.blocks_count;
-        ensure(in_fs(self.block_bitmap), s, || {
-            ctx("block bitmap", self.block_bitmap)
+        let l = geo.layout(g, self);
+        let copy = l
+            .super_copy
+            .as_ref()
+            .map_or(l.blocks.start..l.blocks.start, |c| {
+                c.superblock.0..c.reserved_gdt.end
+            });
+        ensure(copy.end <= l.blocks.end, s, || {
+            format!(
+                "{g}'s superblock copy and descriptor tables ({}) run past the group's end \
+                 (block {})",
+                span(&copy),
+                l.blocks.end.saturating_sub(1)
+            )
         })?;
-        ensure(in_fs(self.inode_bitmap), s, || {
-            ctx("inode bitmap", self.inode_bitmap)
+        let itb = geo.inode_table_blocks();
+        let parts = [
+            ("block bitmap", self.block_bitmap, 1),
+            ("inode bitmap", self.inode_bitmap, 1),
+            ("inode table", self.inode_table, itb),
+        ];
+        for (i, &(what, start, len)) in parts.iter().enumerate() {
+            let at = u64::from(start)..u64::from(start) + u64::from(len);
+            let place = |problem: String| format!("{g}'s {what} at block {start} {problem}");
+            let fs = u64::from(geo.first_data_block)..u64::from(geo.blocks_count);
+            ensure(within(&at, &fs), s, || {
+                place(format!("lies outside the file system ({})", span(&fs)))
+            })?;
+            let group = wide(&l.blocks);
+            ensure(within(&at, &group), s, || {
+                place(format!("lies outside its group ({})", span(&group)))
+            })?;
+            ensure(!overlaps(&at, &wide(&copy)), s, || {
+                place(format!(
+                    "lies on the group's superblock copy or descriptor tables ({})",
+                    span(&copy)
+                ))
+            })?;
+            for &(other, o_start, o_len) in &parts[..i] {
+                let o = u64::from(o_start)..u64::from(o_start) + u64::from(o_len);
+                ensure(!overlaps(&at, &o), s, || {
+                    place(format!("lies on its {other} ({})", span(&o)))
+                })?;
+            }
+        }
+        self.validate_counts(geo, g)
+    }
+
+    /// Free and directory counts within the group's size.
+    fn validate_counts(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
+        let s = Structure::GroupDescriptor;
+        let too_many = |what: &str, count: u16, total: u32| {
+            format!("{g}'s free {what} count {count} is above the {total} it has")
+        };
+        let (blocks, inodes) = (geo.blocks_in_group(g), geo.inodes_per_group);
+        ensure(u32::from(self.free_blocks_count) <= blocks, s, || {
+            too_many("block", self.free_blocks_count, blocks)
         })?;
-        let itable_end = u64::from(self.inode_table) + u64::from(geo.inode_table_blocks());
-        ensure(
-            in_fs(self.inode_table) && itable_end <= u64::from(geo.blocks_count),
-            s,
-            || ctx("inode table", self.inode_table),
-        )?;
-        ensure(
-            u32::from(self.free_blocks_count) <= geo.blocks_in_group(g),
-            s,
-            || {
-                format!(
-                    "{g}: free_blocks_count {} too large",
-                    self.free_blocks_count
-                )
-            },
-        )?;
-        ensure(
-            u32::from(self.free_inodes_count) <= geo.inodes_per_group,
-            s,
-            || {
-                format!(
-                    "{g}: free_inodes_count {} too large",
-                    self.free_inodes_count
-                )
-            },
-        )?;
-        ensure(
-            u32::from(self.used_dirs_count) <= geo.inodes_per_group,
-            s,
-            || format!("{g}: used_dirs_count {} too large", self.used_dirs_count),
-        )
+        ensure(u32::from(self.free_inodes_count) <= inodes, s, || {
+            too_many("inode", self.free_inodes_count, inodes)
+        })?;
+        ensure(u32::from(self.used_dirs_count) <= inodes, s, || {
+            format!(
+                "{g}'s directory count {} is above the {inodes} inodes it has",
+                self.used_dirs_count
+            )
+        })
     }
 
     pub fn inode_table_block(&self) -> BlockNo {
         BlockNo(self.inode_table)
     }
+}
+
+/// A block range as `blocks a-b` (inclusive), or `block a`.
+fn span<T: Into<u64> + Copy>(r: &std::ops::Range<T>) -> String {
+    let (a, b) = (r.start.into(), r.end.into());
+    match b.saturating_sub(a) {
+        0 => format!("no blocks, at {a}"),
+        1 => format!("block {a}"),
+        _ => format!("blocks {a}-{}", b - 1),
+    }
+}
+
+fn wide(r: &std::ops::Range<u32>) -> std::ops::Range<u64> {
+    u64::from(r.start)..u64::from(r.end)
+}
+
+fn within(inner: &std::ops::Range<u64>, outer: &std::ops::Range<u64>) -> bool {
+    inner.start >= outer.start && inner.end <= outer.end
+}
+
+fn overlaps(a: &std::ops::Range<u64>, b: &std::ops::Range<u64>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+/// The file system's free blocks and inodes by its descriptors: the
+/// superblock's totals as mkfs writes them and as mount sets them (the
+/// descriptors decide; the kernel sums them at mount too).
+pub fn free_totals(descs: &[GroupDesc]) -> (u32, u32) {
+    let blocks = descs.iter().map(|g| u32::from(g.free_blocks_count)).sum();
+    let inodes = descs.iter().map(|g| u32::from(g.free_inodes_count)).sum();
+    (blocks, inodes)
 }
 
 /// Decodes and validates the whole descriptor table from the concatenated GDT
@@ -115,4 +181,102 @@ pub fn encode_table(descs: &[GroupDesc], geo: &Geometry) -> Vec<u8> {
         gd.encode_into(&mut out[i * GroupDesc::SIZE..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::BlockSize;
+
+    /// Four full groups of 4 KiB blocks, 16 inode-table blocks each.
+    fn geo() -> Geometry {
+        Geometry {
+            block_size: BlockSize::DEFAULT,
+            blocks_count: 4 * 32768,
+            first_data_block: 0,
+            blocks_per_group: 32768,
+            inodes_per_group: 256,
+            inode_size: 256,
+            group_count: 4,
+            sparse_super: true,
+            reserved_gdt_blocks: 0,
+        }
+    }
+
+    fn standard(g: u32) -> GroupDesc {
+        let l = geo().standard_layout(GroupNo(g));
+        GroupDesc {
+            block_bitmap: l.block_bitmap.0,
+            inode_bitmap: l.inode_bitmap.0,
+            inode_table: l.inode_table.start,
+            ..GroupDesc::default()
+        }
+    }
+
+    fn why(gd: &GroupDesc, g: u32) -> String {
+        gd.validate(&geo(), GroupNo(g)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_standard_layout_passes() {
+        for g in 0..4 {
+            standard(g).validate(&geo(), GroupNo(g)).unwrap();
+        }
+    }
+
+    /// Each way a descriptor can misplace its blocks is named with the
+    /// group, the structure and the block.
+    #[test]
+    fn misplaced_blocks_are_named() {
+        let zero = GroupDesc::default();
+        assert!(
+            why(&zero, 0)
+                .contains("group 0's block bitmap at block 0 lies on the group's superblock copy"),
+            "{}",
+            why(&zero, 0)
+        );
+        assert!(why(&zero, 2).contains("group 2's block bitmap at block 0 lies outside its group"));
+        let far = GroupDesc {
+            inode_table: 200_000,
+            ..standard(3)
+        };
+        assert!(
+            why(&far, 3).contains("group 3's inode table at block 200000 lies outside the file system (blocks 0-131071)"),
+            "{}",
+            why(&far, 3)
+        );
+        let tail = GroupDesc {
+            inode_table: 4 * 32768 - 8,
+            ..standard(3)
+        };
+        assert!(why(&tail, 3).contains("inode table at block 131064 lies outside the file system"));
+        let on_table = GroupDesc {
+            inode_bitmap: standard(2).inode_table + 3,
+            ..standard(2)
+        };
+        assert!(
+            why(&on_table, 2).contains("inode table at block 65538 lies on its inode bitmap"),
+            "{}",
+            why(&on_table, 2)
+        );
+        let same = GroupDesc {
+            inode_bitmap: standard(2).block_bitmap,
+            ..standard(2)
+        };
+        assert!(why(&same, 2).contains("inode bitmap at block 65536 lies on its block bitmap"));
+    }
+
+    #[test]
+    fn counts_above_the_group_are_named() {
+        let gd = GroupDesc {
+            free_inodes_count: 300,
+            ..standard(1)
+        };
+        assert!(why(&gd, 1).contains("group 1's free inode count 300 is above the 256 it has"));
+        let gd = GroupDesc {
+            used_dirs_count: 65_502,
+            ..standard(1)
+        };
+        assert!(why(&gd, 1).contains("directory count 65502"));
+    }
 }

@@ -207,6 +207,12 @@ impl Superblock {
             .has_compat(crate::features::compat::HAS_JOURNAL)
     }
 
+    /// `s_state` says the file system was unmounted cleanly (ext2's
+    /// `EXT2_VALID_FS`), not left in use by a mount that stopped.
+    pub fn cleanly_unmounted(&self) -> bool {
+        self.state & STATE_VALID != 0
+    }
+
     pub fn needs_recovery(&self) -> bool {
         self.features().has_incompat(incompat::RECOVER)
     }
@@ -263,6 +269,15 @@ impl Superblock {
         })?;
         ensure(self.blocks_count_lo > self.first_data_block, s, || {
             format!("blocks_count {} too small", self.blocks_count_lo)
+        })?;
+        // The kernel and e2fsck bound the descriptor blocks kept for
+        // growth by what one block of pointers can map.
+        let most = bs.bytes() / 4;
+        ensure(u32::from(self.reserved_gdt_blocks) <= most, s, || {
+            format!(
+                "reserved_gdt_blocks {} above {most}",
+                self.reserved_gdt_blocks
+            )
         })
     }
 

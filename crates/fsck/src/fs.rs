@@ -108,35 +108,11 @@ fn read_superblock(
     Err(FsckError::NoSuperblock { primary })
 }
 
-/// e2fsck's pass-0 descriptor checks: bitmaps and table inside the group
-/// (no flex_bg), counts within the group's size.
+/// e2fsck's pass-0 descriptor checks (`ext2fs_check_desc`): bitmaps and
+/// table inside their group (no flex_bg), clear of the superblock copy and
+/// of each other, counts within the group's size.
 fn check_desc(geo: &Geometry, g: u32, gd: &GroupDesc) -> Option<String> {
-    if let Err(e) = gd.validate(geo, GroupNo(g)) {
-        return Some(e.to_string());
-    }
-    let first = geo.group_first_block(GroupNo(g)).0;
-    let last = first + geo.blocks_in_group(GroupNo(g)) - 1;
-    let inside = |b: u32| b >= first && b <= last;
-    if !inside(gd.block_bitmap) {
-        return Some(format!(
-            "block bitmap {} is not in the group",
-            gd.block_bitmap
-        ));
-    }
-    if !inside(gd.inode_bitmap) {
-        return Some(format!(
-            "inode bitmap {} is not in the group",
-            gd.inode_bitmap
-        ));
-    }
-    let it_last = u64::from(gd.inode_table) + u64::from(geo.inode_table_blocks()) - 1;
-    if !inside(gd.inode_table) || it_last > u64::from(last) {
-        return Some(format!(
-            "inode table {} is not in the group",
-            gd.inode_table
-        ));
-    }
-    None
+    gd.validate(geo, GroupNo(g)).err().map(|e| e.to_string())
 }
 
 /// Claims every block that holds file-system metadata.

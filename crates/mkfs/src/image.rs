@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use stitch_format::bitmap::BitmapMut;
 use stitch_format::features::{compat, incompat, ro_compat};
-use stitch_format::group_desc::encode_table;
+use stitch_format::group_desc::{encode_table, free_totals};
 use stitch_format::indirect::{map_path, set_pointer};
 use stitch_format::inode::{FIRST_INO, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::JournalSuperblock;
@@ -310,16 +310,7 @@ impl Image {
             self.writes.insert(layout.block_bitmap.0, bb);
             self.writes.insert(layout.inode_bitmap.0, ib);
         }
-        self.sb.free_blocks_count_lo = self
-            .gds
-            .iter()
-            .map(|g| u32::from(g.free_blocks_count))
-            .sum();
-        self.sb.free_inodes_count = self
-            .gds
-            .iter()
-            .map(|g| u32::from(g.free_inodes_count))
-            .sum();
+        (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
 
     /// The primary superblock at byte 1024 of block 0, and a backup (with its

@@ -286,6 +286,20 @@ impl PatchCache {
         self.blocks.dirty
     }
 
+    /// Stops every later patch creation, write and flush, as a violated
+    /// invariant does, for a reason found above the cache: the layer above
+    /// met a state its file system cannot be in, so nothing more of it may
+    /// reach the disk. The first reason stays.
+    pub fn halt(&mut self, why: String) {
+        self.stopped.get_or_insert(why);
+    }
+
+    /// Why writes stopped (a device failure, a violated invariant, a
+    /// [`PatchCache::halt`]), if they did.
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
     fn check_running(&self) -> Result<()> {
         match &self.stopped {
             Some(why) => Err(PatchError::Stopped(why.clone())),

@@ -1,6 +1,7 @@
 //! Behaviour of the patch cache beyond safety: rollback of a block-level
-//! cycle (Featherstitch Figure 2b), failures latched, back-pressure,
-//! eviction, the n+1 write heuristic, precise `sync_patch`, the graph export.
+//! cycle (Featherstitch Figure 2b), failures and halts from above latched,
+//! back-pressure, eviction, the n+1 write heuristic, precise `sync_patch`,
+//! the graph export.
 
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
@@ -70,6 +71,28 @@ fn a_failed_write_stops_the_cache_and_loses_nothing_silently() {
         Err(PatchError::Stopped(_))
     ));
     assert!(matches!(c.sync(), Err(PatchError::Stopped(why)) if why.contains("I/O")));
+}
+
+/// A halt from the layer above (a state its file system cannot be in)
+/// stops the cache as a failure does: what it held never reaches the
+/// device, and every later call says why.
+#[test]
+fn a_halt_from_above_writes_nothing_more() {
+    let (dev, mut c) = cache(8, CacheConfig::default());
+    let p = c.create_byte(BlockNo(1), 0, &[1; 16], &[], META).unwrap();
+    c.halt("a count below zero".into());
+    c.halt("a later reason".into());
+    assert_eq!(c.stopped(), Some("a count below zero"));
+    assert!(matches!(c.sync(), Err(PatchError::Stopped(why)) if why == "a count below zero"));
+    assert!(matches!(
+        c.create_byte(BlockNo(2), 0, &[1], &[], META),
+        Err(PatchError::Stopped(_))
+    ));
+    assert_eq!(c.state(p), PatchState::Uncommitted);
+    assert!(
+        dev.snapshot().iter().all(|&b| b == 0),
+        "the device was written"
+    );
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! Test support shared by the crates' tests (a dev-dependency only; no
-//! library crate depends on it): kernel loop mounts, and images the
-//! kernel wrote extended attributes on.
+//! library crate depends on it): kernel loop mounts, images the kernel
+//! wrote extended attributes on, and damaged images mount must refuse
+//! ([`damaged`]).
 //!
 //! Invariant: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
 //! and fail far from the cause.
+
+pub mod damaged;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,10 +5,10 @@
 //! journal needs recovery is checked as if replayed; `--recover` replays it
 //! into the image first.
 
+use crate::progress;
 use anyhow::Context;
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use stitch_fsck::{CheckOptions, Phase};
+use stitch_fsck::CheckOptions;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,18 +43,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.repair_leaks {
         return crate::repair::run(&args.image);
     }
-    let bar = progress_bar()?;
+    let bar = progress::bar()?;
     let opts = CheckOptions {
         recover: args.recover,
     };
     let result = stitch_fsck::check(&args.image, &opts, &mut |phase, done, total| {
-        if let Some(bar) = &bar {
-            show(bar, phase, done, total);
-        }
+        progress::show(&bar, phase, done, total)
     });
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    progress::clear(&bar);
     let report = match result {
         Ok(r) => r,
         Err(e) => {
@@ -72,24 +68,4 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         print!("{report}");
     }
     Ok(report.exit_code())
-}
-
-/// A bar on stderr, only when stderr is a terminal.
-fn progress_bar() -> anyhow::Result<Option<indicatif::ProgressBar>> {
-    if !std::io::stderr().is_terminal() {
-        return Ok(None);
-    }
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>16} [{bar:40}] {pos}/{len}")
-            .context("progress bar template")?
-            .progress_chars("=> "),
-    );
-    Ok(Some(bar))
-}
-
-fn show(bar: &indicatif::ProgressBar, phase: Phase, done: u64, total: u64) {
-    bar.set_message(phase.label());
-    bar.set_length(total);
-    bar.set_position(done);
 }

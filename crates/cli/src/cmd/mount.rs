@@ -8,8 +8,18 @@
 //! in a clean unmount: memfs makes everything durable and the image is
 //! marked clean before the process exits (`stitchfs umount` waits for
 //! that; `fusermount3 -u` returns before).
+//!
+//! Nothing is written to the image before everything the mount relies on
+//! is checked (`DiskFs::check_mountable`): a damaged image is refused,
+//! unchanged, with what is wrong and where to repair it. An image left
+//! unclean without a journal to replay (a soft-updates or async mount
+//! that stopped) is then run through the checker, with a progress bar on
+//! a terminal: corruption is refused, leaks are reclaimed (`repair`, as
+//! `fsck --repair-leaks` does) and said in one line of the log, and only
+//! then is the image mounted.
 
 use crate::fuse::{daemon, diag, StitchFuse};
+use crate::repair::Verdict;
 use anyhow::{bail, Context};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use stitch_blockdev::{DevError, FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_format::superblock::EXT2_MAGIC;
 use stitch_format::Superblock;
 use stitch_memfs::{MemFs, Order};
 use stitch_patch::{CacheConfig, PatchCache};
@@ -345,7 +356,13 @@ fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
     f.read_exact(&mut buf)
         .with_context(|| format!("{}: too small to hold a superblock", image.display()))
         .with_context(not_ours)?;
-    Superblock::decode(&buf[1024..]).with_context(not_ours)
+    let ext2 = Superblock::decode_raw(&buf[1024..]).is_some_and(|sb| sb.magic == EXT2_MAGIC);
+    match Superblock::decode(&buf[1024..]) {
+        // An ext2 superblock with values that contradict each other, or a
+        // feature stitchfs does not implement: said as such.
+        Err(e) if ext2 => Err(refusal(image, e.into())),
+        other => other.with_context(not_ours),
+    }
 }
 
 /// The consistency mode: what was asked, checked against the image; by
@@ -447,9 +464,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
         ),
         e => anyhow::Error::new(e).context(format!("opening {image}")),
     })?;
-    let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
-    let disk = DiskFs::mount(cache, plan.mode, now())
-        .with_context(|| format!("mounting {image} ({})", plan.mode))?;
+    let disk = mount_disk(plan, Arc::new(dev))?;
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
@@ -472,4 +487,80 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
             .context("giving the new file system's root to its user")?;
     }
     Ok(fs)
+}
+
+/// diskfs on the open (and locked) image, in the plan's mode. Nothing is
+/// written before every check passed: first what mount relies on
+/// (`DiskFs::check_mountable`); then, for an image left unclean without a
+/// journal to replay (a soft-updates or async mount that stopped: its
+/// group summaries may lag its bitmaps, and it may leak), the checker,
+/// whose leaks are reclaimed and whose corruption is refused (`repair`).
+fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
+    let cache = || PatchCache::new(dev.clone(), CacheConfig::default());
+    DiskFs::check_mountable(cache(), plan.mode).map_err(|e| refusal(&plan.image, e))?;
+    let sb = read_superblock(&plan.image)?;
+    if !sb.cleanly_unmounted() && !sb.needs_recovery() {
+        reclaim(&plan.image, dev.clone())?;
+    }
+    DiskFs::mount(cache(), plan.mode, now())
+        .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
+}
+
+/// The refusal of a damaged image, pointing to the tools that repair it.
+fn refusal(image: &Path, e: stitch_diskfs::DiskError) -> anyhow::Error {
+    let image = image.display();
+    if e.is_damage() {
+        let what = match e {
+            stitch_diskfs::DiskError::Damaged(d) => d.to_string(),
+            e => e.to_string(),
+        };
+        anyhow::anyhow!(
+            "{image} is damaged, so it was not mounted and nothing was written: {what}\n\
+             check it with `e2fsck -fn {image}` or `stitchfs fsck {image}`; `e2fsck -f {image}` \
+             repairs it"
+        )
+    } else {
+        anyhow::Error::new(e).context(format!("{image} cannot be mounted; nothing was written"))
+    }
+}
+
+/// After an unclean shutdown without a journal: the checker's verdict, on
+/// a terminal with its progress; leaks reclaimed and said in one line of
+/// the log, corruption refused with what it is.
+fn reclaim(image: &Path, dev: Arc<FileDevice>) -> anyhow::Result<()> {
+    let shown = image.display();
+    diag::info(&format!(
+        "{shown} was not unmounted cleanly: checking it before mounting"
+    ));
+    let started = std::time::Instant::now();
+    let bar = crate::progress::bar()?;
+    let verdict = crate::repair::reclaim(image, dev, &mut |phase, done, total| {
+        crate::progress::show(&bar, phase, done, total)
+    });
+    crate::progress::clear(&bar);
+    match verdict? {
+        Verdict::Clean(done) => {
+            diag::info(&format!(
+                "{shown}: checked after an unclean shutdown in {:.1} s: {done}",
+                started.elapsed().as_secs_f64()
+            ));
+            Ok(())
+        }
+        Verdict::Corrupt(report) => {
+            let found: Vec<String> = report
+                .findings
+                .iter()
+                .filter(|f| f.class == stitch_fsck::Class::Corruption)
+                .take(5)
+                .map(|f| format!("  {}", f.message))
+                .collect();
+            bail!(
+                "{shown} was not unmounted cleanly and is damaged, not only leaking, so it was \
+                 not mounted and nothing was written:\n{}\n({} problem(s) in all: see \
+                 `stitchfs fsck {shown}`; `e2fsck -f {shown}` repairs it)",
+                found.join("\n"),
+                report.summary.corruptions
+            )
+        }
+    }
 }

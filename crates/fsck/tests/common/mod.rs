@@ -6,10 +6,9 @@
 
 pub mod e2fsck;
 
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 pub fn scratch() -> tempfile::TempDir {
     let base = Path::new("/work/tmp-tests");
@@ -89,21 +88,8 @@ pub fn fill_with_kernel(img: &Path, mnt: &Path) {
 
 /// Runs debugfs -w with `cmds` (one per line).
 pub fn debugfs_w(img: &Path, cmds: &[String]) {
-    let mut child = Command::new("debugfs")
-        .args(["-w", "-f", "-", img.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(cmds.join("\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "debugfs {cmds:?}");
+    let cmds: Vec<&str> = cmds.iter().map(String::as_str).collect();
+    stitch_testkit::damaged::debugfs_w(img, &cmds);
 }
 
 /// Output of a read-only debugfs request.
