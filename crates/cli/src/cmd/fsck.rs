@@ -24,6 +24,7 @@ pub struct Args {
     /// files and directories to lost+found, correct link and block counts,
     /// clear leaked bitmap bits, fix free counts, finish orphans. Refuses
     /// an image with corruption. Repeats until clean (at most 5 passes).
+    /// `stitchfs mount` does the same by itself after an unclean shutdown.
     #[arg(long, conflicts_with = "no")]
     pub repair_leaks: bool,
     /// Replay the journal into the image first, as the kernel does at
