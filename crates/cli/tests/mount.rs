@@ -1249,18 +1249,20 @@ fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
 }
 
 /// The set-ID bits go as on a local file system when another user writes
-/// or truncates a file, and at every change of owner; root's own writes
+/// or truncates a file, and at every change of owner of anything but a
+/// directory (fifos, sockets and device nodes too); root's own writes
 /// and truncates keep them. The kernel leaves this to us (we take FUSE's
 /// `HANDLE_KILLPRIV_V2`, so that it stops asking for `security.capability`
-/// before every write). Every expected mode is what ext4 gave for the same
-/// steps on this kernel; FUSE's own handling (without the flag) kept
-/// `w-sgid-nox`'s set-group-ID bit, as kernels before 6.2 did.
+/// before every write). Every expected mode is what ext4 (and tmpfs) gave
+/// for the same steps on this kernel; FUSE's own handling (without the
+/// flag) kept `w-sgid-nox`'s set-group-ID bit, as kernels before 6.2 did.
 #[test]
 fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
     let (_dir, img, mnt) = reachable_by_nobody();
     let m = Mounted::start(&img, &mnt, &["-o", "allow_other"]);
-    // (name, mode made with, who changes it how, mode expected after)
-    let cases: [(&str, u32, &str, u32); 10] = [
+    // (name, mode made with, who changes it how, mode expected after).
+    // `n-*` belong to nobody, who gives them to itself.
+    let cases: [(&str, u32, &str, u32); 15] = [
         ("w-suid", 0o4777, "nobody-append", 0o777),
         ("w-sgid-x", 0o2777, "nobody-append", 0o777),
         // Group may not execute: a caller outside the group drops it.
@@ -1273,24 +1275,43 @@ fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
         ("c-root-nox", 0o2744, "root-chown", 0o2744),
         ("c-group", 0o6755, "root-chgrp", 0o755),
         ("dir", 0o2777, "nobody-mkdir", 0o2777),
+        ("n-fifo", 0o6755, "nobody-chown", 0o755),
+        // nobody is in the group, which may not execute: it keeps that bit.
+        ("n-sock", 0o6744, "nobody-chown", 0o2744),
+        ("n-chr", 0o6755, "nobody-chown", 0o755),
+        ("n-blk", 0o4755, "nobody-chown", 0o755),
+        ("n-dir", 0o6755, "nobody-chown", 0o6755),
     ];
     for (name, mode, _, _) in cases {
-        if name == "dir" {
-            fs::create_dir(m.path(name)).unwrap();
-        } else {
-            fs::write(m.path(name), b"#!/bin/sh\n").unwrap();
+        let p = m.path(name);
+        let node = |kind: libc::mode_t, dev: libc::dev_t| {
+            // SAFETY: mknod on a valid C path.
+            let rc = unsafe { libc::mknod(cpath(&p).as_ptr(), kind | 0o600, dev) };
+            assert_eq!(rc, 0, "{name}: {}", std::io::Error::last_os_error());
+        };
+        match name {
+            "dir" | "n-dir" => fs::create_dir(&p).unwrap(),
+            "n-fifo" => node(libc::S_IFIFO, 0),
+            "n-sock" => node(libc::S_IFSOCK, 0),
+            "n-chr" => node(libc::S_IFCHR, libc::makedev(1, 3)),
+            "n-blk" => node(libc::S_IFBLK, libc::makedev(7, 0)),
+            _ => fs::write(&p, b"#!/bin/sh\n").unwrap(),
         }
-        fs::set_permissions(m.path(name), fs::Permissions::from_mode(mode)).unwrap();
+        if name.starts_with("n-") {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
         assert_eq!(fs::metadata(m.path(name)).unwrap().mode() & 0o7777, mode);
     }
     for (name, _, how, _) in cases {
         let p = m.path(name);
         let q = p.display();
         match how {
-            "nobody-append" | "nobody-truncate" | "nobody-mkdir" => {
+            "nobody-append" | "nobody-truncate" | "nobody-mkdir" | "nobody-chown" => {
                 let script = match how {
                     "nobody-append" => format!("echo x >> {q}"),
                     "nobody-truncate" => format!("truncate -s 1 {q}"),
+                    "nobody-chown" => format!("chown 65534 {q}"),
                     _ => format!("mkdir {q}/sub"),
                 };
                 let out = as_nobody(&script);

@@ -342,9 +342,11 @@ impl MemFs {
             s.mtime = t;
         }
         // After the truncate (which may fail), before the owner changes
-        // (the rule looks at the group the caller found).
+        // (the rule looks at the group the caller found). Every type but a
+        // directory: only a file is truncated, but a change of owner takes
+        // the bits of a fifo, socket or device node too.
         if let Some(who) = set.drop_setid {
-            if s.kind == Kind::File {
+            if s.kind != Kind::Dir {
                 s.perm = who.apply(s.perm, s.gid);
             }
         }

@@ -51,12 +51,16 @@ pub struct SetAttrs {
     pub drop_setid: Option<DropSetId>,
 }
 
-/// A caller whose write, truncate or change of owner takes a regular
-/// file's set-user-ID bit away, and its set-group-ID bit when the group
-/// may execute the file or the caller is neither in the file's group nor
-/// privileged: the kernel's rule for local file systems
-/// (`setattr_should_drop_suidgid`), which FUSE leaves to the file system
-/// once it takes `HANDLE_KILLPRIV_V2`.
+/// A caller whose write, truncate or change of owner takes a file's
+/// set-user-ID bit away, and its set-group-ID bit when the group may
+/// execute the file or the caller is neither in the file's group nor
+/// privileged: the kernel's rule for local file systems, which FUSE leaves
+/// to the file system once it takes `HANDLE_KILLPRIV_V2`. A write or
+/// truncate reaches only regular files (`setattr_should_drop_suidgid`); a
+/// change of owner applies it to every type but a directory, whose
+/// set-group-ID bit only says what its new entries inherit (`chown_common`
+/// asks for both bits to go unless the inode is a directory, and
+/// `setattr_should_drop_sgid` decides the set-group-ID one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DropSetId {
     /// The caller's group.
