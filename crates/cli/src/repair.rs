@@ -108,9 +108,7 @@ fn repair(image: &Path, leaks: &[Leak]) -> anyhow::Result<()> {
         },
     )?;
     let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32);
+    let now = stitch_diskfs::Timestamp::now();
     // Mounting finishes the orphans.
     let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, now)?;
     fs.repair_leaks(leaks, now)?;

@@ -693,6 +693,11 @@ fn special_files_rename_flags_times_and_unsupported_calls() {
         0
     );
     assert!(t("x").mtime() > 1_000_000_000);
+    // UTIME_NOW sets both to one reading of the clock, the change time's.
+    let md = t("x");
+    let now = (md.mtime(), md.mtime_nsec());
+    assert_eq!((md.atime(), md.atime_nsec()), now);
+    assert_eq!((md.ctime(), md.ctime_nsec()), now);
 
     // No xattrs yet, no ACLs, no fallocate, ext2's name limit.
     let name = c"user.test";
@@ -748,6 +753,157 @@ fn special_files_rename_flags_times_and_unsupported_calls() {
     assert_eq!(t("blk").rdev(), brdev);
     assert!(t("sock").file_type().is_socket());
     m.stop(Stop::Fusermount);
+}
+
+/// A time as `stat` shows it: seconds (negative before 1970), nanoseconds.
+type Stamp = (i64, i64);
+
+/// atime, mtime and ctime of `p`.
+fn stamps(p: &Path) -> [Stamp; 3] {
+    let m = fs::symlink_metadata(p).unwrap();
+    [
+        (m.atime(), m.atime_nsec()),
+        (m.mtime(), m.mtime_nsec()),
+        (m.ctime(), m.ctime_nsec()),
+    ]
+}
+
+/// `utimensat` of `p` to `atime` and `mtime`.
+fn set_stamps(p: &Path, atime: Stamp, mtime: Stamp) {
+    let ts = |(tv_sec, tv_nsec): Stamp| libc::timespec { tv_sec, tv_nsec };
+    let times = [ts(atime), ts(mtime)];
+    // SAFETY: a valid C path and a two-element array.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, cpath(p).as_ptr(), times.as_ptr(), 0) };
+    let err = std::io::Error::last_os_error();
+    assert_eq!(
+        rc,
+        0,
+        "utimensat {} {atime:?} {mtime:?}: {err}",
+        p.display()
+    );
+}
+
+/// What `debugfs -R stat` shows of one time of `/name`: the base and
+/// `_extra` words, and the date it decodes (in UTC, asctime's format).
+fn debugfs_stamp(img: &Path, name: &str, field: &str) -> (u32, u32, String) {
+    let out = Command::new("debugfs")
+        .env("TZ", "GMT")
+        .args(["-R", &format!("stat /{name}")])
+        .arg(img)
+        .output()
+        .unwrap();
+    let all = text(&out.stdout);
+    let line = all
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(&format!("{field}: 0x")))
+        .unwrap_or_else(|| panic!("no {field} for {name} in:\n{all}"));
+    // "atime: 0x80000000:00000001 -- Tue Jan 19 03:14:08 2038"
+    let (words, date) = line[field.len() + 2..].split_once(" -- ").unwrap();
+    let (base, extra) = words.split_once(':').unwrap();
+    let hex = |w: &str| u32::from_str_radix(w.trim_start_matches("0x"), 16).unwrap();
+    (hex(base), hex(extra), date.trim().to_string())
+}
+
+/// The date `debugfs` prints for `secs` (asctime of gmtime), from date(1).
+fn asctime(secs: i64) -> String {
+    let out = Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%a %b %e %H:%M:%S %Y"])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+/// Times set through a mount are kept as the kernel's own ext2 driver
+/// keeps them, and it reads them back: nanoseconds, 2^31 and past 2^32
+/// (epoch bits in the `_extra` words), before 1970 (signed seconds, a
+/// fraction too), the ends of the range the format holds, and times past
+/// them clamped to those ends (the kernel's `timestamp_truncate`). The
+/// image is then loop-mounted by the kernel, which must show the same
+/// times, and `debugfs` must find the words ext4 writes and decode the
+/// same dates. The other way, times the kernel set are read back the same
+/// by stitchfs.
+#[test]
+fn times_are_kept_as_the_kernels_ext2_keeps_them() {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED: loop mounts need root");
+        return;
+    }
+    const MIN: i64 = -(1 << 31);
+    const MAX: i64 = (1 << 34) - 1 + MIN; // 2446-05-10
+                                          // (name, time set, time kept)
+    let cases: [(&str, Stamp, Stamp); 8] = [
+        (
+            "subsecond",
+            (1_700_000_000, 123_456_789),
+            (1_700_000_000, 123_456_789),
+        ),
+        ("y2038", (1 << 31, 0), (1 << 31, 0)),
+        (
+            "y2106",
+            ((1 << 32) + 5, 999_999_999),
+            ((1 << 32) + 5, 999_999_999),
+        ),
+        ("pre1970", (-2, 500_000_000), (-2, 500_000_000)),
+        ("min", (MIN, 0), (MIN, 0)),
+        ("max", (MAX, 0), (MAX, 0)),
+        ("past-max", (1 << 40, 5), (MAX, 0)),
+        ("before-min", (-(1 << 40), 5), (MIN, 0)),
+    ];
+    // Each time is one file's atime and the next file's mtime.
+    let pair = |i: usize, col: fn(&(&str, Stamp, Stamp)) -> Stamp| {
+        (col(&cases[i]), col(&cases[(i + 1) % cases.len()]))
+    };
+    let (dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    let mut seen = BTreeMap::new();
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let p = m.path(name);
+        fs::write(&p, b"t").unwrap();
+        let (atime, mtime) = pair(i, |c| c.1);
+        set_stamps(&p, atime, mtime);
+        let [a, mt, c] = stamps(&p);
+        assert_eq!((a, mt), pair(i, |c| c.2), "{name} through the mount");
+        seen.insert(name.to_string(), [a, mt, c]);
+    }
+    m.stop(Stop::Umount);
+
+    let kmnt = dir.path().join("kernel");
+    let k = stitch_testkit::LoopMount::new(&img, &kmnt, "").unwrap();
+    for (name, want) in &seen {
+        assert_eq!(
+            &stamps(&kmnt.join(name)),
+            want,
+            "{name} as the kernel reads it"
+        );
+    }
+    // The other way: the kernel sets the same times (and a ctime of its
+    // own clock) on new files.
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let p = kmnt.join(format!("k-{name}"));
+        fs::write(&p, b"k").unwrap();
+        let (atime, mtime) = pair(i, |c| c.1);
+        set_stamps(&p, atime, mtime);
+        let st = stamps(&p);
+        assert_eq!((st[0], st[1]), pair(i, |c| c.2), "{name} set by the kernel");
+        seen.insert(format!("k-{name}"), st);
+    }
+    k.unmount();
+
+    for (name, [a, mt, c]) in &seen {
+        for (field, (secs, nsec)) in [("atime", a), ("mtime", mt), ("ctime", c)] {
+            let epoch = ((secs - i64::from(*secs as i32)) >> 32) as u32 & 3;
+            let words = (*secs as i32 as u32, epoch | (*nsec as u32) << 2);
+            let (base, extra, date) = debugfs_stamp(&img, name, field);
+            assert_eq!((base, extra), words, "debugfs: {name} {field}");
+            assert_eq!(date, asctime(*secs), "debugfs: {name} {field}");
+        }
+    }
+    let m = Mounted::start(&img, &mnt, &[]);
+    for (name, want) in &seen {
+        assert_eq!(&stamps(&m.path(name)), want, "{name} read back by stitchfs");
+    }
+    m.stop(Stop::Sigterm);
 }
 
 /// `getxattr` into a buffer of `cap` bytes: the value, or the errno.

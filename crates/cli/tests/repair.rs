@@ -13,7 +13,7 @@ use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, RenameFlags};
 use stitch_patch::{CacheConfig, PatchCache};
 
-const NOW: u32 = 1_700_000_000;
+const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
 fn workload(image: Vec<u8>, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();

@@ -15,7 +15,7 @@ use crate::error::{DiskError, Result};
 use crate::journal::Replayed;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
-use stitch_format::{Geometry, InodeNo, Superblock};
+use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
 use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
 
@@ -67,7 +67,7 @@ impl DiskFs {
     /// Mounts the file system on `cache`: reads and validates the superblock
     /// and descriptors, refuses what it can't handle, replays the journal if
     /// it holds transactions, and durably marks the file system in use.
-    pub fn mount(cache: PatchCache, consistency: Consistency, now: u32) -> Result<DiskFs> {
+    pub fn mount(cache: PatchCache, consistency: Consistency, now: Timestamp) -> Result<DiskFs> {
         Self::mount_with(cache, consistency, JournalConfig::default(), now)
     }
 
@@ -76,7 +76,7 @@ impl DiskFs {
         cache: PatchCache,
         consistency: Consistency,
         jcfg: JournalConfig,
-        now: u32,
+        now: Timestamp,
     ) -> Result<DiskFs> {
         let mut m = Modes::new(cache, consistency);
         let bs_dev = m.cache().block_size();
@@ -126,7 +126,7 @@ impl DiskFs {
         };
         fs.sb.state &= !STATE_VALID;
         fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
-        fs.sb.mtime = now;
+        fs.sb.mtime = now.secs() as u32;
         let p = fs.write_super()?;
         // A crash from here on must find the file system marked in use
         // (and, journaled, needing recovery before the log names anything).
@@ -147,14 +147,14 @@ impl DiskFs {
 
     /// Makes everything durable, marks the file system clean, and returns
     /// the cache. A journal is checkpointed and left empty first.
-    pub fn unmount(mut self, now: u32) -> Result<PatchCache> {
+    pub fn unmount(mut self, now: Timestamp) -> Result<PatchCache> {
         self.sync()?;
         if self.m.journal().is_some() {
             self.m.stop_journal()?;
             self.sb.feature_incompat &= !incompat::RECOVER.bit;
         }
         self.sb.state |= STATE_VALID;
-        self.sb.wtime = now;
+        self.sb.wtime = now.secs() as u32;
         // `sync` writes the superblock first.
         self.sync()?;
         Ok(self.m.into_cache())
@@ -210,6 +210,12 @@ impl DiskFs {
 
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The times this file system's inodes hold (its inode size decides,
+    /// as for the kernel): what the layer above clamps times to.
+    pub fn time_range(&self) -> TimeRange {
+        TimeRange::of_inode_size(self.geo.inode_size)
     }
 
     pub fn modes(&self) -> &Modes {

@@ -13,7 +13,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use stitch_format::{FileType, InodeNo};
+use stitch_format::{FileType, InodeNo, Timestamp};
 
 /// One soft-updates leak, as a checker reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ impl Leak {
 
 impl DiskFs {
     /// Repairs `leaks`; returns how many it repaired.
-    pub fn repair_leaks(&mut self, leaks: &[Leak], now: u32) -> Result<usize> {
+    pub fn repair_leaks(&mut self, leaks: &[Leak], now: Timestamp) -> Result<usize> {
         let mut sorted = leaks.to_vec();
         sorted.sort_by_key(Leak::rank);
         // A reconnected directory gains an entry the report did not count:
@@ -124,7 +124,7 @@ impl DiskFs {
         Ok(done)
     }
 
-    fn repair(&mut self, leak: Leak, now: u32) -> Result<()> {
+    fn repair(&mut self, leak: Leak, now: Timestamp) -> Result<()> {
         match leak {
             Leak::GroupFreeBlocks { group, counted } => {
                 self.set_group(group, |g| g.free_blocks_count = counted as u16)
@@ -222,7 +222,7 @@ impl DiskFs {
 
     /// Names `ino` `#ino` in `lost+found` (a directory also gets its `..`
     /// pointed there, and `lost+found` a link for it).
-    fn reconnect(&mut self, ino: InodeNo, ft: FileType, now: u32) -> Result<()> {
+    fn reconnect(&mut self, ino: InodeNo, ft: FileType, now: Timestamp) -> Result<()> {
         let root = self.root();
         let lf = self
             .lookup(root, b"lost+found")?

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
+use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Timestamp, Xattr};
 use stitch_patch::{PatchId, SyncStep};
 
 /// A flush that found diskfs gone (unmounted while it waited).
@@ -871,7 +871,7 @@ impl MemFs {
 fn apply_plan(
     disk: &mut DiskFs,
     plan: &Plan,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     for ino in &plan.open {
@@ -985,7 +985,7 @@ fn apply_plan(
 fn write_file(
     disk: &mut DiskFs,
     f: &FileState,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
@@ -1035,7 +1035,7 @@ fn write_file(
 fn write_attributes(
     disk: &mut DiskFs,
     f: &FileState,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);

@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special};
+use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special, TimeRange, Timestamp};
 
 pub(crate) const ROOT: u64 = 2;
 const NAME_MAX: usize = 255;
@@ -72,6 +72,8 @@ pub(crate) struct Inner {
     pub total_inodes: u64,
     pub reserved_root_blocks: u64,
     pub block_size: u64,
+    /// The times the image holds: every time memfs keeps is cut to it.
+    pub times: TimeRange,
     /// The image has the `ext_attr` feature (extended attributes can be set).
     pub xattrs: bool,
     /// Pages in memory, and the bound.
@@ -102,12 +104,6 @@ fn page_pool_cap(opts: &Options, block_size: u64) -> usize {
         Some(_) => (2 * opts.write_behind / block_size) as usize,
         None => 0,
     }
-}
-
-fn wall_clock() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
 }
 
 pub(crate) fn kind_of(ft: Option<FileType>) -> Kind {
@@ -146,6 +142,7 @@ impl MemFs {
             disk_free_inodes: AtomicU64::new(u64::from(disk.free_inodes())),
             disk_reserved_inodes: AtomicU64::new(disk.reserved_inodes() as u64),
             block_size: disk.block_size() as u64,
+            times: disk.time_range(),
             xattrs: disk.supports_xattrs(),
             disk: Mutex::new(Some(disk)),
             nodes: RwLock::new(FxHashMap::default()),
@@ -185,9 +182,17 @@ impl MemFs {
         ROOT
     }
 
-    /// The time stamped on changes: the wall clock, or the tests' fixed one.
-    pub(crate) fn now(&self) -> u32 {
-        self.inner.opts.fixed_time.unwrap_or_else(wall_clock)
+    /// The time stamped on changes: the wall clock, or the tests' fixed
+    /// one, as the image holds it (the kernel's `current_time` cuts the
+    /// clock to the file system's granularity too).
+    pub(crate) fn now(&self) -> Timestamp {
+        let t = self.inner.opts.fixed_time.unwrap_or_else(Timestamp::now);
+        self.inner.times.truncate(t)
+    }
+
+    /// The times the image holds (the kernel's granularity for this mount).
+    pub fn time_range(&self) -> TimeRange {
+        self.inner.times
     }
 
     pub fn stats(&self) -> Stats {
@@ -244,7 +249,7 @@ impl MemFs {
             min_size: disk_size,
             entries: None,
             xattrs: None,
-            ..NodeState::fresh(kind, 0, 0, 0, 0)
+            ..NodeState::fresh(kind, 0, 0, 0, Timestamp::EPOCH)
         };
         let parent = if ino == ROOT { ROOT } else { parent };
         let node = Node::new(ino, parent, s);
@@ -346,14 +351,14 @@ impl MemFs {
         order.into_iter().map(|n| (n.ino, n.s.write())).collect()
     }
 
-    pub(crate) fn log(&self, time: u32, op: LogOp) {
+    pub(crate) fn log(&self, time: Timestamp, op: LogOp) {
         self.log_held(time, op, self.unclaimed());
     }
 
     /// Logs `op`, its entry holding the room it needs (`LogOp::reserves`,
     /// given back by the flush that applies it) out of `room`, the claim
     /// the change made before it began; the rest of the claim goes back.
-    pub(crate) fn log_held(&self, time: u32, op: LogOp, mut room: Claim<'_>) {
+    pub(crate) fn log_held(&self, time: Timestamp, op: LogOp, mut room: Claim<'_>) {
         for o in op.objects() {
             if let Some(n) = self.inner.nodes.read().get(&o) {
                 n.pending.fetch_add(1, Ordering::AcqRel);

@@ -27,8 +27,8 @@ mod types;
 pub use error::{MemError, Result};
 pub use fs::MemFs;
 pub use node::Xattrs;
-pub use stitch_diskfs::RenameFlags;
+pub use stitch_diskfs::{RenameFlags, TimeRange, Timestamp};
 pub use types::{
-    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, OwnFlushes, SetAttrs, StatFs, Stats,
-    XattrSet,
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, OwnFlushes, SetAttrs, SetTime, StatFs,
+    Stats, XattrSet,
 };

@@ -11,6 +11,7 @@ use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use stitch_diskfs::Timestamp;
 
 pub(crate) type Page = Arc<Vec<u8>>;
 
@@ -98,9 +99,9 @@ pub(crate) struct NodeState {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    pub atime: u32,
-    pub mtime: u32,
-    pub ctime: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     pub rdev: (u32, u32),
     /// Sectors allocated on disk at the last flush or load.
     pub disk_sectors: u64,
@@ -181,7 +182,7 @@ impl NodeState {
     }
 
     /// A brand-new inode (not on disk yet).
-    pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: u32) -> NodeState {
+    pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: Timestamp) -> NodeState {
         NodeState {
             kind,
             perm,

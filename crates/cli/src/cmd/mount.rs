@@ -253,12 +253,6 @@ fn flush_summary(fs: &MemFs) -> String {
     )
 }
 
-fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
-}
-
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let (image, mountpoint, named) = match args.paths.as_slice() {
         [m] => (PathBuf::from(DEFAULT_IMAGE), m, false),
@@ -437,7 +431,7 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
         e => anyhow::Error::new(e).context(format!("opening {image}")),
     })?;
     let cache = PatchCache::new(Arc::new(dev), CacheConfig::default());
-    let disk = DiskFs::mount(cache, plan.mode, now())
+    let disk = DiskFs::mount(cache, plan.mode, stitch_diskfs::Timestamp::now())
         .with_context(|| format!("mounting {image} ({})", plan.mode))?;
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),

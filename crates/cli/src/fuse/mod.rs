@@ -33,8 +33,8 @@ mod ops;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, Kind, MemError, MemFs};
+use std::time::{Duration, SystemTime};
+use stitch_memfs::{Attr, Kind, MemError, MemFs, Timestamp};
 
 /// How long the kernel may cache attributes, entries and absent names.
 /// Every change but two reaches memfs through this kernel, which drops
@@ -156,8 +156,8 @@ fn file_type(k: Kind) -> FileType {
     }
 }
 
-fn time(secs: u32) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(u64::from(secs))
+fn time(t: Timestamp) -> SystemTime {
+    t.to_system_time()
 }
 
 /// What `stat` shows: `st_ino` is the ext2 inode number (2 for the root).
@@ -339,12 +339,17 @@ mod tests {
             gid: 0,
             size: 4096,
             blocks: 8,
-            atime: 1,
-            mtime: 2,
-            ctime: 3,
+            atime: Timestamp::new(1, 5),
+            mtime: Timestamp::new(-2, 500_000_000),
+            ctime: Timestamp::from_secs(1 << 33),
             rdev: (0, 0),
         };
         assert_eq!(stat_attr(&a).ino, INodeNo(2));
+        // Nanoseconds reach the kernel, before the epoch and after 2106 too.
+        let back = |t| Timestamp::from_system_time(t);
+        assert_eq!(back(stat_attr(&a).atime), a.atime);
+        assert_eq!(back(stat_attr(&a).mtime), a.mtime);
+        assert_eq!(back(stat_attr(&a).ctime), a.ctime);
         assert_eq!(entry_attr(&a).ino, INodeNo::ROOT);
         let dev = Attr {
             ino: 12,
