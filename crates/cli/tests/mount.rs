@@ -1553,6 +1553,39 @@ fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
     m.stop(Stop::Fusermount);
 }
 
+/// Free blocks as `df` reads them.
+fn bfree(p: &Path) -> u64 {
+    // SAFETY: statvfs into a zeroed struct, on a valid C path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(cpath(p).as_ptr(), &mut st) }, 0);
+    st.f_bfree
+}
+
+/// `df` shows a removed file's room at once, not at the next flush, and
+/// the flush that frees it leaves the figure where it was (a file without
+/// holes: its data and indirect blocks are counted exactly).
+#[test]
+fn df_shows_a_removed_files_room_at_once() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+    let sync = || assert!(stitchfs(&["sync", mnt.to_str().unwrap()]).status.success());
+    fs::write(m.path("big"), pattern(20 << 20, 3)).unwrap();
+    sync();
+    let blocks = fs::metadata(m.path("big")).unwrap().blocks() / 8;
+    assert_eq!(
+        blocks,
+        5120 + 1 + 1 + 4,
+        "20 MiB: data, single, double and 4 below it"
+    );
+    let before = bfree(&mnt);
+    fs::remove_file(m.path("big")).unwrap();
+    let at_once = bfree(&mnt);
+    assert_eq!(at_once - before, blocks);
+    sync();
+    assert_eq!(bfree(&mnt), at_once, "after the flush");
+    m.stop(Stop::Umount);
+}
+
 /// What editors and git do: write a new version beside the file, rename
 /// it over the old one. The old version's blocks must be freed.
 #[test]

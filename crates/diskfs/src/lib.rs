@@ -40,7 +40,7 @@ pub use error::{DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use more_ops::{SetAttr, Special};
-pub use ops::Attr;
+pub use ops::{Attr, XattrBlock};
 pub use rename::RenameFlags;
 pub use repair::Leak;
 pub use stitch_format::inode::TimeField;

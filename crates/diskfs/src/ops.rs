@@ -43,6 +43,20 @@ pub struct Attr {
     pub ctime: Timestamp,
     /// A device node's (major, minor); `None` for other kinds.
     pub rdev: Option<(u32, u32)>,
+    /// The inode's extended-attribute block, which `sectors` counts.
+    pub xattr_block: XattrBlock,
+}
+
+/// Whether an inode names an extended-attribute block, and whether the
+/// block goes with it: a deletion frees a block only its inode names,
+/// and drops a shared block's count instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrBlock {
+    None,
+    /// Named by this inode alone.
+    Own,
+    /// Named by other inodes too (or unreadable, so not to be counted on).
+    Shared,
 }
 
 /// ext2's largest link count.
@@ -55,6 +69,13 @@ impl DiskFs {
 
     pub fn getattr(&mut self, ino: InodeNo) -> Result<Attr> {
         let i = self.read_inode(ino)?;
+        let xattr_block = match i.file_acl() {
+            0 => XattrBlock::None,
+            b => match self.xattr_block(ino, b, stitch_format::xattr::XattrHeader::parse) {
+                Ok(h) if h.refcount == 1 => XattrBlock::Own,
+                _ => XattrBlock::Shared,
+            },
+        };
         Ok(Attr {
             ino,
             kind: i.file_type(),
@@ -72,6 +93,7 @@ impl DiskFs {
                 Some(FileType::CharDevice | FileType::BlockDevice)
             )
             .then(|| i.device()),
+            xattr_block,
         })
     }
 

@@ -311,6 +311,7 @@ impl MemFs {
                 }
             }
             s.min_size = s.min_size.min(size);
+            self.recount_frees(s);
         }
         s.size = size;
         Ok(())

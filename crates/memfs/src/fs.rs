@@ -61,6 +61,9 @@ pub(crate) struct Inner {
     /// Blocks the in-memory changes will need: every inode's `reserved`,
     /// the log entries' `reserves`, and claims of changes in progress.
     pub reserved_blocks: AtomicI64,
+    /// Blocks the disk will free once flushes apply what memory holds
+    /// (`frees`); `disk_free_blocks` is stored under this lock too.
+    pub frees: Mutex<crate::frees::Frees>,
     /// Free blocks and inodes on disk after the last flush.
     pub disk_free_blocks: AtomicU64,
     pub disk_free_inodes: AtomicU64,
@@ -155,6 +158,7 @@ impl MemFs {
             flush_gate: Default::default(),
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
+            frees: Mutex::new(Default::default()),
             pages: AtomicU64::new(0),
             page_pool: PagePool::new(page_pool_cap(&opts, disk_bs)),
             opts,
@@ -245,6 +249,7 @@ impl MemFs {
             ctime: attr.ctime,
             rdev: attr.rdev.unwrap_or((0, 0)),
             disk_sectors: u64::from(attr.sectors),
+            xattr_block: attr.xattr_block,
             disk_size,
             min_size: disk_size,
             entries: None,
@@ -582,13 +587,16 @@ impl MemFs {
         Ok(x)
     }
 
+    /// The disk's figures as they will be once memory reaches it: free
+    /// blocks are the disk's, plus what removals and truncates will free
+    /// (`frees`), less the room held for changes not yet on it.
     pub fn statfs(&self) -> Result<StatFs> {
         let i = &self.inner;
+        let (free, freeing) = self.free_and_freeing();
         let reserved = i.reserved_blocks.load(Ordering::Acquire).max(0) as u64;
-        let bfree = i
-            .disk_free_blocks
-            .load(Ordering::Acquire)
-            .saturating_sub(reserved);
+        let bfree = (free + freeing)
+            .saturating_sub(reserved)
+            .min(i.total_blocks);
         let pooled = {
             let p = i.pool.lock();
             (p[0].len() + p[1].len()) as u64
@@ -882,6 +890,7 @@ impl MemFs {
             v.nlink -= 1;
         }
         v.ctime = t;
+        self.unreachable_or_recount(v);
         self.log(
             t,
             LogOp::Unlink {
@@ -1064,9 +1073,12 @@ impl MemFs {
                 v.ctime = t;
                 if ok == Kind::Dir {
                     v.nlink = 0;
-                    get(&mut locks, newparent).nlink -= 1;
                 } else {
                     v.nlink -= 1;
+                }
+                self.unreachable_or_recount(v);
+                if ok == Kind::Dir {
+                    get(&mut locks, newparent).nlink -= 1;
                 }
             }
         }
@@ -1111,15 +1123,7 @@ impl MemFs {
         s.open -= 1;
         if s.open == 0 && s.nlink == 0 {
             // The last close of an unlinked inode: its pages go now.
-            let dropped = s.take_reserved();
-            self.inner
-                .reserved_blocks
-                .fetch_sub(dropped, Ordering::AcqRel);
-            self.inner
-                .pages
-                .fetch_sub(s.pages.len() as u64, Ordering::AcqRel);
-            s.pages.clear();
-            s.dirty_pages.clear();
+            self.unreachable_or_recount(&mut s);
             if s.disk_open {
                 s.disk_open = false;
                 self.log(self.now(), LogOp::Release { ino });
@@ -1131,6 +1135,26 @@ impl MemFs {
             }
         }
         Ok(())
+    }
+}
+
+impl MemFs {
+    /// After `s` lost a name or a handle: once nothing reaches it (no
+    /// name, no handle) its pages go and the room held for them comes
+    /// back, and what the disk will free for it is counted anew.
+    fn unreachable_or_recount(&self, s: &mut NodeState) {
+        if s.gone() {
+            let dropped = s.take_reserved();
+            self.inner
+                .reserved_blocks
+                .fetch_sub(dropped, Ordering::AcqRel);
+            self.inner
+                .pages
+                .fetch_sub(s.pages.len() as u64, Ordering::AcqRel);
+            s.pages.clear();
+            s.dirty_pages.clear();
+        }
+        self.recount_frees(s);
     }
 }
 

@@ -14,11 +14,13 @@
 //!
 //! Modules: `types` (what the frontend sees), `error`, `node` (in-memory
 //! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
-//! `fs` (the operations), `flush` (closure, absorption, the batch).
+//! `fs` (the operations), `flush` (closure, absorption, the batch),
+//! `frees` (what the disk will free, for `statfs`).
 
 mod data;
 mod error;
 mod flush;
+mod frees;
 mod fs;
 mod log;
 mod node;

@@ -101,7 +101,8 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// `statfs`'s figures.
+/// `statfs`'s figures. Free blocks are counted as the disk will have them
+/// once memory reaches it (a removed file's room at once), never more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatFs {
     pub blocks: u64,
