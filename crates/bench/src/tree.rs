@@ -10,10 +10,10 @@ use super::optimizations::{cpu_seconds, row, Row};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
-use stitch_diskfs::{Consistency, DiskFs, InodeNo};
+use stitch_diskfs::{Consistency, DiskFs, InodeNo, Timestamp};
 use stitch_patch::{CacheConfig, Optimizations, PatchCache};
 
-pub(super) const NOW: u32 = 1_700_000_000;
+pub(super) const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
 const IMAGE: u64 = 256 << 20;
 
 /// The default tree, if there is one.

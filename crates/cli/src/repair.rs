@@ -110,7 +110,7 @@ pub fn reclaim(
         }
         let leaks = leaks_of(&report);
         done.add(&report, &leaks);
-        let now = now();
+        let now = stitch_diskfs::Timestamp::now();
         let cache = PatchCache::new(dev.clone(), CacheConfig::default());
         DiskFs::mount_reclaiming(cache, &leaks, now)?.unmount(now)?;
     }
@@ -168,12 +168,6 @@ fn block_size(image: &Path) -> anyhow::Result<usize> {
 fn check(image: &Path, progress: &mut dyn FnMut(Phase, u64, u64)) -> anyhow::Result<Report> {
     stitch_fsck::check(image, &CheckOptions::default(), progress)
         .map_err(|e| anyhow::anyhow!("{}: {e}", image.display()))
-}
-
-fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
 }
 
 /// The checker's leak findings in diskfs's terms (orphans need none: mount

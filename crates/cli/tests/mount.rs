@@ -473,6 +473,11 @@ fn special_files_rename_flags_times_and_unsupported_calls() {
         0
     );
     assert!(t("x").mtime() > 1_000_000_000);
+    // UTIME_NOW sets both to one reading of the clock, the change time's.
+    let md = t("x");
+    let now = (md.mtime(), md.mtime_nsec());
+    assert_eq!((md.atime(), md.atime_nsec()), now);
+    assert_eq!((md.ctime(), md.ctime_nsec()), now);
 
     // No xattrs yet, no ACLs, no fallocate, ext2's name limit.
     let name = c"user.test";
@@ -528,6 +533,157 @@ fn special_files_rename_flags_times_and_unsupported_calls() {
     assert_eq!(t("blk").rdev(), brdev);
     assert!(t("sock").file_type().is_socket());
     m.stop(Stop::Fusermount);
+}
+
+/// A time as `stat` shows it: seconds (negative before 1970), nanoseconds.
+type Stamp = (i64, i64);
+
+/// atime, mtime and ctime of `p`.
+fn stamps(p: &Path) -> [Stamp; 3] {
+    let m = fs::symlink_metadata(p).unwrap();
+    [
+        (m.atime(), m.atime_nsec()),
+        (m.mtime(), m.mtime_nsec()),
+        (m.ctime(), m.ctime_nsec()),
+    ]
+}
+
+/// `utimensat` of `p` to `atime` and `mtime`.
+fn set_stamps(p: &Path, atime: Stamp, mtime: Stamp) {
+    let ts = |(tv_sec, tv_nsec): Stamp| libc::timespec { tv_sec, tv_nsec };
+    let times = [ts(atime), ts(mtime)];
+    // SAFETY: a valid C path and a two-element array.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, cpath(p).as_ptr(), times.as_ptr(), 0) };
+    let err = std::io::Error::last_os_error();
+    assert_eq!(
+        rc,
+        0,
+        "utimensat {} {atime:?} {mtime:?}: {err}",
+        p.display()
+    );
+}
+
+/// What `debugfs -R stat` shows of one time of `/name`: the base and
+/// `_extra` words, and the date it decodes (in UTC, asctime's format).
+fn debugfs_stamp(img: &Path, name: &str, field: &str) -> (u32, u32, String) {
+    let out = Command::new("debugfs")
+        .env("TZ", "GMT")
+        .args(["-R", &format!("stat /{name}")])
+        .arg(img)
+        .output()
+        .unwrap();
+    let all = text(&out.stdout);
+    let line = all
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with(&format!("{field}: 0x")))
+        .unwrap_or_else(|| panic!("no {field} for {name} in:\n{all}"));
+    // "atime: 0x80000000:00000001 -- Tue Jan 19 03:14:08 2038"
+    let (words, date) = line[field.len() + 2..].split_once(" -- ").unwrap();
+    let (base, extra) = words.split_once(':').unwrap();
+    let hex = |w: &str| u32::from_str_radix(w.trim_start_matches("0x"), 16).unwrap();
+    (hex(base), hex(extra), date.trim().to_string())
+}
+
+/// The date `debugfs` prints for `secs` (asctime of gmtime), from date(1).
+fn asctime(secs: i64) -> String {
+    let out = Command::new("date")
+        .args(["-u", "-d", &format!("@{secs}"), "+%a %b %e %H:%M:%S %Y"])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+/// Times set through a mount are kept as the kernel's own ext2 driver
+/// keeps them, and it reads them back: nanoseconds, 2^31 and past 2^32
+/// (epoch bits in the `_extra` words), before 1970 (signed seconds, a
+/// fraction too), the ends of the range the format holds, and times past
+/// them clamped to those ends (the kernel's `timestamp_truncate`). The
+/// image is then loop-mounted by the kernel, which must show the same
+/// times, and `debugfs` must find the words ext4 writes and decode the
+/// same dates. The other way, times the kernel set are read back the same
+/// by stitchfs.
+#[test]
+fn times_are_kept_as_the_kernels_ext2_keeps_them() {
+    if !stitch_testkit::is_root() {
+        println!("SKIPPED: loop mounts need root");
+        return;
+    }
+    const MIN: i64 = -(1 << 31);
+    const MAX: i64 = (1 << 34) - 1 + MIN; // 2446-05-10
+                                          // (name, time set, time kept)
+    let cases: [(&str, Stamp, Stamp); 8] = [
+        (
+            "subsecond",
+            (1_700_000_000, 123_456_789),
+            (1_700_000_000, 123_456_789),
+        ),
+        ("y2038", (1 << 31, 0), (1 << 31, 0)),
+        (
+            "y2106",
+            ((1 << 32) + 5, 999_999_999),
+            ((1 << 32) + 5, 999_999_999),
+        ),
+        ("pre1970", (-2, 500_000_000), (-2, 500_000_000)),
+        ("min", (MIN, 0), (MIN, 0)),
+        ("max", (MAX, 0), (MAX, 0)),
+        ("past-max", (1 << 40, 5), (MAX, 0)),
+        ("before-min", (-(1 << 40), 5), (MIN, 0)),
+    ];
+    // Each time is one file's atime and the next file's mtime.
+    let pair = |i: usize, col: fn(&(&str, Stamp, Stamp)) -> Stamp| {
+        (col(&cases[i]), col(&cases[(i + 1) % cases.len()]))
+    };
+    let (dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &[]);
+    let mut seen = BTreeMap::new();
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let p = m.path(name);
+        fs::write(&p, b"t").unwrap();
+        let (atime, mtime) = pair(i, |c| c.1);
+        set_stamps(&p, atime, mtime);
+        let [a, mt, c] = stamps(&p);
+        assert_eq!((a, mt), pair(i, |c| c.2), "{name} through the mount");
+        seen.insert(name.to_string(), [a, mt, c]);
+    }
+    m.stop(Stop::Umount);
+
+    let kmnt = dir.path().join("kernel");
+    let k = stitch_testkit::LoopMount::new(&img, &kmnt, "").unwrap();
+    for (name, want) in &seen {
+        assert_eq!(
+            &stamps(&kmnt.join(name)),
+            want,
+            "{name} as the kernel reads it"
+        );
+    }
+    // The other way: the kernel sets the same times (and a ctime of its
+    // own clock) on new files.
+    for (i, (name, ..)) in cases.iter().enumerate() {
+        let p = kmnt.join(format!("k-{name}"));
+        fs::write(&p, b"k").unwrap();
+        let (atime, mtime) = pair(i, |c| c.1);
+        set_stamps(&p, atime, mtime);
+        let st = stamps(&p);
+        assert_eq!((st[0], st[1]), pair(i, |c| c.2), "{name} set by the kernel");
+        seen.insert(format!("k-{name}"), st);
+    }
+    k.unmount();
+
+    for (name, [a, mt, c]) in &seen {
+        for (field, (secs, nsec)) in [("atime", a), ("mtime", mt), ("ctime", c)] {
+            let epoch = ((secs - i64::from(*secs as i32)) >> 32) as u32 & 3;
+            let words = (*secs as i32 as u32, epoch | (*nsec as u32) << 2);
+            let (base, extra, date) = debugfs_stamp(&img, name, field);
+            assert_eq!((base, extra), words, "debugfs: {name} {field}");
+            assert_eq!(date, asctime(*secs), "debugfs: {name} {field}");
+        }
+    }
+    let m = Mounted::start(&img, &mnt, &[]);
+    for (name, want) in &seen {
+        assert_eq!(&stamps(&m.path(name)), want, "{name} read back by stitchfs");
+    }
+    m.stop(Stop::Sigterm);
 }
 
 /// `getxattr` into a buffer of `cap` bytes: the value, or the errno.
@@ -975,16 +1131,61 @@ fn reachable_by_nobody() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, img, mnt)
 }
 
+/// Permission denied, as `sh` reports it.
+fn denied(out: &Output) -> bool {
+    !out.status.success() && text(&out.stderr).contains("Permission denied")
+}
+
+/// A mount by root serves every user, as a kernel mount does, with the
+/// kernel checking permissions; `-o private` keeps everyone but root out.
+#[test]
+fn a_mount_by_root_serves_every_user_unless_private() {
+    let (_dir, img, mnt) = reachable_by_nobody();
+    let m = Mounted::start(&img, &mnt, &[]);
+    for (name, mode) in [("public", 0o644), ("secret", 0o600)] {
+        fs::write(m.path(name), name).unwrap();
+        fs::set_permissions(m.path(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = as_nobody(&format!("cat {}/public", mnt.display()));
+    assert_eq!(text(&out.stdout), "public", "{}", text(&out.stderr));
+    let out = as_nobody(&format!("cat {}/secret", mnt.display()));
+    assert!(denied(&out), "another user read a 0600 file");
+    m.stop(Stop::Sigterm);
+
+    let m = Mounted::start(&img, &mnt, &["-o", "private"]);
+    assert_eq!(fs::read(m.path("secret")).unwrap(), b"secret");
+    for cmd in ["ls", "stat", "cat {}/public", "touch {}/new"] {
+        let cmd = match cmd.contains("{}") {
+            true => cmd.replace("{}", &mnt.display().to_string()),
+            false => format!("{cmd} {}", mnt.display()),
+        };
+        assert!(denied(&as_nobody(&cmd)), "{cmd} in a private mount");
+    }
+    m.stop(Stop::Sigterm);
+
+    // Another user may not let others in without root's leave, and is told
+    // where it is given (unless this machine gives it).
+    let conf = fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+    if !conf.lines().any(|l| l.trim() == "user_allow_other") {
+        let cmd = format!(
+            "{BIN} mount {} {} --foreground -o allow_other",
+            img.display(),
+            mnt.display()
+        );
+        let out = as_nobody(&cmd);
+        assert!(!out.status.success() && !is_mounted(&mnt));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("user_allow_other") && err.contains("/etc/fuse.conf"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
     let (_dir, img, mnt) = reachable_by_nobody();
     let m = Mounted::start(&img, &mnt, &[]);
-    // Without allow_other, nobody but the mounting user gets in.
-    let out = as_nobody(&format!("ls {}", mnt.display()));
-    assert!(!out.status.success(), "another user got into the mount");
-    m.stop(Stop::Sigterm);
-
-    let m = Mounted::start(&img, &mnt, &["-o", "allow_other"]);
     for (d, mode) in [("open", 0o777), ("private", 0o700)] {
         fs::create_dir(m.path(d)).unwrap();
         fs::set_permissions(m.path(d), fs::Permissions::from_mode(mode)).unwrap();
@@ -1029,18 +1230,20 @@ fn the_kernel_checks_permissions_and_new_files_belong_to_the_caller() {
 }
 
 /// The set-ID bits go as on a local file system when another user writes
-/// or truncates a file, and at every change of owner; root's own writes
+/// or truncates a file, and at every change of owner of anything but a
+/// directory (fifos, sockets and device nodes too); root's own writes
 /// and truncates keep them. The kernel leaves this to us (we take FUSE's
 /// `HANDLE_KILLPRIV_V2`, so that it stops asking for `security.capability`
-/// before every write). Every expected mode is what ext4 gave for the same
-/// steps on this kernel; FUSE's own handling (without the flag) kept
-/// `w-sgid-nox`'s set-group-ID bit, as kernels before 6.2 did.
+/// before every write). Every expected mode is what ext4 (and tmpfs) gave
+/// for the same steps on this kernel; FUSE's own handling (without the
+/// flag) kept `w-sgid-nox`'s set-group-ID bit, as kernels before 6.2 did.
 #[test]
 fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
     let (_dir, img, mnt) = reachable_by_nobody();
     let m = Mounted::start(&img, &mnt, &["-o", "allow_other"]);
-    // (name, mode made with, who changes it how, mode expected after)
-    let cases: [(&str, u32, &str, u32); 10] = [
+    // (name, mode made with, who changes it how, mode expected after).
+    // `n-*` belong to nobody, who gives them to itself.
+    let cases: [(&str, u32, &str, u32); 15] = [
         ("w-suid", 0o4777, "nobody-append", 0o777),
         ("w-sgid-x", 0o2777, "nobody-append", 0o777),
         // Group may not execute: a caller outside the group drops it.
@@ -1053,24 +1256,43 @@ fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
         ("c-root-nox", 0o2744, "root-chown", 0o2744),
         ("c-group", 0o6755, "root-chgrp", 0o755),
         ("dir", 0o2777, "nobody-mkdir", 0o2777),
+        ("n-fifo", 0o6755, "nobody-chown", 0o755),
+        // nobody is in the group, which may not execute: it keeps that bit.
+        ("n-sock", 0o6744, "nobody-chown", 0o2744),
+        ("n-chr", 0o6755, "nobody-chown", 0o755),
+        ("n-blk", 0o4755, "nobody-chown", 0o755),
+        ("n-dir", 0o6755, "nobody-chown", 0o6755),
     ];
     for (name, mode, _, _) in cases {
-        if name == "dir" {
-            fs::create_dir(m.path(name)).unwrap();
-        } else {
-            fs::write(m.path(name), b"#!/bin/sh\n").unwrap();
+        let p = m.path(name);
+        let node = |kind: libc::mode_t, dev: libc::dev_t| {
+            // SAFETY: mknod on a valid C path.
+            let rc = unsafe { libc::mknod(cpath(&p).as_ptr(), kind | 0o600, dev) };
+            assert_eq!(rc, 0, "{name}: {}", std::io::Error::last_os_error());
+        };
+        match name {
+            "dir" | "n-dir" => fs::create_dir(&p).unwrap(),
+            "n-fifo" => node(libc::S_IFIFO, 0),
+            "n-sock" => node(libc::S_IFSOCK, 0),
+            "n-chr" => node(libc::S_IFCHR, libc::makedev(1, 3)),
+            "n-blk" => node(libc::S_IFBLK, libc::makedev(7, 0)),
+            _ => fs::write(&p, b"#!/bin/sh\n").unwrap(),
         }
-        fs::set_permissions(m.path(name), fs::Permissions::from_mode(mode)).unwrap();
+        if name.starts_with("n-") {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
         assert_eq!(fs::metadata(m.path(name)).unwrap().mode() & 0o7777, mode);
     }
     for (name, _, how, _) in cases {
         let p = m.path(name);
         let q = p.display();
         match how {
-            "nobody-append" | "nobody-truncate" | "nobody-mkdir" => {
+            "nobody-append" | "nobody-truncate" | "nobody-mkdir" | "nobody-chown" => {
                 let script = match how {
                     "nobody-append" => format!("echo x >> {q}"),
                     "nobody-truncate" => format!("truncate -s 1 {q}"),
+                    "nobody-chown" => format!("chown 65534 {q}"),
                     _ => format!("mkdir {q}/sub"),
                 };
                 let out = as_nobody(&script);
@@ -1109,6 +1331,39 @@ fn set_id_bits_go_on_another_users_write_truncate_and_on_chown() {
     let m = Mounted::start(&img, &mnt, &[]);
     assert_eq!(modes(&m), want, "after a remount");
     m.stop(Stop::Fusermount);
+}
+
+/// Free blocks as `df` reads them.
+fn bfree(p: &Path) -> u64 {
+    // SAFETY: statvfs into a zeroed struct, on a valid C path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(cpath(p).as_ptr(), &mut st) }, 0);
+    st.f_bfree
+}
+
+/// `df` shows a removed file's room at once, not at the next flush, and
+/// the flush that frees it leaves the figure where it was (a file without
+/// holes: its data and indirect blocks are counted exactly).
+#[test]
+fn df_shows_a_removed_files_room_at_once() {
+    let (_dir, img, mnt) = fresh(true);
+    let m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+    let sync = || assert!(stitchfs(&["sync", mnt.to_str().unwrap()]).status.success());
+    fs::write(m.path("big"), pattern(20 << 20, 3)).unwrap();
+    sync();
+    let blocks = fs::metadata(m.path("big")).unwrap().blocks() / 8;
+    assert_eq!(
+        blocks,
+        5120 + 1 + 1 + 4,
+        "20 MiB: data, single, double and 4 below it"
+    );
+    let before = bfree(&mnt);
+    fs::remove_file(m.path("big")).unwrap();
+    let at_once = bfree(&mnt);
+    assert_eq!(at_once - before, blocks);
+    sync();
+    assert_eq!(bfree(&mnt), at_once, "after the flush");
+    m.stop(Stop::Umount);
 }
 
 /// What editors and git do: write a new version beside the file, rename

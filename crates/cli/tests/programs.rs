@@ -442,7 +442,8 @@ fn make(mode: Mode) {
         );
         assert_eq!(sh("run prog", &p, "./prog", &[]), expect(&ks));
         sh("make -q (up to date)", &p, "make -q prog", &[]);
-        // mtimes are whole seconds on ext2: let the clock move on first.
+        // mtimes are whole seconds on ext2 with 128-byte inodes (one of
+        // the file systems this harness takes): let the clock move on first.
         std::thread::sleep(std::time::Duration::from_millis(1100));
         ks[7] = 1234;
         write_file(&p.join("src/mod_7.c"), module_source(7, ks[7]).as_bytes());

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo};
+use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo, Timestamp};
 use stitch_memfs::{
     FlushCause, Kind, MemError, MemFs, Options, Order, RenameFlags, SetAttrs, XattrSet,
 };
@@ -22,7 +22,12 @@ use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
 use stitch_patch::{CacheConfig, PatchCache};
 
 /// The clock every change is stamped with.
-pub const NOW: u32 = 1_700_000_000;
+pub const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
+/// [`NOW`] as the model keeps time.
+fn model_now() -> stitch_model::Time {
+    stitch_model::Time::from_secs(NOW.secs())
+}
+
 /// Block size of every image.
 pub const BS: usize = 4096;
 /// ext2 images (soft updates, async).
@@ -180,7 +185,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
 /// A fresh model with `setup` applied.
 pub fn setup_model(setup: &[Action]) -> Model {
     let mut m = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
-    m.set_now(NOW);
+    m.set_now(model_now());
     let mut writes = 0;
     for a in setup {
         model_apply(&mut m, a, &mut writes).expect("setup valid on the model");
@@ -362,7 +367,7 @@ impl<'a> Driver<'a> {
             Owner { uid: 0, gid: 0 },
             Limits::default(),
         );
-        model.set_now(NOW);
+        model.set_now(model_now());
         Driver {
             fs,
             model,

@@ -8,7 +8,7 @@ use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
 use crate::more_ops::{SetAttr, Special};
 use crate::rename::RenameFlags;
-use stitch_format::InodeNo;
+use stitch_format::{InodeNo, Timestamp};
 use stitch_patch::PatchId;
 
 /// One logical operation. Names are single components; directories are
@@ -98,7 +98,7 @@ pub struct BatchError {
 
 impl DiskFs {
     /// Applies one logical operation.
-    pub fn apply(&mut self, op: &Op, now: u32) -> Result<Done> {
+    pub fn apply(&mut self, op: &Op, now: Timestamp) -> Result<Done> {
         let made = |(ino, patch): (InodeNo, PatchId)| Done {
             patch,
             ino: Some(ino),
@@ -166,7 +166,7 @@ impl DiskFs {
     /// Applies one operation that makes an inode (create, mkdir, mknod,
     /// symlink) with the number reserved for it by
     /// [`DiskFs::reserve_inode`]; other operations ignore `ino`.
-    pub fn apply_as(&mut self, op: &Op, ino: Option<InodeNo>, now: u32) -> Result<Done> {
+    pub fn apply_as(&mut self, op: &Op, ino: Option<InodeNo>, now: Timestamp) -> Result<Done> {
         let makes = matches!(
             op,
             Op::Create { .. } | Op::Mkdir { .. } | Op::Mknod { .. } | Op::Symlink { .. }
@@ -182,7 +182,7 @@ impl DiskFs {
     pub fn apply_batch(
         &mut self,
         ops: &[Op],
-        now: u32,
+        now: Timestamp,
     ) -> std::result::Result<Vec<Done>, BatchError> {
         let mut applied = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {

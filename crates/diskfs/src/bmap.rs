@@ -13,7 +13,7 @@ use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
 use std::sync::Arc;
 use stitch_format::indirect::{map_path, pointer, set_pointer};
-use stitch_format::{Inode, InodeNo};
+use stitch_format::{Inode, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 /// A directory's blocks are metadata (the journal journals them in every
@@ -118,7 +118,7 @@ impl DiskFs {
         inode: &mut Inode,
         offset: u64,
         data: Src<'_>,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(usize, Vec<PatchId>)> {
         self.write_data_after(ino, inode, offset, data, now, &[])
     }
@@ -132,7 +132,7 @@ impl DiskFs {
         inode: &mut Inode,
         offset: u64,
         data: Src<'_>,
-        now: u32,
+        now: Timestamp,
         after: &[PatchId],
     ) -> Result<(usize, Vec<PatchId>)> {
         let bs = self.bs as u64;
@@ -195,8 +195,7 @@ impl DiskFs {
         if end > inode.size() {
             inode.set_size(end);
         }
-        inode.core.mtime = now;
-        inode.core.ctime = now;
+        inode.touch(now);
         out.extend(self.write_inode(ino, inode, &out.clone())?);
         Ok((pos, out))
     }

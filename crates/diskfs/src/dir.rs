@@ -20,7 +20,7 @@ use crate::fs::{DiskFs, META};
 use std::collections::HashMap;
 use stitch_format::dir::{self as fdir, MAX_NAME};
 use stitch_format::inode::flags;
-use stitch_format::{FileType, Inode, InodeNo};
+use stitch_format::{FileType, Inode, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 /// Directories indexed at once; past this, one is forgotten per new one.
@@ -247,7 +247,7 @@ impl DiskFs {
         ino: InodeNo,
         ft: FileType,
         deps: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
@@ -336,7 +336,7 @@ impl DiskFs {
         dir: InodeNo,
         name: &[u8],
         deps: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<(Entry, Vec<PatchId>, Option<Vec<PatchId>>)> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
@@ -381,7 +381,7 @@ impl DiskFs {
         ino: InodeNo,
         ft: FileType,
         deps: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.dir_inode(dir)?;
         let mut out = self.clear_index(dir, &mut inode)?;
@@ -523,9 +523,8 @@ impl DiskFs {
     }
 
     /// A directory's modification and change times.
-    fn touch(&mut self, dir: InodeNo, inode: &mut Inode, now: u32) -> Result<Vec<PatchId>> {
-        inode.core.mtime = now;
-        inode.core.ctime = now;
+    fn touch(&mut self, dir: InodeNo, inode: &mut Inode, now: Timestamp) -> Result<Vec<PatchId>> {
+        inode.touch(now);
         self.write_inode(dir, inode, &[])
     }
 }

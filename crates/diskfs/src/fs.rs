@@ -19,7 +19,7 @@ use crate::error::{Damage, Result};
 use crate::journal::Replayed;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, free_totals, GroupDesc};
-use stitch_format::{Geometry, InodeNo, Superblock};
+use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
 use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
 
@@ -72,7 +72,7 @@ impl DiskFs {
     /// relies on (see `validate`), refusing a damaged image before writing
     /// a byte; replays the journal if it holds transactions; durably marks
     /// the file system in use; frees the orphans a crash left.
-    pub fn mount(cache: PatchCache, consistency: Consistency, now: u32) -> Result<DiskFs> {
+    pub fn mount(cache: PatchCache, consistency: Consistency, now: Timestamp) -> Result<DiskFs> {
         Self::mount_with(cache, consistency, JournalConfig::default(), now)
     }
 
@@ -81,7 +81,7 @@ impl DiskFs {
         cache: PatchCache,
         consistency: Consistency,
         jcfg: JournalConfig,
-        now: u32,
+        now: Timestamp,
     ) -> Result<DiskFs> {
         Self::read_and_check(cache, consistency)?.mount(jcfg, now, &[])
     }
@@ -91,7 +91,11 @@ impl DiskFs {
     /// what the bitmaps say right after the file system is marked in use
     /// and before anything else moves them (the orphans' frees first of
     /// all), then the rest are repaired.
-    pub fn mount_reclaiming(cache: PatchCache, leaks: &[crate::Leak], now: u32) -> Result<DiskFs> {
+    pub fn mount_reclaiming(
+        cache: PatchCache,
+        leaks: &[crate::Leak],
+        now: Timestamp,
+    ) -> Result<DiskFs> {
         let opened = Self::read_and_check(cache, Consistency::SoftUpdates)?;
         opened.mount(JournalConfig::default(), now, leaks)
     }
@@ -157,14 +161,14 @@ impl DiskFs {
 
     /// Makes everything durable, marks the file system clean, and returns
     /// the cache. A journal is checkpointed and left empty first.
-    pub fn unmount(mut self, now: u32) -> Result<PatchCache> {
+    pub fn unmount(mut self, now: Timestamp) -> Result<PatchCache> {
         self.sync()?;
         if self.m.journal().is_some() {
             self.m.stop_journal()?;
             self.sb.feature_incompat &= !incompat::RECOVER.bit;
         }
         self.sb.state |= STATE_VALID;
-        self.sb.wtime = now;
+        self.sb.wtime = now.secs() as u32;
         // `sync` writes the superblock first.
         self.sync()?;
         Ok(self.m.into_cache())
@@ -222,6 +226,12 @@ impl DiskFs {
         &self.sb
     }
 
+    /// The times this file system's inodes hold (its inode size decides,
+    /// as for the kernel): what the layer above clamps times to.
+    pub fn time_range(&self) -> TimeRange {
+        TimeRange::of_inode_size(self.geo.inode_size)
+    }
+
     pub fn modes(&self) -> &Modes {
         &self.m
     }
@@ -266,7 +276,7 @@ impl Opened {
     /// then the emptied log), the superblock marked in use (durably), the
     /// journal started, the group summaries set as `leaks` count them, the
     /// orphans freed, the other leaks repaired.
-    fn mount(self, jcfg: JournalConfig, now: u32, leaks: &[crate::Leak]) -> Result<DiskFs> {
+    fn mount(self, jcfg: JournalConfig, now: Timestamp, leaks: &[crate::Leak]) -> Result<DiskFs> {
         let Opened { mut fs, replay } = self;
         // Every check passed: from here on mount writes.
         if let Some(staged) = replay {
@@ -284,7 +294,7 @@ impl Opened {
         };
         fs.sb.state &= !STATE_VALID;
         fs.sb.mnt_count = fs.sb.mnt_count.wrapping_add(1);
-        fs.sb.mtime = now;
+        fs.sb.mtime = now.secs() as u32;
         let p = fs.write_super()?;
         // A crash from here on must find the file system marked in use
         // (and, journaled, needing recovery before the log names anything).

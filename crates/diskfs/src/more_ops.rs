@@ -16,8 +16,9 @@ use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
 use stitch_format::indirect::{pointers, ptrs_per_block, set_pointer};
 use stitch_format::inode::mode::S_IFMT;
+use stitch_format::inode::TimeField;
 use stitch_format::symlink::{self, FAST_MAX};
-use stitch_format::{FileType, Inode, InodeNo};
+use stitch_format::{FileType, Inode, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 /// ext2's largest link count.
@@ -29,10 +30,10 @@ pub struct SetAttr {
     pub perm: Option<u16>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
-    pub atime: Option<u32>,
-    pub mtime: Option<u32>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
     /// The change time; `None` means the operation's `now`.
-    pub ctime: Option<u32>,
+    pub ctime: Option<Timestamp>,
 }
 
 /// The kind of special file `mknod` makes.
@@ -51,7 +52,7 @@ impl DiskFs {
         ino: InodeNo,
         parent: InodeNo,
         name: &[u8],
-        now: u32,
+        now: Timestamp,
     ) -> Result<PatchId> {
         let mut inode = self.read_inode(ino)?;
         self.check_free_name(parent, name)?;
@@ -62,7 +63,7 @@ impl DiskFs {
             return Err(DiskError::TooManyLinks);
         }
         inode.core.links_count += 1;
-        inode.core.ctime = now;
+        inode.set_time(TimeField::Change, now);
         let up = self.write_inode(ino, &inode, &[])?;
         let ft = inode
             .file_type()
@@ -79,7 +80,7 @@ impl DiskFs {
         target: &[u8],
         uid: u32,
         gid: u32,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         if target.is_empty() {
             return Err(DiskError::NotFound);
@@ -145,7 +146,7 @@ impl DiskFs {
         perm: u16,
         uid: u32,
         gid: u32,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         self.check_free_name(parent, name)?;
         let (ft, dev) = match kind {
@@ -167,7 +168,7 @@ impl DiskFs {
 
     /// Changes permission bits, owner and times; the change time is
     /// `set.ctime`, else `now`.
-    pub fn setattr(&mut self, ino: InodeNo, set: SetAttr, now: u32) -> Result<PatchId> {
+    pub fn setattr(&mut self, ino: InodeNo, set: SetAttr, now: Timestamp) -> Result<PatchId> {
         let mut inode = self.read_inode(ino)?;
         if let Some(perm) = set.perm {
             inode.core.mode = (inode.core.mode & S_IFMT) | (perm & 0o7777);
@@ -180,19 +181,19 @@ impl DiskFs {
             inode.set_owner(uid, gid);
         }
         if let Some(t) = set.atime {
-            inode.core.atime = t;
+            inode.set_time(TimeField::Access, t);
         }
         if let Some(t) = set.mtime {
-            inode.core.mtime = t;
+            inode.set_time(TimeField::Modify, t);
         }
-        inode.core.ctime = set.ctime.unwrap_or(now);
+        inode.set_time(TimeField::Change, set.ctime.unwrap_or(now));
         let ps = self.write_inode(ino, &inode, &[])?;
         self.group_of(&[&ps])
     }
 
     /// Sets the size of regular file `ino`: growing leaves a hole, shrinking
     /// frees the blocks past the new end.
-    pub fn truncate(&mut self, ino: InodeNo, size: u64, now: u32) -> Result<PatchId> {
+    pub fn truncate(&mut self, ino: InodeNo, size: u64, now: Timestamp) -> Result<PatchId> {
         let mut inode = self.read_inode(ino)?;
         if inode.is_dir() {
             return Err(DiskError::IsDir);
@@ -213,8 +214,7 @@ impl DiskFs {
             let (freed, cleared) = self.cut_map(&mut inode, size.div_ceil(self.bs as u64))?;
             inode.core.blocks_lo -= freed.len() as u32 * (self.bs / 512) as u32;
             inode.set_size(size);
-            inode.core.mtime = now;
-            inode.core.ctime = now;
+            inode.touch(now);
             let ip = self.write_inode(ino, &inode, &cleared)?;
             let after: Vec<PatchId> = cleared.iter().chain(&ip).copied().collect();
             for b in freed {
@@ -223,8 +223,7 @@ impl DiskFs {
             out.extend(after);
         } else if size > inode.size() {
             inode.set_size(size);
-            inode.core.mtime = now;
-            inode.core.ctime = now;
+            inode.touch(now);
             out.extend(self.write_inode(ino, &inode, &[])?);
         }
         self.group_of(&[&out])

@@ -21,8 +21,8 @@ use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use std::sync::Arc;
 use stitch_format::dir::new_dir_block;
-use stitch_format::inode::ROOT_INO;
-use stitch_format::{FileType, Inode, InodeNo};
+use stitch_format::inode::{TimeField, ROOT_INO};
+use stitch_format::{FileType, Inode, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 /// The attributes `stat` shows.
@@ -38,11 +38,25 @@ pub struct Attr {
     pub size: u64,
     /// 512-byte sectors allocated.
     pub sectors: u32,
-    pub atime: u32,
-    pub mtime: u32,
-    pub ctime: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     /// A device node's (major, minor); `None` for other kinds.
     pub rdev: Option<(u32, u32)>,
+    /// The inode's extended-attribute block, which `sectors` counts.
+    pub xattr_block: XattrBlock,
+}
+
+/// Whether an inode names an extended-attribute block, and whether the
+/// block goes with it: a deletion frees a block only its inode names,
+/// and drops a shared block's count instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrBlock {
+    None,
+    /// Named by this inode alone.
+    Own,
+    /// Named by other inodes too (or unreadable, so not to be counted on).
+    Shared,
 }
 
 /// ext2's largest link count.
@@ -55,6 +69,13 @@ impl DiskFs {
 
     pub fn getattr(&mut self, ino: InodeNo) -> Result<Attr> {
         let i = self.read_inode(ino)?;
+        let xattr_block = match i.file_acl() {
+            0 => XattrBlock::None,
+            b => match self.xattr_block(ino, b, stitch_format::xattr::XattrHeader::parse) {
+                Ok(h) if h.refcount == 1 => XattrBlock::Own,
+                _ => XattrBlock::Shared,
+            },
+        };
         Ok(Attr {
             ino,
             kind: i.file_type(),
@@ -64,14 +85,15 @@ impl DiskFs {
             gid: i.gid(),
             size: i.size(),
             sectors: i.sectors(),
-            atime: i.core.atime,
-            mtime: i.core.mtime,
-            ctime: i.core.ctime,
+            atime: i.time(TimeField::Access),
+            mtime: i.time(TimeField::Modify),
+            ctime: i.time(TimeField::Change),
             rdev: matches!(
                 i.file_type(),
                 Some(FileType::CharDevice | FileType::BlockDevice)
             )
             .then(|| i.device()),
+            xattr_block,
         })
     }
 
@@ -83,7 +105,7 @@ impl DiskFs {
         perm: u16,
         uid: u32,
         gid: u32,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         self.check_new_name(parent, name)?;
         let (ino, ib) = self.alloc_inode(parent, false)?;
@@ -109,7 +131,7 @@ impl DiskFs {
         perm: u16,
         uid: u32,
         gid: u32,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         self.check_new_name(parent, name)?;
         let mut pinode = self.dir_inode(parent)?;
@@ -140,7 +162,7 @@ impl DiskFs {
     }
 
     /// Removes the name `name` of a non-directory from `parent`.
-    pub fn unlink(&mut self, parent: InodeNo, name: &[u8], now: u32) -> Result<PatchId> {
+    pub fn unlink(&mut self, parent: InodeNo, name: &[u8], now: Timestamp) -> Result<PatchId> {
         let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
         let inode = self.read_inode(entry.ino)?;
         if inode.is_dir() {
@@ -171,7 +193,7 @@ impl DiskFs {
         &mut self,
         ino: InodeNo,
         removed: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let keeps_names = self.read_inode(ino)?.core.links_count > 1;
         let dropped = self.drop_link(ino, removed, now)?;
@@ -179,7 +201,7 @@ impl DiskFs {
     }
 
     /// Removes the empty directory `name` from `parent`.
-    pub fn rmdir(&mut self, parent: InodeNo, name: &[u8], now: u32) -> Result<PatchId> {
+    pub fn rmdir(&mut self, parent: InodeNo, name: &[u8], now: Timestamp) -> Result<PatchId> {
         let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
         if !self.read_inode(entry.ino)?.is_dir() {
             return Err(DiskError::NotDir);
@@ -204,7 +226,7 @@ impl DiskFs {
         ino: InodeNo,
         offset: u64,
         data: &[u8],
-        now: u32,
+        now: Timestamp,
     ) -> Result<(usize, PatchId)> {
         self.write_src(ino, offset, Src::Bytes(data), now)
     }
@@ -220,7 +242,7 @@ impl DiskFs {
         offset: u64,
         pages: &[Arc<Vec<u8>>],
         len: usize,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(usize, PatchId)> {
         let bs = self.bs;
         if !offset.is_multiple_of(bs as u64)
@@ -242,7 +264,7 @@ impl DiskFs {
         ino: InodeNo,
         offset: u64,
         data: Src<'_>,
-        now: u32,
+        now: Timestamp,
     ) -> Result<(usize, PatchId)> {
         let mut inode = self.read_inode(ino)?;
         if inode.is_dir() {
@@ -276,12 +298,12 @@ impl DiskFs {
         &mut self,
         ino: InodeNo,
         removed: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(ino)?;
         if inode.core.links_count > 1 {
             inode.core.links_count -= 1;
-            inode.core.ctime = now;
+            inode.set_time(TimeField::Change, now);
             return self.write_inode(ino, &inode, removed);
         }
         if self.open.get(&ino).is_some_and(|&n| n > 0) {
@@ -297,13 +319,13 @@ impl DiskFs {
         ino: InodeNo,
         dir: bool,
         deps: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(ino)?;
         let blocks = self.owned_blocks(&inode)?;
         let xattrs = inode.file_acl();
         inode.core.links_count = 0;
-        inode.core.dtime = now;
+        inode.core.dtime = now.secs() as u32;
         let mut out = self.write_inode(ino, &inode, deps)?;
         let cleared = if out.is_empty() {
             deps.to_vec()

@@ -10,7 +10,8 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use stitch_format::InodeNo;
+use stitch_format::inode::TimeField;
+use stitch_format::{InodeNo, Timestamp};
 use stitch_patch::PatchId;
 
 /// What made an orphan, for the changes that must follow it.
@@ -36,7 +37,7 @@ impl DiskFs {
 
     /// The layer above closed `ino`; the last close of an unlinked file
     /// deletes it.
-    pub fn release(&mut self, ino: InodeNo, now: u32) -> Result<Option<PatchId>> {
+    pub fn release(&mut self, ino: InodeNo, now: Timestamp) -> Result<Option<PatchId>> {
         let n = self
             .open
             .get_mut(&ino)
@@ -66,7 +67,7 @@ impl DiskFs {
         &mut self,
         ino: InodeNo,
         removed: &[PatchId],
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(ino)?;
         inode.core.dtime = self.sb.last_orphan;
@@ -76,7 +77,7 @@ impl DiskFs {
         self.sb.last_orphan = ino.0;
         let head = self.write_super_after(&linked)?;
         inode.core.links_count = 0;
-        inode.core.ctime = now;
+        inode.set_time(TimeField::Change, now);
         let deps: Vec<PatchId> = removed
             .iter()
             .chain(&linked)
@@ -145,7 +146,7 @@ impl DiskFs {
 
     /// Frees every inode on the orphan list (at mount: their files were
     /// open when the system stopped).
-    pub(crate) fn free_orphans(&mut self, now: u32) -> Result<()> {
+    pub(crate) fn free_orphans(&mut self, now: Timestamp) -> Result<()> {
         let mut seen = 0;
         while self.sb.last_orphan != 0 {
             seen += 1;

@@ -28,7 +28,8 @@
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
 use stitch_format::dir::set_inode;
-use stitch_format::{FileType, InodeNo};
+use stitch_format::inode::TimeField;
+use stitch_format::{FileType, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 /// `renameat2` flags.
@@ -51,7 +52,7 @@ impl DiskFs {
         dp: InodeNo,
         dn: &[u8],
         flags: RenameFlags,
-        now: u32,
+        now: Timestamp,
     ) -> Result<PatchId> {
         if flags.noreplace && flags.exchange {
             return Err(DiskError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
@@ -142,7 +143,7 @@ impl DiskFs {
         dp: InodeNo,
         dn: &[u8],
         dst: Option<InodeNo>,
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let mut inode = self.read_inode(src)?;
         let ft = inode
@@ -166,7 +167,7 @@ impl DiskFs {
         }
         let mut inode = self.read_inode(src)?;
         inode.core.links_count -= 1;
-        inode.core.ctime = now;
+        inode.set_time(TimeField::Change, now);
         // The count coming down is not part of what the rename stands for
         // (see the module's soft-updates order).
         self.write_inode(src, &inode, &removed)?;
@@ -187,7 +188,7 @@ impl DiskFs {
         dp: InodeNo,
         dn: &[u8],
         dst: Option<InodeNo>,
-        now: u32,
+        now: Timestamp,
     ) -> Result<Vec<PatchId>> {
         let (_, removed, before) = self.remove_entry(sp, sn, &[], now)?;
         let mut out = removed.clone();
@@ -279,7 +280,7 @@ impl DiskFs {
         dp: InodeNo,
         dn: &[u8],
         b: InodeNo,
-        now: u32,
+        now: Timestamp,
     ) -> Result<PatchId> {
         let (a_dir, b_dir) = (self.read_inode(a)?.is_dir(), self.read_inode(b)?.is_dir());
         if (a_dir && self.is_ancestor_or_self(a, dp)?)
@@ -324,7 +325,7 @@ impl DiskFs {
         }
         for i in [a, b] {
             let mut n = self.read_inode(i)?;
-            n.core.ctime = now;
+            n.set_time(TimeField::Change, now);
             out.extend(self.write_inode(i, &n, &[])?);
         }
         Ok(self.m.group(&out)?)

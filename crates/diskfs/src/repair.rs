@@ -13,7 +13,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use stitch_format::{FileType, InodeNo};
+use stitch_format::{FileType, InodeNo, Timestamp};
 
 /// One soft-updates leak, as a checker reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Leak {
 
 impl DiskFs {
     /// Repairs `leaks`; returns how many it repaired.
-    pub fn repair_leaks(&mut self, leaks: &[Leak], now: u32) -> Result<usize> {
+    pub fn repair_leaks(&mut self, leaks: &[Leak], now: Timestamp) -> Result<usize> {
         let mut sorted = leaks.to_vec();
         sorted.sort_by_key(Leak::rank);
         // A reconnected directory gains an entry the report did not count:
@@ -137,7 +137,7 @@ impl DiskFs {
         Ok(done)
     }
 
-    fn repair(&mut self, leak: Leak, now: u32) -> Result<()> {
+    fn repair(&mut self, leak: Leak, now: Timestamp) -> Result<()> {
         match leak {
             Leak::GroupFreeBlocks { group, counted } => {
                 self.set_group(group, counted, |g, n| g.free_blocks_count = n)
@@ -178,7 +178,9 @@ impl DiskFs {
             }),
             Leak::DirSize { ino, should_be } => self.edit_inode(ino, |i| i.set_size(should_be)),
             Leak::OrphanLink { ino } => self.edit_inode(ino, |i| i.core.dtime = 0),
-            Leak::DeletionTime { ino } => self.edit_inode(ino, |i| i.core.dtime = now),
+            Leak::DeletionTime { ino } => {
+                self.edit_inode(ino, |i| i.core.dtime = now.secs() as u32)
+            }
             Leak::XattrRefcount { block, users } => self.set_xattr_refcount(block, users),
             Leak::UnconnectedDirectory { ino } => self.reconnect(ino, FileType::Directory, now),
             Leak::LinkCount { ino, counted: 0 } => {
@@ -245,7 +247,7 @@ impl DiskFs {
 
     /// Names `ino` `#ino` in `lost+found` (a directory also gets its `..`
     /// pointed there, and `lost+found` a link for it).
-    fn reconnect(&mut self, ino: InodeNo, ft: FileType, now: u32) -> Result<()> {
+    fn reconnect(&mut self, ino: InodeNo, ft: FileType, now: Timestamp) -> Result<()> {
         let root = self.root();
         let lf = self
             .lookup(root, b"lost+found")?

@@ -13,9 +13,10 @@
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::features::compat;
+use stitch_format::inode::TimeField;
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
 use stitch_format::xattr::{self, Xattr};
-use stitch_format::{Inode, InodeNo};
+use stitch_format::{Inode, InodeNo, Timestamp};
 use stitch_patch::{BlockNo, PatchId};
 
 impl DiskFs {
@@ -77,7 +78,7 @@ impl DiskFs {
     /// set; empty removes them all), in the order the module describes.
     /// Refused when the image lacks `ext_attr` or the set does not fit one
     /// block (`NoSpace`, as ext2 does).
-    pub fn set_xattrs(&mut self, ino: InodeNo, attrs: &[Xattr], now: u32) -> Result<PatchId> {
+    pub fn set_xattrs(&mut self, ino: InodeNo, attrs: &[Xattr], now: Timestamp) -> Result<PatchId> {
         if !self.supports_xattrs() {
             return Err(DiskError::Invalid("the image has no ext_attr feature"));
         }
@@ -102,7 +103,7 @@ impl DiskFs {
             _ => {}
         }
         inode.core.file_acl_lo = new;
-        inode.core.ctime = now;
+        inode.set_time(TimeField::Change, now);
         let named = self.write_inode_clearing_attrs(ino, &inode, &made)?;
         let mut all = made;
         all.extend(&named);

@@ -16,7 +16,7 @@ use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_patch::{CacheConfig, PatchCache};
 use stitch_testkit::damaged::{self, Damage};
 
-const NOW: u32 = 1_700_000_000;
+const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
 fn modes(journal: bool) -> Vec<Consistency> {
     let mut m = vec![Consistency::SoftUpdates, Consistency::Async];

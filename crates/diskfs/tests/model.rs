@@ -96,8 +96,12 @@ impl InodeView for View<'_> {
         self.0.read(ino, 0, size as usize).map_err(errno)
     }
 
-    fn mtime(&mut self, ino: InodeNo) -> Result<u32, Errno> {
-        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    fn mtime(&mut self, ino: InodeNo) -> Result<stitch_model::Time, Errno> {
+        let t = self.0.getattr(ino).map_err(errno)?.mtime;
+        Ok(stitch_model::Time {
+            secs: t.secs(),
+            nsec: t.nsec(),
+        })
     }
 
     fn entries(&mut self, dir: InodeNo) -> Result<Vec<(Name, InodeNo)>, Errno> {
@@ -219,9 +223,10 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, Errno> {
         }
         Op::SetTimes { path, atime, mtime } => {
             let ino = view::resolve(&mut View(fs), path)?;
+            let disk_time = |t: &stitch_model::Time| stitch_diskfs::Timestamp::new(t.secs, t.nsec);
             let set = SetAttr {
-                atime: Some(*atime),
-                mtime: Some(*mtime),
+                atime: Some(disk_time(atime)),
+                mtime: Some(disk_time(mtime)),
                 ..SetAttr::default()
             };
             done(fs.setattr(ino, set, NOW))
@@ -239,7 +244,7 @@ fn run(seed: u64, n: usize) {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let (dev, mut fs) = mount(image(tmp.path()));
     let mut model = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
-    model.set_now(NOW);
+    model.set_now(stitch_model::Time::from_secs(NOW.secs()));
     let cfg = GenConfig {
         chown: false,
         max_offset: 1 << 20,
@@ -316,7 +321,7 @@ fn kernel_tree(mnt: &std::path::Path) -> Tree {
 /// The model after `ops`, and those ops, for one seed.
 fn model_after(seed: u64, n: usize) -> (Model, Vec<Op>) {
     let mut model = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
-    model.set_now(NOW);
+    model.set_now(stitch_model::Time::from_secs(NOW.secs()));
     let cfg = GenConfig {
         max_offset: 1 << 20,
         max_write: 40 << 10,

@@ -90,7 +90,9 @@ fn files_and_directories_survive_unmount_and_remount() {
     fs.unlink(docs, b"f4", NOW).unwrap();
     files.retain(|f| f.1 != "f4");
 
-    let cache = fs.unmount(NOW + 1).unwrap();
+    let cache = fs
+        .unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))
+        .unwrap();
     drop(cache);
     let image = dev.snapshot();
     judge(tmp.path(), &image);
@@ -453,7 +455,10 @@ fn a_large_directory_thinned_and_refilled_stays_exact() {
         assert_eq!(fs.lookup(root, b"out").unwrap().map(|e| e.ino), Some(out));
     };
     check(&mut fs, &inos);
-    drop(fs.unmount(NOW + 1).unwrap());
+    drop(
+        fs.unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))
+            .unwrap(),
+    );
     let image = dev.snapshot();
     judge(tmp.path(), &image);
     let (_, mut fs) = mount(image, Consistency::SoftUpdates);
@@ -623,7 +628,8 @@ fn written_pages_are_shared_and_read_back_after_remount() {
             fs.write_pages(ino, 0, &short, 100, NOW),
             Err(DiskError::Invalid(_))
         ));
-        fs.unmount(NOW + 1).unwrap();
+        fs.unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))
+            .unwrap();
         let image = dev.snapshot();
         judge(tmp.path(), &image);
         let (_, mut fs) = mount(image, mode);

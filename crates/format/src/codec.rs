@@ -185,6 +185,34 @@ pub const fn check_layout(fields: &[(usize, usize)], size: usize) -> bool {
     end <= size
 }
 
+/// The offset of field `name` in an `ondisk!` struct's `OFFSETS`, for
+/// constants derived from the one table; a name not in it stops the build.
+pub const fn offset_of(offsets: &[(&str, usize)], name: &str) -> usize {
+    let mut i = 0;
+    while i < offsets.len() {
+        if const_str_eq(offsets[i].0, name) {
+            return offsets[i].1;
+        }
+        i += 1;
+    }
+    panic!("no such field in the on-disk table");
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Declares an on-disk structure from one table of `offset name: type` lines.
 ///
 /// Generates the struct (all fields `pub`), `SIZE`, `OFFSETS` (name, offset)

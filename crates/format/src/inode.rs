@@ -5,13 +5,20 @@
 //! extended attributes; [`Inode::encode_into`] never touches them, so a
 //! decode/modify/encode cycle preserves attributes stitchfs does not model.
 //!
+//! Times are read and written only through [`Inode::time`] and
+//! [`Inode::set_time`], which keep them as the kernel's ext4 driver does
+//! (see [`crate::time`]): seconds in the base field, and epoch bits and
+//! nanoseconds in the field's `_extra` word where `i_extra_isize` covers
+//! it (`EXT4_FITS_IN_INODE`).
+//!
 //! Invariant: a decoded [`Inode`] has an `extra_isize` that fits its slot
 //! and is a multiple of 4 (what e2fsck requires); `extra` fields it does not
 //! cover read as zero.
 
-use crate::codec::{ondisk, Le};
+use crate::codec::{offset_of, ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
 use crate::superblock::GOOD_OLD_INODE_SIZE;
+use crate::time::{TimeRange, Timestamp};
 pub use crate::units::InodeNo;
 
 /// The bad-blocks inode.
@@ -28,8 +35,11 @@ pub const FIRST_INO: InodeNo = InodeNo(11);
 /// Number of block pointers in `i_block`: 12 direct, then single, double
 /// and triple indirect.
 pub const N_BLOCKS: usize = 15;
-/// Bytes of the fixed 256-byte-inode extension stitchfs writes (mke2fs's
-/// `s_want_extra_isize`).
+/// Bytes of the fixed 256-byte-inode extension stitchfs writes in every
+/// inode it creates: mke2fs's `s_want_extra_isize` and `s_min_extra_isize`,
+/// and what the kernel gives a new inode (`sizeof(struct ext4_inode)` less
+/// the 128-byte core, unless the `extra_isize` feature, which stitchfs
+/// refuses, asks for more).
 pub const WANT_EXTRA_ISIZE: u16 = 32;
 
 /// `i_flags` bits stitchfs needs to recognise.
@@ -179,6 +189,65 @@ ondisk! {
     }
 }
 
+/// Where a time field's `_extra` word ends, counted from the start of the
+/// inode: `i_extra_isize` must reach `end - 128` for the inode to hold it
+/// (`EXT4_FITS_IN_INODE`). Every time word is 4 bytes.
+const fn extra_end(field: &str) -> usize {
+    GOOD_OLD_INODE_SIZE as usize + offset_of(InodeExtra::OFFSETS, field) + 4
+}
+
+const CTIME_EXTRA_END: usize = extra_end("ctime_extra");
+const MTIME_EXTRA_END: usize = extra_end("mtime_extra");
+/// The end of `i_atime_extra`, the last of the three `_extra` words: a
+/// file system whose inodes reach it holds nanoseconds
+/// ([`TimeRange::Nanoseconds`]).
+pub const ATIME_EXTRA_END: usize = extra_end("atime_extra");
+const CRTIME_END: usize = extra_end("crtime");
+const CRTIME_EXTRA_END: usize = extra_end("crtime_extra");
+
+/// One of the times an inode keeps.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TimeField {
+    /// `i_atime`: last read.
+    Access,
+    /// `i_mtime`: last change of contents.
+    Modify,
+    /// `i_ctime`: last change of the inode.
+    Change,
+    /// `i_crtime`: creation, kept only in the extension.
+    Create,
+}
+
+/// A time's two words: the base (low 32 bits of the seconds) and the
+/// `_extra` word (epoch bits and nanoseconds), if the inode holds one.
+fn encode_time(t: Timestamp, extra: bool) -> (u32, Option<u32>) {
+    if !extra {
+        // EXT4_INODE_SET_XTIME without room: clamped 32-bit seconds.
+        let t = TimeRange::Seconds.truncate(t);
+        return (t.secs() as i32 as u32, None);
+    }
+    let t = TimeRange::Nanoseconds.truncate(t);
+    // ext4_encode_extra_time: how many 2^32 steps the seconds are above
+    // their low 32 bits read as signed.
+    let epoch = ((t.secs() - i64::from(t.secs() as i32)) >> 32) as u32 & EPOCH_MASK;
+    (
+        t.secs() as i32 as u32,
+        Some(epoch | (t.nsec() << EPOCH_BITS)),
+    )
+}
+
+/// ext4_decode_extra_time; an `_extra` word of 0 (or none) leaves plain
+/// signed seconds. Nanoseconds past 10^9 - 1 (bits no encoder writes) read
+/// as 10^9 - 1.
+fn decode_time(base: u32, extra: Option<u32>) -> Timestamp {
+    let extra = extra.unwrap_or(0);
+    let secs = i64::from(base as i32) + (i64::from(extra & EPOCH_MASK) << 32);
+    Timestamp::new(secs, (extra >> EPOCH_BITS).min(999_999_999))
+}
+
+const EPOCH_BITS: u32 = 2;
+const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
+
 /// An inode: the core, and the extension if the slot is larger than 128 bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Inode {
@@ -240,22 +309,96 @@ impl Inode {
     }
 
     /// A fresh inode for a slot of `inode_size` bytes, with mke2fs's
-    /// extension size, all times set to `now`.
-    pub fn new(ft: FileType, perm: u16, inode_size: u16, now: u32) -> Self {
+    /// extension size, all times (creation too) set to `now`.
+    pub fn new(ft: FileType, perm: u16, inode_size: u16, now: Timestamp) -> Self {
         let mut core = InodeCore {
             mode: ft.mode_bits() | (perm & 0o7777),
-            atime: now,
-            ctime: now,
-            mtime: now,
             ..Default::default()
         };
         core.links_count = 1;
         let extra = (usize::from(inode_size) >= CORE + InodeExtra::SIZE).then(|| InodeExtra {
             extra_isize: WANT_EXTRA_ISIZE,
-            crtime: now,
             ..Default::default()
         });
-        Inode { core, extra }
+        let mut inode = Inode { core, extra };
+        for f in [
+            TimeField::Access,
+            TimeField::Modify,
+            TimeField::Change,
+            TimeField::Create,
+        ] {
+            inode.set_time(f, now);
+        }
+        inode
+    }
+
+    /// `i_extra_isize`: bytes of the extension in use (0 without one).
+    pub fn extra_isize(&self) -> u16 {
+        self.extra.as_ref().map_or(0, |x| x.extra_isize)
+    }
+
+    /// Whether the extension covers bytes up to `end` of the inode.
+    fn covers(&self, end: usize) -> bool {
+        CORE + usize::from(self.extra_isize()) >= end
+    }
+
+    /// A time as the kernel reads it. Creation time is the epoch where the
+    /// inode has no room for it.
+    pub fn time(&self, f: TimeField) -> Timestamp {
+        let x = self.extra.as_ref();
+        let word = |end: usize, v: fn(&InodeExtra) -> u32| x.filter(|_| self.covers(end)).map(v);
+        match f {
+            TimeField::Access => {
+                decode_time(self.core.atime, word(ATIME_EXTRA_END, |x| x.atime_extra))
+            }
+            TimeField::Modify => {
+                decode_time(self.core.mtime, word(MTIME_EXTRA_END, |x| x.mtime_extra))
+            }
+            TimeField::Change => {
+                decode_time(self.core.ctime, word(CTIME_EXTRA_END, |x| x.ctime_extra))
+            }
+            TimeField::Create => match word(CRTIME_END, |x| x.crtime) {
+                Some(base) => decode_time(base, word(CRTIME_EXTRA_END, |x| x.crtime_extra)),
+                None => Timestamp::EPOCH,
+            },
+        }
+    }
+
+    /// Sets a time as the kernel writes it: with its `_extra` word where
+    /// the inode has one, else as clamped whole seconds. Creation time is
+    /// kept only where the inode has room for it.
+    pub fn set_time(&mut self, f: TimeField, t: Timestamp) {
+        let covers = |end| self.covers(end);
+        let (fits, extra_fits) = match f {
+            TimeField::Access => (true, covers(ATIME_EXTRA_END)),
+            TimeField::Modify => (true, covers(MTIME_EXTRA_END)),
+            TimeField::Change => (true, covers(CTIME_EXTRA_END)),
+            TimeField::Create => (covers(CRTIME_END), covers(CRTIME_EXTRA_END)),
+        };
+        if !fits {
+            return;
+        }
+        let (base, extra) = encode_time(t, extra_fits);
+        let x = self.extra.as_mut();
+        let (slot, extra_slot) = match f {
+            TimeField::Access => (&mut self.core.atime, x.map(|x| &mut x.atime_extra)),
+            TimeField::Modify => (&mut self.core.mtime, x.map(|x| &mut x.mtime_extra)),
+            TimeField::Change => (&mut self.core.ctime, x.map(|x| &mut x.ctime_extra)),
+            TimeField::Create => {
+                let x = x.expect("crtime fits only in the extension");
+                (&mut x.crtime, Some(&mut x.crtime_extra))
+            }
+        };
+        *slot = base;
+        if let (Some(v), Some(slot)) = (extra, extra_slot) {
+            *slot = v;
+        }
+    }
+
+    /// A change of contents at `t`: modification and change times.
+    pub fn touch(&mut self, t: Timestamp) {
+        self.set_time(TimeField::Modify, t);
+        self.set_time(TimeField::Change, t);
     }
 
     pub fn file_type(&self) -> Option<FileType> {
@@ -343,7 +486,7 @@ mod tests {
     #[test]
     fn extension_never_touches_xattr_space() {
         let mut slot = [0xAAu8; 256];
-        let mut ino = Inode::new(FileType::Regular, 0o644, 256, 7);
+        let mut ino = Inode::new(FileType::Regular, 0o644, 256, Timestamp::from_secs(7));
         ino.extra.as_mut().unwrap().extra_isize = 4;
         ino.extra.as_mut().unwrap().crtime = 9; // not covered by isize 4
         ino.encode_into(&mut slot);
@@ -354,6 +497,75 @@ mod tests {
             0,
             "uncovered field reads as zero"
         );
+    }
+
+    /// The kernel's table of encodings (the comment above
+    /// `ext4_encode_extra_time` in fs/ext4/ext4.h): seconds, the base field
+    /// and the epoch bits, at both ends of every epoch.
+    #[test]
+    fn times_encode_as_the_kernel_does() {
+        let table: [(i64, u32, u32); 10] = [
+            (-0x8000_0000, 0x8000_0000, 0),
+            (-1, 0xFFFF_FFFF, 0),
+            (0, 0, 0),
+            (0x7FFF_FFFF, 0x7FFF_FFFF, 0),
+            (0x8000_0000, 0x8000_0000, 1),
+            (0xFFFF_FFFF, 0xFFFF_FFFF, 1),
+            (0x1_0000_0000, 0, 1),
+            (0x1_7FFF_FFFF, 0x7FFF_FFFF, 1),
+            (0x1_8000_0000, 0x8000_0000, 2),
+            (0x3_7FFF_FFFF, 0x7FFF_FFFF, 3),
+        ];
+        let mut slot = [0u8; 256];
+        for (secs, base, epoch) in table {
+            let t = Timestamp::new(secs, 123_456_789);
+            // The ends of the range keep no nanoseconds (as the kernel's
+            // timestamp_truncate).
+            let want = match secs {
+                0x3_7FFF_FFFF | -0x8000_0000 => Timestamp::from_secs(secs),
+                _ => t,
+            };
+            let mut ino = Inode::new(FileType::Regular, 0o644, 256, Timestamp::EPOCH);
+            ino.set_time(TimeField::Modify, t);
+            ino.encode_into(&mut slot);
+            let x = ino.extra.as_ref().unwrap();
+            let words = (ino.core.mtime, x.mtime_extra);
+            assert_eq!(words, (base, epoch | want.nsec() << 2), "{secs:#x}");
+            let back = Inode::decode(&slot).unwrap();
+            assert_eq!(back.time(TimeField::Modify), want, "{secs:#x}");
+        }
+    }
+
+    /// Without room for an `_extra` word the kernel keeps clamped signed
+    /// seconds; a creation time needs the extension.
+    #[test]
+    fn times_without_room_are_whole_clamped_seconds() {
+        let t = |s| Timestamp::new(s, 5);
+        let mut ino = Inode::new(FileType::Regular, 0o644, 128, t(100));
+        assert_eq!(ino.time(TimeField::Change), Timestamp::from_secs(100));
+        assert_eq!(ino.time(TimeField::Create), Timestamp::EPOCH);
+        ino.set_time(TimeField::Access, t(1 << 31));
+        ino.set_time(TimeField::Modify, t(-(1 << 40)));
+        assert_eq!(ino.core.atime, 0x7FFF_FFFF);
+        assert_eq!(
+            ino.time(TimeField::Modify),
+            Timestamp::from_secs(-(1 << 31))
+        );
+        // An extension too short for atime_extra (kernels before 2.6.23).
+        let mut slot = [0u8; 256];
+        let mut ino = Inode::new(FileType::Regular, 0o644, 256, t(1));
+        ino.extra.as_mut().unwrap().extra_isize = 12;
+        ino.set_time(TimeField::Access, t(1 << 31));
+        ino.set_time(TimeField::Modify, t(1 << 31));
+        ino.encode_into(&mut slot);
+        let back = Inode::decode(&slot).unwrap();
+        assert_eq!(
+            back.time(TimeField::Access),
+            Timestamp::from_secs((1 << 31) - 1)
+        );
+        assert_eq!(back.time(TimeField::Modify), t(1 << 31));
+        assert_eq!(back.time(TimeField::Create), Timestamp::EPOCH);
+        assert_eq!(ATIME_EXTRA_END, 144);
     }
 
     #[test]
@@ -372,7 +584,7 @@ mod tests {
 
     #[test]
     fn device_numbers_round_trip_both_encodings() {
-        let mut ino = Inode::new(FileType::CharDevice, 0o600, 128, 0);
+        let mut ino = Inode::new(FileType::CharDevice, 0o600, 128, Timestamp::EPOCH);
         for (ma, mi) in [(1, 3), (259, 70000), (8, 300)] {
             ino.set_device(ma, mi);
             assert_eq!(ino.device(), (ma, mi));

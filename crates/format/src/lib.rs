@@ -24,6 +24,7 @@ pub mod inode;
 pub mod jbd2;
 pub mod superblock;
 pub mod symlink;
+pub mod time;
 pub mod units;
 pub mod xattr;
 
@@ -32,4 +33,5 @@ pub use geometry::{Geometry, GroupLayout, InodeLocation, SuperCopy};
 pub use group_desc::GroupDesc;
 pub use inode::{FileType, Inode, InodeCore, InodeExtra};
 pub use superblock::Superblock;
+pub use time::{TimeRange, Timestamp};
 pub use units::{BlockNo, BlockSize, GroupNo, InodeNo, JournalBlockNo};

@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn fast_round_trip_and_limits() {
-        let mut ino = Inode::new(FileType::Symlink, 0o777, 256, 0);
+        let mut ino = Inode::new(FileType::Symlink, 0o777, 256, crate::Timestamp::EPOCH);
         set_fast_target(&mut ino, b"../some/where").unwrap();
         assert!(is_fast(&ino));
         assert_eq!(fast_target(&ino).unwrap(), b"../some/where");
@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn slow_round_trip_and_corrupt_size() {
-        let mut ino = Inode::new(FileType::Symlink, 0o777, 256, 0);
+        let mut ino = Inode::new(FileType::Symlink, 0o777, 256, crate::Timestamp::EPOCH);
         let t = vec![b'x'; 100];
         let b = slow_block(&t, 4096).unwrap();
         ino.set_size(100);

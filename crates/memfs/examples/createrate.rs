@@ -23,7 +23,12 @@ fn main() {
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap());
     let cache = PatchCache::new(dev, CacheConfig::default());
-    let disk = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), 1).unwrap();
+    let disk = DiskFs::mount(
+        cache,
+        Consistency::Journal(DataMode::Ordered),
+        stitch_diskfs::Timestamp::from_secs(1),
+    )
+    .unwrap();
     let fs = MemFs::mount(
         disk,
         Options {

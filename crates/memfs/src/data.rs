@@ -6,12 +6,12 @@ use crate::error::{MemError, Result};
 use crate::fs::{Claim, MemFs};
 use crate::log::LogOp;
 use crate::node::{NodeState, Page, Xattrs};
-use crate::types::{Attr, DropSetId, Kind, SetAttrs, XattrSet};
+use crate::types::{Attr, DropSetId, Kind, SetAttrs, SetTime, XattrSet};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Xattr};
+use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Timestamp, Xattr};
 
 /// ext2's largest file with 4 KiB blocks and triple indirect maps is
 /// about 4 TiB; the block map limit is checked by diskfs at flush, this
@@ -279,7 +279,7 @@ impl MemFs {
     }
 
     /// Logs the first change since the last flush.
-    pub(crate) fn mark_dirty(&self, ino: u64, s: &mut NodeState, t: u32) {
+    pub(crate) fn mark_dirty(&self, ino: u64, s: &mut NodeState, t: Timestamp) {
         if !s.dirty && !s.never_disk {
             s.dirty = true;
             self.log(t, LogOp::Dirty { ino });
@@ -311,6 +311,7 @@ impl MemFs {
                 }
             }
             s.min_size = s.min_size.min(size);
+            self.recount_frees(s);
         }
         s.size = size;
         Ok(())
@@ -342,9 +343,11 @@ impl MemFs {
             s.mtime = t;
         }
         // After the truncate (which may fail), before the owner changes
-        // (the rule looks at the group the caller found).
+        // (the rule looks at the group the caller found). Every type but a
+        // directory: only a file is truncated, but a change of owner takes
+        // the bits of a fifo, socket or device node too.
         if let Some(who) = set.drop_setid {
-            if s.kind == Kind::File {
+            if s.kind != Kind::Dir {
                 s.perm = who.apply(s.perm, s.gid);
             }
         }
@@ -357,11 +360,15 @@ impl MemFs {
         if let Some(g) = set.gid {
             s.gid = g;
         }
+        let at = |given: SetTime| match given {
+            SetTime::Now => t,
+            SetTime::At(x) => self.inner.times.truncate(x),
+        };
         if let Some(a) = set.atime {
-            s.atime = a;
+            s.atime = at(a);
         }
         if let Some(m) = set.mtime {
-            s.mtime = m;
+            s.mtime = at(m);
         }
         s.ctime = t;
         // A removed directory's inode is freed (or on its way to be): the

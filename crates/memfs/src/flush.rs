@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Xattr};
+use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Timestamp, Xattr, XattrBlock};
 use stitch_patch::{PatchId, SyncStep};
 
 /// A flush that found diskfs gone (unmounted while it waited).
@@ -135,6 +135,8 @@ struct Plan {
     absorbed: usize,
     /// Blocks the flushed operations and pages had reserved.
     reserved: i64,
+    /// Blocks `statfs` counted as freed by this plan (`frees`).
+    frees: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -359,6 +361,7 @@ impl MemFs {
             open: Vec::new(),
             absorbed: 0,
             reserved: 0,
+            frees: 0,
         };
         for st in &selected {
             let e = merged.take(*st);
@@ -374,9 +377,8 @@ impl MemFs {
             }
             match &e.op {
                 LogOp::Dirty { ino } => {
-                    if let Some(f) =
-                        self.take_state(*ino, merged, &selected, &nodes, &mut plan.reserved)
-                    {
+                    let taken = (&mut plan.reserved, &mut plan.frees);
+                    if let Some(f) = self.take_state(*ino, merged, &selected, &nodes, taken) {
                         plan.files.push(f);
                     }
                 }
@@ -408,6 +410,7 @@ impl MemFs {
             s.dirty = false;
             s.xattrs_dirty = false;
             plan.reserved += s.take_reserved();
+            self.recount_frees(&mut s);
             if s.open == 0 {
                 let dir = s.kind == Kind::Dir;
                 drop(s);
@@ -415,6 +418,8 @@ impl MemFs {
                 self.recycle_ino(*ino, dir);
             }
         }
+        let done = |(ino, _): &(&u64, &Arc<Node>)| merged.pending_on(**ino).next().is_none();
+        plan.frees += self.take_leaving_frees(nodes.iter().filter(done).map(|(_, n)| n));
         Ok(Some(plan))
     }
 
@@ -473,7 +478,7 @@ impl MemFs {
         merged: &Merged,
         selected: &BTreeSet<u64>,
         nodes: &FxHashMap<u64, Arc<Node>>,
-        reserved: &mut i64,
+        (reserved, frees): (&mut i64, &mut u64),
     ) -> Option<FileState> {
         let n = nodes.get(&ino)?;
         let mut s = n.s.write();
@@ -520,6 +525,9 @@ impl MemFs {
             write: !leaves,
             file: s.kind == Kind::File,
         };
+        if !leaves {
+            *frees += self.take_cut_frees(&mut s, f.xattrs.is_some());
+        }
         if s.kind == Kind::File {
             s.disk_size = s.size;
             s.min_size = s.size;
@@ -567,17 +575,16 @@ impl MemFs {
                 .iter()
                 .filter(|f| f.write)
                 .map(|f| (f.ino, false));
-            let sectors: Vec<(u64, Option<u64>, u64)> = written
+            let sectors: Vec<(u64, Option<u64>, u64, XattrBlock)> = written
                 .chain(dirs.iter().map(|&ino| (ino, true)))
                 .filter_map(|(ino, dir)| {
                     let a = disk.getattr(InodeNo(ino as u32)).ok()?;
-                    Some((ino, dir.then_some(a.size), u64::from(a.sectors)))
+                    let sectors = u64::from(a.sectors);
+                    Some((ino, dir.then_some(a.size), sectors, a.xattr_block))
                 })
                 .collect();
-            let sb = disk.superblock();
-            self.inner
-                .disk_free_blocks
-                .store(u64::from(sb.free_blocks_count_lo), Ordering::Release);
+            let free = u64::from(disk.superblock().free_blocks_count_lo);
+            self.publish_disk_free(free, plan.frees);
             self.inner
                 .disk_free_inodes
                 .store(u64::from(disk.free_inodes()), Ordering::Release);
@@ -622,7 +629,7 @@ impl MemFs {
                 .chain(plan.ops.iter().flat_map(|e| e.op.subjects())),
         );
         let mut changed = Vec::new();
-        for (ino, dir_size, sec) in sectors {
+        for (ino, dir_size, sec, xattr_block) in sectors {
             if let Some(n) = nodes.get(&ino) {
                 let mut s = n.s.write();
                 match dir_size {
@@ -638,7 +645,7 @@ impl MemFs {
                         s.size = size;
                     }
                 }
-                s.disk_sectors = sec;
+                self.read_back(&mut s, sec, xattr_block);
             }
         }
         self.attrs_changed(changed);
@@ -865,6 +872,7 @@ impl MemFs {
             .take()
             .ok_or(MemError::Io("unmounted twice".into()))?;
         flushed?;
+        self.debug_assert_frees_settled();
         let mut disk = disk;
         let pool: Vec<u64> = {
             let mut p = self.inner.pool.lock();
@@ -882,7 +890,7 @@ impl MemFs {
 fn apply_plan(
     disk: &mut DiskFs,
     plan: &Plan,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     for ino in &plan.open {
@@ -996,7 +1004,7 @@ fn apply_plan(
 fn write_file(
     disk: &mut DiskFs,
     f: &FileState,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
@@ -1046,7 +1054,7 @@ fn write_file(
 fn write_attributes(
     disk: &mut DiskFs,
     f: &FileState,
-    t: u32,
+    t: Timestamp,
     patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);

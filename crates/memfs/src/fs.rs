@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special};
+use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special, TimeRange, Timestamp};
 
 pub(crate) const ROOT: u64 = 2;
 const NAME_MAX: usize = 255;
@@ -61,6 +61,9 @@ pub(crate) struct Inner {
     /// Blocks the in-memory changes will need: every inode's `reserved`,
     /// the log entries' `reserves`, and claims of changes in progress.
     pub reserved_blocks: AtomicI64,
+    /// Blocks the disk will free once flushes apply what memory holds
+    /// (`frees`); `disk_free_blocks` is stored under this lock too.
+    pub frees: Mutex<crate::frees::Frees>,
     /// Free blocks and inodes on disk after the last flush.
     pub disk_free_blocks: AtomicU64,
     pub disk_free_inodes: AtomicU64,
@@ -72,6 +75,8 @@ pub(crate) struct Inner {
     pub total_inodes: u64,
     pub reserved_root_blocks: u64,
     pub block_size: u64,
+    /// The times the image holds: every time memfs keeps is cut to it.
+    pub times: TimeRange,
     /// The image has the `ext_attr` feature (extended attributes can be set).
     pub xattrs: bool,
     /// Pages in memory, and the bound.
@@ -102,12 +107,6 @@ fn page_pool_cap(opts: &Options, block_size: u64) -> usize {
         Some(_) => (2 * opts.write_behind / block_size) as usize,
         None => 0,
     }
-}
-
-fn wall_clock() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
 }
 
 pub(crate) fn kind_of(ft: Option<FileType>) -> Kind {
@@ -146,6 +145,7 @@ impl MemFs {
             disk_free_inodes: AtomicU64::new(u64::from(disk.free_inodes())),
             disk_reserved_inodes: AtomicU64::new(disk.reserved_inodes() as u64),
             block_size: disk.block_size() as u64,
+            times: disk.time_range(),
             xattrs: disk.supports_xattrs(),
             disk: Mutex::new(Some(disk)),
             nodes: RwLock::new(FxHashMap::default()),
@@ -158,6 +158,7 @@ impl MemFs {
             flush_gate: Default::default(),
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
+            frees: Mutex::new(Default::default()),
             pages: AtomicU64::new(0),
             page_pool: PagePool::new(page_pool_cap(&opts, disk_bs)),
             opts,
@@ -185,9 +186,17 @@ impl MemFs {
         ROOT
     }
 
-    /// The time stamped on changes: the wall clock, or the tests' fixed one.
-    pub(crate) fn now(&self) -> u32 {
-        self.inner.opts.fixed_time.unwrap_or_else(wall_clock)
+    /// The time stamped on changes: the wall clock, or the tests' fixed
+    /// one, as the image holds it (the kernel's `current_time` cuts the
+    /// clock to the file system's granularity too).
+    pub(crate) fn now(&self) -> Timestamp {
+        let t = self.inner.opts.fixed_time.unwrap_or_else(Timestamp::now);
+        self.inner.times.truncate(t)
+    }
+
+    /// The times the image holds (the kernel's granularity for this mount).
+    pub fn time_range(&self) -> TimeRange {
+        self.inner.times
     }
 
     pub fn stats(&self) -> Stats {
@@ -240,11 +249,12 @@ impl MemFs {
             ctime: attr.ctime,
             rdev: attr.rdev.unwrap_or((0, 0)),
             disk_sectors: u64::from(attr.sectors),
+            xattr_block: attr.xattr_block,
             disk_size,
             min_size: disk_size,
             entries: None,
             xattrs: None,
-            ..NodeState::fresh(kind, 0, 0, 0, 0)
+            ..NodeState::fresh(kind, 0, 0, 0, Timestamp::EPOCH)
         };
         let parent = if ino == ROOT { ROOT } else { parent };
         let node = Node::new(ino, parent, s);
@@ -346,14 +356,14 @@ impl MemFs {
         order.into_iter().map(|n| (n.ino, n.s.write())).collect()
     }
 
-    pub(crate) fn log(&self, time: u32, op: LogOp) {
+    pub(crate) fn log(&self, time: Timestamp, op: LogOp) {
         self.log_held(time, op, self.unclaimed());
     }
 
     /// Logs `op`, its entry holding the room it needs (`LogOp::reserves`,
     /// given back by the flush that applies it) out of `room`, the claim
     /// the change made before it began; the rest of the claim goes back.
-    pub(crate) fn log_held(&self, time: u32, op: LogOp, mut room: Claim<'_>) {
+    pub(crate) fn log_held(&self, time: Timestamp, op: LogOp, mut room: Claim<'_>) {
         for o in op.objects() {
             if let Some(n) = self.inner.nodes.read().get(&o) {
                 n.pending.fetch_add(1, Ordering::AcqRel);
@@ -577,13 +587,16 @@ impl MemFs {
         Ok(x)
     }
 
+    /// The disk's figures as they will be once memory reaches it: free
+    /// blocks are the disk's, plus what removals and truncates will free
+    /// (`frees`), less the room held for changes not yet on it.
     pub fn statfs(&self) -> Result<StatFs> {
         let i = &self.inner;
+        let (free, freeing) = self.free_and_freeing();
         let reserved = i.reserved_blocks.load(Ordering::Acquire).max(0) as u64;
-        let bfree = i
-            .disk_free_blocks
-            .load(Ordering::Acquire)
-            .saturating_sub(reserved);
+        let bfree = (free + freeing)
+            .saturating_sub(reserved)
+            .min(i.total_blocks);
         let pooled = {
             let p = i.pool.lock();
             (p[0].len() + p[1].len()) as u64
@@ -877,6 +890,7 @@ impl MemFs {
             v.nlink -= 1;
         }
         v.ctime = t;
+        self.unreachable_or_recount(v);
         self.log(
             t,
             LogOp::Unlink {
@@ -1059,9 +1073,12 @@ impl MemFs {
                 v.ctime = t;
                 if ok == Kind::Dir {
                     v.nlink = 0;
-                    get(&mut locks, newparent).nlink -= 1;
                 } else {
                     v.nlink -= 1;
+                }
+                self.unreachable_or_recount(v);
+                if ok == Kind::Dir {
+                    get(&mut locks, newparent).nlink -= 1;
                 }
             }
         }
@@ -1106,15 +1123,7 @@ impl MemFs {
         s.open -= 1;
         if s.open == 0 && s.nlink == 0 {
             // The last close of an unlinked inode: its pages go now.
-            let dropped = s.take_reserved();
-            self.inner
-                .reserved_blocks
-                .fetch_sub(dropped, Ordering::AcqRel);
-            self.inner
-                .pages
-                .fetch_sub(s.pages.len() as u64, Ordering::AcqRel);
-            s.pages.clear();
-            s.dirty_pages.clear();
+            self.unreachable_or_recount(&mut s);
             if s.disk_open {
                 s.disk_open = false;
                 self.log(self.now(), LogOp::Release { ino });
@@ -1126,6 +1135,26 @@ impl MemFs {
             }
         }
         Ok(())
+    }
+}
+
+impl MemFs {
+    /// After `s` lost a name or a handle: once nothing reaches it (no
+    /// name, no handle) its pages go and the room held for them comes
+    /// back, and what the disk will free for it is counted anew.
+    fn unreachable_or_recount(&self, s: &mut NodeState) {
+        if s.gone() {
+            let dropped = s.take_reserved();
+            self.inner
+                .reserved_blocks
+                .fetch_sub(dropped, Ordering::AcqRel);
+            self.inner
+                .pages
+                .fetch_sub(s.pages.len() as u64, Ordering::AcqRel);
+            s.pages.clear();
+            s.dirty_pages.clear();
+        }
+        self.recount_frees(s);
     }
 }
 

@@ -14,11 +14,13 @@
 //!
 //! Modules: `types` (what the frontend sees), `error`, `node` (in-memory
 //! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
-//! `fs` (the operations), `flush` (closure, absorption, the batch).
+//! `fs` (the operations), `flush` (closure, absorption, the batch),
+//! `frees` (what the disk will free, for `statfs`).
 
 mod data;
 mod error;
 mod flush;
+mod frees;
 mod fs;
 mod log;
 mod node;
@@ -27,8 +29,8 @@ mod types;
 pub use error::{MemError, Result};
 pub use fs::MemFs;
 pub use node::Xattrs;
-pub use stitch_diskfs::RenameFlags;
+pub use stitch_diskfs::{RenameFlags, TimeRange, Timestamp};
 pub use types::{
-    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, Order, OwnFlushes, SetAttrs, StatFs,
-    Stats, XattrSet,
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Options, Order, OwnFlushes, SetAttrs, SetTime,
+    StatFs, Stats, XattrSet,
 };

@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use stitch_diskfs::{RenameFlags, Special};
+use stitch_diskfs::{RenameFlags, Special, Timestamp};
 
 /// What a create made.
 #[derive(Clone, Debug)]
@@ -87,8 +87,8 @@ pub(crate) enum LogOp {
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub stamp: u64,
-    /// Wall-clock seconds when the operation ran (its on-disk times).
-    pub time: u32,
+    /// The clock when the operation ran (its on-disk times).
+    pub time: Timestamp,
     pub op: LogOp,
     /// Ordering domains the operation belongs to (none yet).
     pub domains: Vec<u64>,
@@ -203,7 +203,7 @@ impl Logs {
 
     /// Appends `op` to the calling thread's log, stamped now: call it while
     /// holding the locks of the inodes the operation changed.
-    pub fn append(&self, time: u32, op: LogOp) -> u64 {
+    pub fn append(&self, time: Timestamp, op: LogOp) -> u64 {
         let log = self.mine();
         let stamp = self.stamp.fetch_add(1, Ordering::SeqCst);
         log.lock().push(Entry {

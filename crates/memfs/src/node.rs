@@ -11,6 +11,7 @@ use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use stitch_diskfs::{Timestamp, XattrBlock};
 
 pub(crate) type Page = Arc<Vec<u8>>;
 
@@ -98,12 +99,19 @@ pub(crate) struct NodeState {
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
-    pub atime: u32,
-    pub mtime: u32,
-    pub ctime: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     pub rdev: (u32, u32),
     /// Sectors allocated on disk at the last flush or load.
     pub disk_sectors: u64,
+    /// The attribute block those sectors count, as the last flush or load
+    /// read it (`Shared` too while a flush that rewrites the set is on its
+    /// way: not to be counted on).
+    pub xattr_block: XattrBlock,
+    /// The blocks the disk will free for this inode once a flush applies
+    /// what memory holds, counted in `Frees::pending` (see `frees`).
+    pub freeing: u64,
     /// The create was absorbed: nothing of this inode ever reaches disk.
     pub never_disk: bool,
     /// Open handles (files and directories).
@@ -181,7 +189,7 @@ impl NodeState {
     }
 
     /// A brand-new inode (not on disk yet).
-    pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: u32) -> NodeState {
+    pub fn fresh(kind: Kind, perm: u16, uid: u32, gid: u32, now: Timestamp) -> NodeState {
         NodeState {
             kind,
             perm,
@@ -194,6 +202,8 @@ impl NodeState {
             ctime: now,
             rdev: (0, 0),
             disk_sectors: 0,
+            xattr_block: XattrBlock::None,
+            freeing: 0,
             never_disk: false,
             open: 0,
             disk_open: false,

@@ -1,6 +1,7 @@
 //! The values memfs hands to the frontend.
 
 use std::time::Duration;
+use stitch_diskfs::Timestamp;
 
 /// What kind of file an inode is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -14,8 +15,8 @@ pub enum Kind {
     BlockDev,
 }
 
-/// The attributes `stat` shows. Times are whole seconds since the epoch
-/// (ext2 keeps no more).
+/// The attributes `stat` shows. Times are as the file system holds them
+/// (its [`crate::TimeRange`]: nanoseconds on images with 256-byte inodes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     /// The ext2 inode number, the same across remounts.
@@ -29,9 +30,9 @@ pub struct Attr {
     pub size: u64,
     /// 512-byte sectors allocated (an estimate while data is in memory).
     pub blocks: u64,
-    pub atime: u32,
-    pub mtime: u32,
-    pub ctime: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
     /// A device node's (major, minor); (0, 0) otherwise.
     pub rdev: (u32, u32),
 }
@@ -44,19 +45,33 @@ pub struct SetAttrs {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub size: Option<u64>,
-    pub atime: Option<u32>,
-    pub mtime: Option<u32>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
     /// Drop the file's set-ID bits first (a truncate or a change of owner
     /// by this caller), as [`DropSetId`] says.
     pub drop_setid: Option<DropSetId>,
 }
 
-/// A caller whose write, truncate or change of owner takes a regular
-/// file's set-user-ID bit away, and its set-group-ID bit when the group
-/// may execute the file or the caller is neither in the file's group nor
-/// privileged: the kernel's rule for local file systems
-/// (`setattr_should_drop_suidgid`), which FUSE leaves to the file system
-/// once it takes `HANDLE_KILLPRIV_V2`.
+/// A time a `setattr` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    /// The clock, the same reading as the change time (`UTIME_NOW`).
+    Now,
+    /// This time, as the file system holds it: clamped to its range and
+    /// cut to its granularity, as the kernel would store it.
+    At(Timestamp),
+}
+
+/// A caller whose write, truncate or change of owner takes a file's
+/// set-user-ID bit away, and its set-group-ID bit when the group may
+/// execute the file or the caller is neither in the file's group nor
+/// privileged: the kernel's rule for local file systems, which FUSE leaves
+/// to the file system once it takes `HANDLE_KILLPRIV_V2`. A write or
+/// truncate reaches only regular files (`setattr_should_drop_suidgid`); a
+/// change of owner applies it to every type but a directory, whose
+/// set-group-ID bit only says what its new entries inherit (`chown_common`
+/// asks for both bits to go unless the inode is a directory, and
+/// `setattr_should_drop_sgid` decides the set-group-ID one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DropSetId {
     /// The caller's group.
@@ -86,7 +101,8 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// `statfs`'s figures.
+/// `statfs`'s figures. Free blocks are counted as the disk will have them
+/// once memory reaches it (a removed file's room at once), never more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatFs {
     pub blocks: u64,
@@ -115,7 +131,7 @@ pub struct Options {
     pub write_behind: u64,
     /// Stamp every change with this time instead of the clock (tests that
     /// compare with a model).
-    pub fixed_time: Option<u32>,
+    pub fixed_time: Option<Timestamp>,
     /// What an fsync makes durable ([`Order`]).
     pub order: Order,
 }

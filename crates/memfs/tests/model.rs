@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_memfs::{Kind as MemKind, MemError, MemFs, Options, RenameFlags, SetAttrs};
+use stitch_memfs::{Kind as MemKind, MemError, MemFs, Options, RenameFlags, SetAttrs, SetTime};
 use stitch_model::gen::{ops, GenConfig};
 use stitch_model::op::{free_slot, Op, Outcome};
 use stitch_model::tree::key_to_path;
@@ -145,8 +145,8 @@ fn apply(fs: &MemFs, fds: &mut Vec<Option<u64>>, op: &Op) -> Result<Outcome, Err
         Op::SetTimes { path, atime, mtime } => {
             let ino = view::resolve(v, path)?;
             let set = SetAttrs {
-                atime: Some(*atime),
-                mtime: Some(*mtime),
+                atime: Some(SetTime::At(mem_time(*atime))),
+                mtime: Some(SetTime::At(mem_time(*mtime))),
                 ..SetAttrs::default()
             };
             done(fs.setattr(ino, set))
@@ -293,7 +293,7 @@ impl Run {
         };
         let fs = mount_on(dev.clone(), mode, opts.clone());
         let mut model = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
-        model.set_now(NOW);
+        model.set_now(model_time(NOW));
         Run {
             mode,
             opts,
@@ -417,8 +417,8 @@ impl Run {
             if m != want.meta {
                 problems.push(format!("attributes {m:?}, model {:?}", want.meta));
             }
-            if !key.is_empty() && Some(a.mtime) != want.mtime {
-                problems.push(format!("mtime {}, model {:?}", a.mtime, want.mtime));
+            if !key.is_empty() && Some(model_time(a.mtime)) != want.mtime {
+                problems.push(format!("mtime {:?}, model {:?}", a.mtime, want.mtime));
             }
             if want.meta.kind == Kind::File {
                 let data = crashed.read(ino, 0, a.size as u32).unwrap();
@@ -623,7 +623,7 @@ fn show(op: &Op) -> String {
         Op::Truncate { path, size } => format!("truncate {path} {size}"),
         Op::Chmod { path, perm } => format!("chmod {path} {perm:o}"),
         Op::Chown { path, uid, gid } => format!("chown {path} {uid}:{gid}"),
-        Op::SetTimes { path, atime, mtime } => format!("utimes {path} {atime} {mtime}"),
+        Op::SetTimes { path, atime, mtime } => format!("utimes {path} {atime:?} {mtime:?}"),
         Op::Read { path, offset, len } => format!("read {path} @{offset} {len}"),
         Op::Readdir { path } => format!("readdir {path}"),
         Op::Stat { path } => format!("stat {path}"),

@@ -410,6 +410,46 @@ fn a_write_that_drops_set_id_bits_tells_the_attribute_hook() {
     fs.unmount().unwrap();
 }
 
+/// A change of owner by the owner takes the set-user-ID bit of every type
+/// but a directory, and the set-group-ID bit where the group may execute
+/// (the caller is in the file's group here): what the kernel's tmpfs and
+/// ext4 do on `chown` (`chown_common`). A directory keeps both.
+#[test]
+fn a_change_of_owner_drops_set_id_bits_of_every_type_but_a_directory() {
+    use stitch_memfs::DropSetId;
+    let dev = device(fresh_image(16 << 20, true));
+    let fs = mount_on(dev, MODES[0], opts());
+    let r = fs.root();
+    // (name, kind, mode made with, mode after the change of owner)
+    let cases = [
+        ("file", Kind::File, 0o6755, 0o755),
+        ("fifo", Kind::Fifo, 0o6755, 0o755),
+        ("sock", Kind::Socket, 0o6744, 0o2744),
+        ("chr", Kind::CharDev, 0o6755, 0o755),
+        ("blk", Kind::BlockDev, 0o4755, 0o755),
+        ("dir", Kind::Dir, 0o6755, 0o6755),
+    ];
+    let owner = DropSetId {
+        gid: 65534,
+        privileged: false,
+    };
+    for (name, kind, made, want) in cases {
+        let a = match kind {
+            Kind::Dir => fs.mkdir(r, name.as_bytes(), made, 65534, 65534),
+            _ => fs.mknod(r, name.as_bytes(), kind, made, (1, 3), 65534, 65534),
+        }
+        .unwrap();
+        assert_eq!(a.perm, made, "{name}");
+        let chown = SetAttrs {
+            uid: Some(65534),
+            drop_setid: Some(owner),
+            ..Default::default()
+        };
+        assert_eq!(fs.setattr(a.ino, chown).unwrap().perm, want, "{name}");
+    }
+    fs.unmount().unwrap();
+}
+
 /// The flushes memfs makes with nobody asking, as `on_own_flush` tells
 /// them: a write past the memory bound, one that finds too little room,
 /// the periodic flush and write-behind. A flush a caller asks for is not

@@ -21,14 +21,16 @@ use stitch_format::indirect::{map_path, set_pointer};
 use stitch_format::inode::{FIRST_INO, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::JournalSuperblock;
 use stitch_format::superblock::{self as sbc, Superblock};
-use stitch_format::{dir, BlockNo, FileType, Geometry, GroupDesc, GroupNo, Inode, InodeNo};
+use stitch_format::{
+    dir, BlockNo, FileType, Geometry, GroupDesc, GroupNo, Inode, InodeNo, Timestamp,
+};
 
 /// Values that differ between runs; fixed in tests.
 #[derive(Copy, Clone, Debug)]
 pub struct Identity {
     pub uuid: [u8; 16],
     pub hash_seed: [u32; 4],
-    pub now: u32,
+    pub now: Timestamp,
 }
 
 /// The planned file system.
@@ -87,12 +89,12 @@ fn base_superblock(p: &Params, id: &Identity) -> Superblock {
         blocks_per_group: BLOCKS_PER_GROUP,
         clusters_per_group: BLOCKS_PER_GROUP,
         inodes_per_group: p.inodes_per_group,
-        wtime: id.now,
+        wtime: id.now.secs() as u32,
         max_mnt_count: 0xFFFF,
         magic: sbc::EXT2_MAGIC,
         state: sbc::STATE_VALID,
         errors: sbc::ERRORS_CONTINUE,
-        lastcheck: id.now,
+        lastcheck: id.now.secs() as u32,
         rev_level: sbc::DYNAMIC_REV,
         first_ino: FIRST_INO.0,
         inode_size: INODE_SIZE,
@@ -103,7 +105,7 @@ fn base_superblock(p: &Params, id: &Identity) -> Superblock {
         hash_seed: id.hash_seed,
         def_hash_version: sbc::HASH_HALF_MD4,
         default_mount_opts: sbc::DEFMOPT_XATTR_USER | sbc::DEFMOPT_ACL,
-        mkfs_time: id.now,
+        mkfs_time: id.now.secs() as u32,
         min_extra_isize: stitch_format::inode::WANT_EXTRA_ISIZE,
         want_extra_isize: stitch_format::inode::WANT_EXTRA_ISIZE,
         flags: sbc::FLAGS_SIGNED_HASH,
@@ -167,7 +169,7 @@ fn map_file(alloc: &mut Allocator, n: u32) -> Option<Mapped> {
     Some(m)
 }
 
-fn dir_inode(perm: u16, links: u16, m: &Mapped, now: u32) -> Inode {
+fn dir_inode(perm: u16, links: u16, m: &Mapped, now: Timestamp) -> Inode {
     let mut ino = Inode::new(FileType::Directory, perm, INODE_SIZE, now);
     ino.core.links_count = links;
     ino.core.block = m.i_block;
@@ -349,7 +351,7 @@ mod tests {
         Identity {
             uuid: [1; 16],
             hash_seed: [2; 4],
-            now: 1_700_000_000,
+            now: Timestamp::from_secs(1_700_000_000),
         }
     }
 

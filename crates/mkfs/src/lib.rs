@@ -120,13 +120,10 @@ fn identity() -> image::Identity {
     let mut uuid: [u8; 16] = rng.gen();
     uuid[6] = (uuid[6] & 0x0F) | 0x40; // version 4
     uuid[8] = (uuid[8] & 0x3F) | 0x80; // RFC 4122 variant
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32);
     image::Identity {
         uuid,
         hash_seed: rng.gen(),
-        now,
+        now: stitch_format::Timestamp::now(),
     }
 }
 

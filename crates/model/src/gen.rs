@@ -9,7 +9,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::types::{Name, Path, Rdev, Special, NAME_MAX};
+use crate::types::{Name, Path, Rdev, Special, Time, NAME_MAX};
 use crate::{Fd, Op, RenameFlags};
 
 /// What the generator may produce.
@@ -126,8 +126,8 @@ impl Gen<'_> {
             },
             12 => Op::SetTimes {
                 path,
-                atime: self.rng.gen_range(0..1 << 31),
-                mtime: self.rng.gen_range(0..1 << 31),
+                atime: self.time(),
+                mtime: self.time(),
             },
             13 => Op::Read {
                 path,
@@ -182,6 +182,24 @@ impl Gen<'_> {
         }
         let i = self.rng.gen_range(0..self.cfg.names.len());
         self.cfg.names[i].clone()
+    }
+
+    /// A time ext2 with 256-byte inodes holds (1901-12-13 to 2446, to the
+    /// nanosecond), in one of four stretches (before 1970, before 2038,
+    /// before 2106, before 2310). Not the range's ends, where file systems
+    /// clamp, nor 2310-04-04 to 2378-04-22, which e2fsck takes for
+    /// pre-1970 times that kernels before 4.4 encoded wrongly.
+    fn time(&mut self) -> Time {
+        let (lo, hi): (i64, i64) = match self.rng.gen_range(0..4) {
+            0 => (-(1 << 31) + 1, 0),
+            1 => (0, 1 << 31),
+            2 => (1 << 31, 1 << 32),
+            _ => (1 << 32, 3 * (1 << 32) - (1 << 31)),
+        };
+        Time {
+            secs: self.rng.gen_range(lo..hi),
+            nsec: self.rng.gen_range(0..1_000_000_000),
+        }
     }
 
     fn perm(&mut self) -> u32 {

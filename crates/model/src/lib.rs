@@ -39,5 +39,5 @@ pub use gen::{ops, GenConfig};
 pub use model::{Limits, Model, RenameFlags, SetAttr};
 pub use op::{Fd, Op, Outcome};
 pub use tree::{Content, Node, Tree, TreeOptions};
-pub use types::{InodeNo, Kind, Meta, Name, Owner, Path, Rdev, Special};
+pub use types::{InodeNo, Kind, Meta, Name, Owner, Path, Rdev, Special, Time};
 pub use view::InodeView;

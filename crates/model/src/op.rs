@@ -23,7 +23,7 @@
 //!   each runner itself (not kernel descriptor numbers).
 
 use crate::model::{Body, SetAttr};
-use crate::types::{InodeNo, Kind, Meta, Name, Path, Special};
+use crate::types::{InodeNo, Kind, Meta, Name, Path, Special, Time};
 use crate::{Errno, Model, RenameFlags};
 
 /// Bound on open handles; one more open gives `EMFILE`.
@@ -92,8 +92,8 @@ pub enum Op {
     /// `utimensat(AT_SYMLINK_NOFOLLOW)`.
     SetTimes {
         path: Path,
-        atime: u32,
-        mtime: u32,
+        atime: Time,
+        mtime: Time,
     },
     Read {
         path: Path,

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use crate::op::free_slot;
 use crate::tree::{Content, Node, Tree, TreeOptions};
-use crate::types::{Kind, Meta, Name, Path, Rdev, Special};
+use crate::types::{Kind, Meta, Name, Path, Rdev, Special, Time};
 use crate::{Errno, Fd, Op, Outcome, RenameFlags};
 
 /// A real directory that ops are applied to.
@@ -193,11 +193,11 @@ impl RealFs {
         })
     }
 
-    fn set_times(&self, path: &Path, atime: u32, mtime: u32) -> Res {
+    fn set_times(&self, path: &Path, atime: Time, mtime: Time) -> Res {
         let p = self.cfull(path);
-        let ts = |s: u32| libc::timespec {
-            tv_sec: s.into(),
-            tv_nsec: 0,
+        let ts = |t: Time| libc::timespec {
+            tv_sec: t.secs,
+            tv_nsec: t.nsec.into(),
         };
         let times = [ts(atime), ts(mtime)];
         let flags = libc::AT_SYMLINK_NOFOLLOW;
@@ -327,7 +327,10 @@ fn walk(
         Kind::Symlink => Content::Target(fs::read_link(full)?.into_os_string().into_vec()),
         _ => Content::None,
     };
-    let mtime = opts.mtime.then_some(m.mtime() as u32);
+    let mtime = opts.mtime.then(|| Time {
+        secs: m.mtime(),
+        nsec: m.mtime_nsec() as u32,
+    });
     tree.nodes.insert(
         key.clone(),
         Node {

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::model::Body;
-use crate::types::{InodeNo, Meta, Name, Path};
+use crate::types::{InodeNo, Meta, Name, Path, Time};
 use crate::Model;
 
 /// What to include in a tree.
@@ -42,7 +42,7 @@ pub struct Node {
     pub content: Content,
     /// The first path (in byte order) naming the same inode, if not this one.
     pub same_as: Option<Vec<u8>>,
-    pub mtime: Option<u32>,
+    pub mtime: Option<Time>,
 }
 
 /// A whole tree: path bytes (`a/b`, the root is empty) → node.
@@ -215,7 +215,7 @@ mod tests {
         assert!(m.snapshot().diff(&m.snapshot()).is_empty());
         let mut other = m.clone();
         let f = other.resolve(&Path::parse("f")).unwrap();
-        other.write(f, 1, b"X", 0).unwrap();
+        other.write(f, 1, b"X", Time::EPOCH).unwrap();
         let diff = m.snapshot().diff(&other.snapshot());
         assert_eq!(diff.len(), 2, "{diff:?}"); // both names of the inode
         assert!(diff[0].contains("first at byte 1"), "{diff:?}");
@@ -234,6 +234,6 @@ mod tests {
         let m = model_with_link();
         assert_eq!(m.snapshot().nodes[&Vec::new()].mtime, None);
         let with = m.snapshot_with(TreeOptions { mtime: true });
-        assert_eq!(with.nodes[&Vec::new()].mtime, Some(0));
+        assert_eq!(with.nodes[&Vec::new()].mtime, Some(Time::EPOCH));
     }
 }

@@ -84,6 +84,24 @@ impl fmt::Display for Path {
     }
 }
 
+/// A timestamp: seconds since 1970 (negative before) and nanoseconds
+/// within the second. The model's own, kept exactly as given: it depends
+/// on no other stitch crate, and what a file system may hold is for the
+/// generator to respect ([`crate::gen`]), not the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Time {
+    pub secs: i64,
+    pub nsec: u32,
+}
+
+impl Time {
+    pub const EPOCH: Time = Time { secs: 0, nsec: 0 };
+
+    pub const fn from_secs(secs: i64) -> Time {
+        Time { secs, nsec: 0 }
+    }
+}
+
 /// Owner of a new inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Owner {

@@ -9,7 +9,7 @@
 //! tree are written once here.
 
 use crate::tree::{Content, Node, Tree, TreeOptions};
-use crate::types::{Kind, Meta, Name, Path, NAME_MAX};
+use crate::types::{Kind, Meta, Name, Path, Time, NAME_MAX};
 use crate::{Errno, Outcome};
 
 /// A file system's inodes, in the model's terms.
@@ -40,7 +40,7 @@ pub trait InodeView {
 
     /// The inode's modification time (for trees with
     /// [`TreeOptions::mtime`]).
-    fn mtime(&mut self, ino: Self::Ino) -> Result<u32, Errno>;
+    fn mtime(&mut self, ino: Self::Ino) -> Result<Time, Errno>;
 }
 
 /// The error of following a symlink to `target`, which dangles: the lookup

@@ -24,7 +24,7 @@ fn run(seed: u64) -> Result<(), TestCaseError> {
     let mut model = Model::new(0o755, common::me(), Limits::default());
     let script = ops(seed, OPS_PER_CASE, &GenConfig::default());
     for (step, op) in script.iter().enumerate() {
-        model.set_now(step as u32);
+        model.set_now(stitch_model::Time::from_secs(step as i64));
         let want = model.apply(op);
         model.check();
         let got = real.apply(op);

@@ -7,7 +7,9 @@
 //! daemon serves it. SIGINT, SIGTERM, SIGHUP and `fusermount3 -u` all end
 //! in a clean unmount: memfs makes everything durable and the image is
 //! marked clean before the process exits (`stitchfs umount` waits for
-//! that; `fusermount3 -u` returns before).
+//! that; `fusermount3 -u` returns before). A mount by root serves every
+//! user, as a kernel mount does; another user's serves that user alone
+//! ([`session_acl`]).
 //!
 //! Nothing is written to the image before everything the mount relies on
 //! is checked (`DiskFs::check_mountable`): a damaged image is refused,
@@ -61,7 +63,11 @@ pub struct Args {
     /// references) can lose them.
     #[arg(long, value_name = "ORDER", default_value_t = Order::Sequential)]
     pub order: Order,
-    /// FUSE mount options, comma-separated (allow_other, ro, noexec, ...).
+    /// FUSE mount options, comma-separated (ro, noexec, ...). A mount by
+    /// root serves every user, as a kernel mount does (the kernel checks
+    /// permissions); `private` narrows it to root alone. Another user's
+    /// mount serves that user alone; `allow_other` (every user) and
+    /// `allow_root` (root too) need `user_allow_other` in /etc/fuse.conf.
     #[arg(short = 'o', value_name = "OPTIONS", action = clap::ArgAction::Append)]
     pub options: Vec<String>,
     /// Stay attached to the terminal instead of running as a daemon.
@@ -275,12 +281,6 @@ fn flush_summary(fs: &MemFs) -> String {
     )
 }
 
-fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs().min(u64::from(u32::MAX)) as u32)
-}
-
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let (image, mountpoint, named) = match args.paths.as_slice() {
         [m] => (PathBuf::from(DEFAULT_IMAGE), m, false),
@@ -313,7 +313,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         .block_size()
         .context("superblock without a block size")?
         .bytes() as usize;
-    let config = fuse_config(args, &image);
+    let config = fuse_config(args, &image)?;
     Ok(Plan {
         image,
         mountpoint,
@@ -393,26 +393,31 @@ fn choose_mode(args: &Args, has_journal: bool, image: &Path) -> anyhow::Result<C
 }
 
 /// Mount options: ours, then the user's `-o` list.
-fn fuse_config(args: &Args, image: &Path) -> fuser::Config {
+fn fuse_config(args: &Args, image: &Path) -> anyhow::Result<fuser::Config> {
     use fuser::MountOption as M;
     let mut opts = vec![
         M::FSName(image.display().to_string()),
         M::CUSTOM("subtype=stitchfs".into()),
         M::DefaultPermissions,
     ];
-    let mut acl = fuser::SessionACL::Owner;
-    let user = args.options.iter().flat_map(|o| o.split(','));
-    for o in user.filter(|o| !o.is_empty()) {
+    let user = || args.options.iter().flat_map(|o| o.split(','));
+    // SAFETY: reads the process's effective uid.
+    let root = unsafe { libc::geteuid() } == 0;
+    let acl = session_acl(user(), root);
+    if !root && acl != fuser::SessionACL::Owner {
+        let conf = std::fs::read_to_string(FUSE_CONF).unwrap_or_default();
+        if !user_allow_other(&conf) {
+            bail!(
+                "-o allow_other and -o allow_root let other users into the mount, which \
+                 fusermount3 permits a user other than root only when {FUSE_CONF} has a line \
+                 `user_allow_other`: have root add it, or leave the option out (the mount is \
+                 then yours alone)"
+            );
+        }
+    }
+    for o in user().filter(|o| !o.is_empty()) {
         let opt = match o {
-            "allow_other" => {
-                acl = fuser::SessionACL::All;
-                continue;
-            }
-            "allow_root" => {
-                acl = fuser::SessionACL::RootAndOwner;
-                continue;
-            }
-            "default_permissions" => continue,
+            "allow_other" | "allow_root" | "private" | "default_permissions" => continue,
             "auto_unmount" => M::AutoUnmount,
             "ro" => M::RO,
             "rw" => M::RW,
@@ -443,7 +448,35 @@ fn fuse_config(args: &Args, image: &Path) -> fuser::Config {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     config.n_threads = Some(args.threads.map_or(cores, |n| n.get()));
     config.clone_fd = true;
-    config
+    Ok(config)
+}
+
+/// Where fusermount3 reads whether users may mount for others.
+const FUSE_CONF: &str = "/etc/fuse.conf";
+
+/// Who may use the mount. By default, as with a kernel mount, every user
+/// when root mounts (the kernel still checks each one's permissions:
+/// `default_permissions`), and the mounting user alone otherwise (letting
+/// others in needs root's leave, `user_allow_other`). The last of
+/// `allow_other` (everyone), `allow_root` (the owner and root) and
+/// `private` (the owner alone) decides otherwise.
+fn session_acl<'a>(options: impl Iterator<Item = &'a str>, root: bool) -> fuser::SessionACL {
+    use fuser::SessionACL as A;
+    let default = if root { A::All } else { A::Owner };
+    options.fold(default, |acl, o| match o {
+        "allow_other" => A::All,
+        "allow_root" => A::RootAndOwner,
+        "private" => A::Owner,
+        _ => acl,
+    })
+}
+
+/// Whether fuse.conf's text has a `user_allow_other` line (after removing
+/// `#` comments and surrounding blanks, as fusermount3 reads it).
+fn user_allow_other(conf: &str) -> bool {
+    conf.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .any(|l| l == "user_allow_other")
 }
 
 /// Opens the image (refused while another process holds it), mounts
@@ -502,7 +535,7 @@ fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
     if !sb.cleanly_unmounted() && !sb.needs_recovery() {
         reclaim(&plan.image, dev.clone())?;
     }
-    DiskFs::mount(cache(), plan.mode, now())
+    DiskFs::mount(cache(), plan.mode, stitch_diskfs::Timestamp::now())
         .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
 }
 
@@ -562,5 +595,33 @@ fn reclaim(image: &Path, dev: Arc<FileDevice>) -> anyhow::Result<()> {
                 report.summary.corruptions
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fuser::SessionACL as A;
+
+    #[test]
+    fn root_serves_everyone_unless_narrowed() {
+        let acl = |opts: &[&str], root| session_acl(opts.iter().copied(), root);
+        assert_eq!(acl(&[], true), A::All);
+        assert_eq!(acl(&["ro", "private"], true), A::Owner);
+        assert_eq!(acl(&["allow_root"], true), A::RootAndOwner);
+        assert_eq!(acl(&["private", "allow_other"], true), A::All);
+        assert_eq!(acl(&[], false), A::Owner);
+        assert_eq!(acl(&["allow_other"], false), A::All);
+    }
+
+    #[test]
+    fn fuse_conf_is_read_as_fusermount3_reads_it() {
+        assert!(user_allow_other(
+            "# mount_max = 1000\n  user_allow_other  \n"
+        ));
+        assert!(user_allow_other("user_allow_other # for stitchfs"));
+        assert!(!user_allow_other("#user_allow_other\n"));
+        assert!(!user_allow_other("user_allow_others\n"));
+        assert!(!user_allow_other(""));
     }
 }

@@ -35,9 +35,9 @@ mod ops;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
-use stitch_memfs::{Attr, Kind, MemError, MemFs};
+use stitch_memfs::{Attr, Kind, MemError, MemFs, Timestamp};
 
 /// ext2's root directory.
 const EXT2_ROOT: u64 = 2;
@@ -104,8 +104,8 @@ fn file_type(k: Kind) -> FileType {
     }
 }
 
-fn time(secs: u32) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(u64::from(secs))
+fn time(t: Timestamp) -> SystemTime {
+    t.to_system_time()
 }
 
 /// What `stat` shows: `st_ino` is the ext2 inode number (2 for the root).
@@ -256,12 +256,17 @@ mod tests {
             gid: 0,
             size: 4096,
             blocks: 8,
-            atime: 1,
-            mtime: 2,
-            ctime: 3,
+            atime: Timestamp::new(1, 5),
+            mtime: Timestamp::new(-2, 500_000_000),
+            ctime: Timestamp::from_secs(1 << 33),
             rdev: (0, 0),
         };
         assert_eq!(stat_attr(&a).ino, INodeNo(2));
+        // Nanoseconds reach the kernel, before the epoch and after 2106 too.
+        let back = |t| Timestamp::from_system_time(t);
+        assert_eq!(back(stat_attr(&a).atime), a.atime);
+        assert_eq!(back(stat_attr(&a).mtime), a.mtime);
+        assert_eq!(back(stat_attr(&a).ctime), a.ctime);
         assert_eq!(entry_attr(&a).ino, INodeNo::ROOT);
         let dev = Attr {
             ino: 12,

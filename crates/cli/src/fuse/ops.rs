@@ -16,7 +16,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use stitch_memfs::{Attr, DropSetId, Kind, MemError, RenameFlags, SetAttrs, XattrSet, Xattrs};
+use stitch_memfs::{
+    Attr, DropSetId, Kind, MemError, RenameFlags, SetAttrs, SetTime, Timestamp, XattrSet, Xattrs,
+};
 
 /// Open files keep the kernel's page cache across opens: every change goes
 /// through this mount, so the cache is never stale.
@@ -64,17 +66,31 @@ fn ok(reply: ReplyEmpty, _: ()) {
     reply.ok();
 }
 
-/// Seconds since the epoch as ext2 keeps them; a time it cannot hold is
-/// refused rather than silently changed.
-fn secs(t: TimeOrNow) -> OpResult<u32> {
-    let t = match t {
-        TimeOrNow::Now => SystemTime::now(),
-        TimeOrNow::SpecificTime(t) => t,
-    };
-    t.duration_since(UNIX_EPOCH)
-        .ok()
-        .and_then(|d| u32::try_from(d.as_secs()).ok())
-        .ok_or(Failure::Errno(Errno::EINVAL))
+/// A time `setattr` sets: memfs's clock for `UTIME_NOW` (the same reading
+/// as the change time), else the time sent, which memfs stores as ext2
+/// holds it (clamped to its range, as the kernel's own ext2 would).
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(sent_time(t)),
+    }
+}
+
+/// The `timespec` the kernel sent, from the `SystemTime` fuser 0.18 (the
+/// version Cargo.lock pins) made of it: for seconds below zero fuser
+/// subtracts the nanoseconds rather than adding them (`UNIX_EPOCH -
+/// Duration::new(-secs, nsec)`), so such a time is taken apart the same
+/// way instead of normalized. `mount.rs` sets 1969-12-31 23:59:58.5
+/// through a mount and reads it back, which catches a fuser that changes.
+fn sent_time(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(_) => Timestamp::from_system_time(t),
+        Err(before) => {
+            let d = before.duration();
+            let secs = i64::try_from(d.as_secs()).map_or(i64::MIN, |s| -s);
+            Timestamp::new(secs, d.subsec_nanos())
+        }
+    }
 }
 
 /// The kind `mknod`'s mode asks for.
@@ -183,8 +199,10 @@ impl fuser::Filesystem for StitchFuse {
         if let Err(max) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(max);
         }
-        // ext2 keeps whole seconds.
-        let _ = config.set_time_granularity(Duration::from_secs(1));
+        // What the image's inodes hold: nanoseconds, or whole seconds with
+        // 128-byte inodes. The kernel cuts the times it makes to this.
+        let step = Duration::from_nanos(self.fs.time_range().granularity().into());
+        let _ = config.set_time_granularity(step);
         let granted = WANTED & config.capabilities();
         if config.add_capabilities(granted).is_ok() {
             self.drops_setid = granted.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
@@ -259,8 +277,8 @@ impl fuser::Filesystem for StitchFuse {
                 uid,
                 gid,
                 size,
-                atime: atime.map(secs).transpose()?,
-                mtime: mtime.map(secs).transpose()?,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
                 drop_setid,
             };
             // Nothing memfs keeps (a change time alone, or a handle):
@@ -865,13 +883,36 @@ mod tests {
         assert_eq!(perm(libc::S_IFREG | 0o4755), 0o4755);
     }
 
+    /// Every time the kernel may send comes back as sent (memfs clamps
+    /// later, to what the image holds): what fuser 0.18 makes of a raw
+    /// `(secs, nsec)` is undone, before the epoch too.
     #[test]
-    fn times_outside_ext2s_range_are_refused() {
-        let t = |s: u64| TimeOrNow::SpecificTime(UNIX_EPOCH + Duration::from_secs(s));
-        assert_eq!(secs(t(1_700_000_000)).unwrap(), 1_700_000_000);
-        assert!(secs(t(1 << 33)).is_err());
-        let before = TimeOrNow::SpecificTime(UNIX_EPOCH - Duration::from_secs(10));
-        assert!(secs(before).is_err());
-        assert!(secs(TimeOrNow::Now).unwrap() > 1_700_000_000);
+    fn times_sent_are_taken_as_the_kernel_sent_them() {
+        // fuser 0.18's `system_time_from_time`.
+        let fuser = |secs: i64, nsec: u32| {
+            let d = Duration::new(secs.unsigned_abs(), nsec);
+            if secs >= 0 {
+                UNIX_EPOCH + d
+            } else {
+                UNIX_EPOCH - d
+            }
+        };
+        for (secs, nsec) in [
+            (1_700_000_000, 5),
+            (1 << 31, 0),
+            ((1 << 32) + 5, 999_999_999),
+            (-1, 0),
+            (-2, 500_000_000),
+            (-(1 << 31), 1),
+            (1 << 40, 7),
+        ] {
+            let got = set_time(TimeOrNow::SpecificTime(fuser(secs, nsec)));
+            assert_eq!(
+                got,
+                SetTime::At(Timestamp::new(secs, nsec)),
+                "{secs} {nsec}"
+            );
+        }
+        assert_eq!(set_time(TimeOrNow::Now), SetTime::Now);
     }
 }

@@ -11,7 +11,7 @@ use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, RenameFlags};
 use stitch_patch::{CacheConfig, PatchCache};
 
-pub const NOW: u32 = 1_700_000_000;
+pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
 /// A soft-updates diskfs workload on the recording device over `image`:
 /// creates, writes, unlinks, files unlinked while open, directories made

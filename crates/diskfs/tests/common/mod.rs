@@ -7,7 +7,7 @@ use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskFs};
 use stitch_patch::{CacheConfig, PatchCache};
 
-pub const NOW: u32 = 1_700_000_000;
+pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
 /// A fresh ext2 image of `size` bytes from our mkfs, in memory.
 pub fn fresh_image(dir: &Path, size: u64) -> Vec<u8> {

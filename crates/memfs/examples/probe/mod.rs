@@ -28,7 +28,7 @@ pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, Mem
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
     let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, 1).unwrap();
+    let disk = DiskFs::mount(cache, mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
     let opts = Options {
         flush_interval: None,
         ..Options::default()

@@ -11,7 +11,20 @@ use stitch_model::view::{self, InodeView};
 use stitch_model::Errno;
 use stitch_patch::{CacheConfig, PatchCache};
 
-pub const NOW: u32 = 1_700_000_000;
+/// A time as the model keeps it.
+pub fn model_time(t: stitch_memfs::Timestamp) -> stitch_model::Time {
+    stitch_model::Time {
+        secs: t.secs(),
+        nsec: t.nsec(),
+    }
+}
+
+/// A model time as memfs keeps it.
+pub fn mem_time(t: stitch_model::Time) -> stitch_memfs::Timestamp {
+    stitch_memfs::Timestamp::new(t.secs, t.nsec)
+}
+
+pub const NOW: stitch_memfs::Timestamp = stitch_memfs::Timestamp::from_secs(1_700_000_000);
 
 /// A fresh image from our mkfs (ext3 with a journal when `journal`).
 pub fn fresh_image(size: u64, journal: bool) -> Vec<u8> {
@@ -198,8 +211,8 @@ impl InodeView for View<'_> {
         self.0.read(ino, 0, size).map_err(errno)
     }
 
-    fn mtime(&mut self, ino: u64) -> Result<u32, Errno> {
-        Ok(self.0.getattr(ino).map_err(errno)?.mtime)
+    fn mtime(&mut self, ino: u64) -> Result<stitch_model::Time, Errno> {
+        Ok(model_time(self.0.getattr(ino).map_err(errno)?.mtime))
     }
 
     fn entries(&mut self, dir: u64) -> Result<Vec<(Name, u64)>, Errno> {

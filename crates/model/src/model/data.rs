@@ -5,7 +5,7 @@
 //! does on disk.
 
 use super::{Body, Model};
-use crate::types::{InodeNo, Owner};
+use crate::types::{InodeNo, Owner, Time};
 use crate::Errno;
 
 /// Attribute changes of `setattr`; `None` leaves a field alone.
@@ -15,8 +15,8 @@ pub struct SetAttr {
     pub perm: Option<u32>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
-    pub atime: Option<u32>,
-    pub mtime: Option<u32>,
+    pub atime: Option<Time>,
+    pub mtime: Option<Time>,
 }
 
 impl Model {
@@ -37,7 +37,7 @@ impl Model {
         ino: InodeNo,
         offset: u64,
         data: &[u8],
-        now: u32,
+        now: Time,
     ) -> Result<usize, Errno> {
         let max = self.limits.max_file_size;
         let file = self.file_data(ino)?;
@@ -58,7 +58,7 @@ impl Model {
     }
 
     /// Sets the size, cutting or zero-extending.
-    pub fn truncate(&mut self, ino: InodeNo, size: u64, now: u32) -> Result<(), Errno> {
+    pub fn truncate(&mut self, ino: InodeNo, size: u64, now: Time) -> Result<(), Errno> {
         let max = self.limits.max_file_size;
         let file = self.file_data(ino)?;
         if size > max {
@@ -70,7 +70,7 @@ impl Model {
     }
 
     /// Data changed: mtime and ctime move.
-    fn stamp_data(&mut self, ino: InodeNo, now: u32) {
+    fn stamp_data(&mut self, ino: InodeNo, now: Time) {
         let node = self.inodes.get_mut(&ino).expect("live");
         node.mtime = now;
         node.ctime = now;
@@ -85,7 +85,7 @@ impl Model {
     }
 
     /// Changes attributes; ctime moves whenever anything is set.
-    pub fn setattr(&mut self, ino: InodeNo, attr: SetAttr, now: u32) -> Result<(), Errno> {
+    pub fn setattr(&mut self, ino: InodeNo, attr: SetAttr, now: Time) -> Result<(), Errno> {
         let node = self.inode_mut(ino)?;
         if let Some(p) = attr.perm {
             node.perm = p & 0o7777;

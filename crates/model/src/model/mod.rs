@@ -26,7 +26,7 @@ mod rename;
 
 use std::collections::BTreeMap;
 
-use crate::types::{InodeNo, Kind, Meta, Name, Owner, Special, NAME_MAX};
+use crate::types::{InodeNo, Kind, Meta, Name, Owner, Special, Time, NAME_MAX};
 use crate::Errno;
 
 pub use data::SetAttr;
@@ -73,16 +73,16 @@ pub(crate) enum Body {
 pub(crate) struct Inode {
     pub(crate) perm: u32,
     pub(crate) owner: Owner,
-    pub(crate) atime: u32,
-    pub(crate) mtime: u32,
-    pub(crate) ctime: u32,
+    pub(crate) atime: Time,
+    pub(crate) mtime: Time,
+    pub(crate) ctime: Time,
     /// Open handles ([`Model::open`]); keeps an unlinked inode alive.
     pub(crate) opens: u32,
     pub(crate) body: Body,
 }
 
 impl Inode {
-    fn new(perm: u32, owner: Owner, now: u32, body: Body) -> Inode {
+    fn new(perm: u32, owner: Owner, now: Time, body: Body) -> Inode {
         Inode {
             perm,
             owner,
@@ -116,9 +116,9 @@ impl Inode {
 pub struct Stat {
     pub ino: InodeNo,
     pub meta: Meta,
-    pub atime: u32,
-    pub mtime: u32,
-    pub ctime: u32,
+    pub atime: Time,
+    pub mtime: Time,
+    pub ctime: Time,
 }
 
 /// The in-memory reference file tree.
@@ -131,7 +131,7 @@ pub struct Model {
     /// credentials on a real system).
     pub(crate) cred: Owner,
     /// Time used by [`Model::apply`].
-    pub(crate) now: u32,
+    pub(crate) now: Time,
     /// Open handles of [`Model::apply`]: slot → inode (see [`crate::op`]).
     pub(crate) fds: Vec<Option<InodeNo>>,
 }
@@ -140,20 +140,25 @@ impl Model {
     /// An empty tree: a root directory with permissions `root_perm` owned by
     /// `cred`, who also owns everything [`Model::apply`] creates.
     pub fn new(root_perm: u32, cred: Owner, limits: Limits) -> Model {
-        let root = Inode::new(root_perm & 0o7777, cred, 0, Body::Dir(BTreeMap::new()));
+        let root = Inode::new(
+            root_perm & 0o7777,
+            cred,
+            Time::EPOCH,
+            Body::Dir(BTreeMap::new()),
+        );
         Model {
             inodes: BTreeMap::from([(InodeNo::ROOT, root)]),
             // ext2's first non-reserved inode; the model never reuses numbers.
             next_ino: 11,
             limits,
             cred,
-            now: 0,
+            now: Time::EPOCH,
             fds: Vec::new(),
         }
     }
 
     /// Sets the time [`Model::apply`] stamps on what it changes.
-    pub fn set_now(&mut self, now: u32) {
+    pub fn set_now(&mut self, now: Time) {
         self.now = now;
     }
 

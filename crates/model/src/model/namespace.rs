@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::{Body, Inode, Model};
-use crate::types::{InodeNo, Name, Owner, Special};
+use crate::types::{InodeNo, Name, Owner, Special, Time};
 use crate::Errno;
 
 impl Model {
@@ -36,7 +36,7 @@ impl Model {
     }
 
     /// Adds a new inode under `parent` and stamps the parent.
-    fn add_new(&mut self, parent: InodeNo, name: &Name, inode: Inode, now: u32) -> InodeNo {
+    fn add_new(&mut self, parent: InodeNo, name: &Name, inode: Inode, now: Time) -> InodeNo {
         let ino = self.alloc(inode);
         self.dir_entries_mut(parent)
             .expect("checked")
@@ -46,7 +46,7 @@ impl Model {
     }
 
     /// A directory's contents changed: mtime and ctime move.
-    pub(crate) fn touch_dir(&mut self, dir: InodeNo, now: u32) {
+    pub(crate) fn touch_dir(&mut self, dir: InodeNo, now: Time) {
         let node = self.inodes.get_mut(&dir).expect("live directory");
         node.mtime = now;
         node.ctime = now;
@@ -59,7 +59,7 @@ impl Model {
         name: &Name,
         perm: u32,
         owner: Owner,
-        now: u32,
+        now: Time,
     ) -> Result<InodeNo, Errno> {
         self.check_new_entry(parent, name)?;
         let inode = Inode::new(perm & 0o7777, owner, now, Body::File(Vec::new()));
@@ -74,7 +74,7 @@ impl Model {
         name: &Name,
         perm: u32,
         owner: Owner,
-        now: u32,
+        now: Time,
     ) -> Result<InodeNo, Errno> {
         self.check_new_entry(parent, name)?;
         if self.nlink(parent) >= self.limits.dir_link_max {
@@ -92,7 +92,7 @@ impl Model {
         kind: Special,
         perm: u32,
         owner: Owner,
-        now: u32,
+        now: Time,
     ) -> Result<InodeNo, Errno> {
         self.check_new_entry(parent, name)?;
         let inode = Inode::new(perm & 0o7777, owner, now, Body::Special(kind));
@@ -107,7 +107,7 @@ impl Model {
         name: &Name,
         target: &[u8],
         owner: Owner,
-        now: u32,
+        now: Time,
     ) -> Result<InodeNo, Errno> {
         self.check_target(target)?;
         self.check_new_entry(parent, name)?;
@@ -122,7 +122,7 @@ impl Model {
         ino: InodeNo,
         newparent: InodeNo,
         newname: &Name,
-        now: u32,
+        now: Time,
     ) -> Result<(), Errno> {
         self.inode(ino)?;
         self.check_new_entry(newparent, newname)?;
@@ -144,7 +144,7 @@ impl Model {
     }
 
     /// Removes a name of a non-directory.
-    pub fn unlink(&mut self, parent: InodeNo, name: &Name, now: u32) -> Result<(), Errno> {
+    pub fn unlink(&mut self, parent: InodeNo, name: &Name, now: Time) -> Result<(), Errno> {
         let ino = self.lookup(parent, name)?;
         if self.is_dir(ino) {
             return Err(Errno::Eisdir);
@@ -154,7 +154,7 @@ impl Model {
     }
 
     /// Removes an empty directory.
-    pub fn rmdir(&mut self, parent: InodeNo, name: &Name, now: u32) -> Result<(), Errno> {
+    pub fn rmdir(&mut self, parent: InodeNo, name: &Name, now: Time) -> Result<(), Errno> {
         let ino = self.lookup(parent, name)?;
         let entries = self.inode(ino)?.entries().ok_or(Errno::Enotdir)?;
         if !entries.is_empty() {
@@ -166,7 +166,7 @@ impl Model {
 
     /// Drops entry `parent/name` (which names `ino`) and frees `ino` if that
     /// was its last name and it is not open.
-    pub(crate) fn remove_entry(&mut self, parent: InodeNo, name: &Name, ino: InodeNo, now: u32) {
+    pub(crate) fn remove_entry(&mut self, parent: InodeNo, name: &Name, ino: InodeNo, now: Time) {
         let removed = self.dir_entries_mut(parent).expect("dir").remove(name);
         assert_eq!(removed, Some(ino));
         self.touch_dir(parent, now);

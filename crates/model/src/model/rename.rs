@@ -18,7 +18,7 @@
 //! 8. a directory over a non-empty directory → `ENOTEMPTY`.
 
 use super::Model;
-use crate::types::{InodeNo, Name};
+use crate::types::{InodeNo, Name, Time};
 use crate::Errno;
 
 /// `renameat2` flags.
@@ -42,7 +42,7 @@ impl Model {
         (sp, sn): (InodeNo, &Name),
         (dp, dn): (InodeNo, &Name),
         flags: RenameFlags,
-        now: u32,
+        now: Time,
     ) -> Result<(), Errno> {
         if flags.noreplace && flags.exchange {
             return Err(Errno::Einval);
@@ -118,7 +118,7 @@ impl Model {
     }
 
     /// Moves the entry, dropping the replaced inode's name.
-    fn move_entry(&mut self, from: End, to: End, src: InodeNo, dst: Option<InodeNo>, now: u32) {
+    fn move_entry(&mut self, from: End, to: End, src: InodeNo, dst: Option<InodeNo>, now: Time) {
         self.dir_entries_mut(from.dir)
             .expect("dir")
             .remove(from.name);
@@ -141,7 +141,7 @@ impl Model {
         from: End,
         to: End,
         (src, dst): (InodeNo, InodeNo),
-        now: u32,
+        now: Time,
     ) -> Result<(), Errno> {
         self.check_ancestry(src, Some(dst), from.dir, to.dir, Errno::Einval)?;
         if src == dst {
