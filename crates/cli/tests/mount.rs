@@ -563,16 +563,20 @@ fn set_stamps(p: &Path, atime: Stamp, mtime: Stamp) {
     );
 }
 
-/// What `debugfs -R stat` shows of one time of `/name`: the base and
-/// `_extra` words, and the date it decodes (in UTC, asctime's format).
-fn debugfs_stamp(img: &Path, name: &str, field: &str) -> (u32, u32, String) {
+/// `debugfs -R stat` of `/name`, dates in UTC.
+fn debugfs_stat(img: &Path, name: &str) -> String {
     let out = Command::new("debugfs")
         .env("TZ", "GMT")
         .args(["-R", &format!("stat /{name}")])
         .arg(img)
         .output()
         .unwrap();
-    let all = text(&out.stdout);
+    text(&out.stdout)
+}
+
+/// One time of `/name` in `debugfs_stat`'s `all`: the base and `_extra`
+/// words, and the date it decodes (asctime's format).
+fn debugfs_stamp(all: &str, name: &str, field: &str) -> (u32, u32, String) {
     let line = all
         .lines()
         .map(str::trim_start)
@@ -671,10 +675,13 @@ fn times_are_kept_as_the_kernels_ext2_keeps_them() {
     k.unmount();
 
     for (name, [a, mt, c]) in &seen {
+        // New inodes have the extension mke2fs and the kernel give them.
+        let stat = debugfs_stat(&img, name);
+        assert!(stat.contains("Size of extra inode fields: 32"), "{stat}");
         for (field, (secs, nsec)) in [("atime", a), ("mtime", mt), ("ctime", c)] {
             let epoch = ((secs - i64::from(*secs as i32)) >> 32) as u32 & 3;
             let words = (*secs as i32 as u32, epoch | (*nsec as u32) << 2);
-            let (base, extra, date) = debugfs_stamp(&img, name, field);
+            let (base, extra, date) = debugfs_stamp(&stat, name, field);
             assert_eq!((base, extra), words, "debugfs: {name} {field}");
             assert_eq!(date, asctime(*secs), "debugfs: {name} {field}");
         }
