@@ -6,7 +6,7 @@
 //!
 //! - untar: a real source tree created as untar does ([`super::tree`]);
 //! - delete: that tree removed after a remount (the papers' delete);
-//! - PostMark: [`super::postmark`]'s mix through diskfs, in one directory
+//! - PostMark: `postmark`'s mix through diskfs, in one directory
 //!   (PostMark's default), data in 4 KiB application writes;
 //! - fsync: small files each created, written and made durable at once
 //!   (journaling's case in Seltzer: one log write instead of ordered ones).

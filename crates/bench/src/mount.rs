@@ -1,6 +1,6 @@
 //! `stitchfs bench mount`: McoreFS §6's workloads through a mounted file
 //! system, stitchfs beside the kernel's ext4, fuse2fs, bindfs and the FUSE
-//! floor ([`super::systems`], [`super::floor`]). The workloads run in this process with `std::fs`
+//! floor ([`super::systems`], [`stitch_floor`]). The workloads run in this process with `std::fs`
 //! on the mount point, so every system is driven by the same system calls:
 //!
 //! - **smallfile** (McoreFS): per file, create, write 1 KB, fsync, close,

@@ -1,5 +1,5 @@
 //! `stitchfs bench optimizations`: Featherstitch Figure 9. Runs untar-,
-//! delete- and PostMark-shaped loads (see [`super::synth`]) straight on the
+//! delete- and PostMark-shaped loads (see `synth`) straight on the
 //! patch cache over a memory device, under the four combinations of hard
 //! patches and overlap merging, and reports patches created, undo bytes,
 //! CPU seconds, patch operations per CPU second and peak patch memory as a

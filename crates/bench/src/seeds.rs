@@ -34,7 +34,7 @@
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
 //! stitchfs's sync ioctl), inside the timing: a phase is done when what it
 //! wrote is durable, whatever the system defers; fuse2fs alone cannot be
-//! asked. See [`super::workload`] for what the counts cover.
+//! asked. See `workload` for what the counts cover.
 
 use super::session::{self, Suite};
 use super::systems::Place;

@@ -7,7 +7,7 @@
 //!   write the journal);
 //! - `bindfs`, a FUSE passthrough over a directory of the host file system;
 //! - `fuse-floor`, the least a durable FUSE file system over an image does
-//!   (`stitchfs bench floor-server`, [`super::floor`]): what any of them
+//!   (`stitchfs bench floor-server`, [`stitch_floor`]): what any of them
 //!   could reach on this machine, mounted as stitchfs is;
 //! - stitchfs itself: `stitchfs mount IMAGE MNT --foreground` run as a child
 //!   of this binary.
