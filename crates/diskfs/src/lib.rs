@@ -14,7 +14,8 @@
 //! (what mount checks before it writes), `alloc`,
 //! `inode`, `bmap` (block maps and data), `dir`, `ops` and `more_ops` (the
 //! operations), `rename`, `orphan`, `repair` (leak reclaiming), `batch`
-//! (the interface the layer above calls), `diff` (changes into patches).
+//! (operations as data), `shared` (the handle the layer above uses: reads,
+//! batches, durability), `diff` (changes into patches).
 
 mod alloc;
 mod batch;
@@ -33,6 +34,7 @@ mod ops;
 mod orphan;
 mod rename;
 mod repair;
+mod shared;
 mod validate;
 mod xattr;
 
@@ -42,9 +44,10 @@ pub use error::{Damage, DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use more_ops::{SetAttr, Special};
-pub use ops::{Attr, XattrBlock};
+pub use ops::{Attr, Pages, XattrBlock};
 pub use rename::RenameFlags;
 pub use repair::Leak;
+pub use shared::{Batch, Counts, Disk, Durability, Shape};
 pub use stitch_format::inode::TimeField;
 pub use stitch_format::symlink::FAST_MAX as FAST_SYMLINK_MAX;
 pub use stitch_format::xattr::{fits_block as xattrs_fit_block, Xattr};

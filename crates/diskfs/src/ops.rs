@@ -47,6 +47,15 @@ pub struct Attr {
     pub xattr_block: XattrBlock,
 }
 
+/// A file write made of whole pages: the first `len` bytes of `pages`, each
+/// page one block long, written from byte `offset`, a block boundary.
+#[derive(Clone, Copy, Debug)]
+pub struct Pages<'a> {
+    pub offset: u64,
+    pub pages: &'a [Arc<Vec<u8>>],
+    pub len: usize,
+}
+
 /// Whether an inode names an extended-attribute block, and whether the
 /// block goes with it: a deletion frees a block only its inode names,
 /// and drops a shared block's count instead.
@@ -231,19 +240,17 @@ impl DiskFs {
         self.write_src(ino, offset, Src::Bytes(data), now)
     }
 
-    /// [`write`](Self::write) of the first `len` bytes of `pages`, each one
-    /// block long, at byte `offset`, a block boundary. A block a page fills
+    /// [`write`](Self::write) of a [`Pages`] run. A block a page fills
     /// whole takes the page as it is rather than a copy, and the device
     /// writes it from there: the caller keeps sharing it but must not change
     /// it in place (copy first, as `Arc::make_mut` does).
     pub fn write_pages(
         &mut self,
         ino: InodeNo,
-        offset: u64,
-        pages: &[Arc<Vec<u8>>],
-        len: usize,
+        run: Pages<'_>,
         now: Timestamp,
     ) -> Result<(usize, PatchId)> {
+        let Pages { offset, pages, len } = run;
         let bs = self.bs;
         if !offset.is_multiple_of(bs as u64)
             || pages.iter().any(|p| p.len() != bs)

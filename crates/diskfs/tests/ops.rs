@@ -3,7 +3,7 @@
 //! mount must read back exactly what was written.
 
 use std::process::Command;
-use stitch_diskfs::{Consistency, DiskError, FileType, InodeNo};
+use stitch_diskfs::{Consistency, DiskError, FileType, InodeNo, Pages};
 
 mod common;
 use common::{mount, NOW};
@@ -606,7 +606,17 @@ fn written_pages_are_shared_and_read_back_after_remount() {
         fs.write(ino, 0, &pattern(1, 2 * 4096), NOW).unwrap();
         let pages: Vec<Arc<Vec<u8>>> = (0..5).map(|i| Arc::new(pattern(10 + i, 4096))).collect();
         let len = 4 * 4096 + 100;
-        let (n, _) = fs.write_pages(ino, 4096, &pages, len, NOW).unwrap();
+        let (n, _) = fs
+            .write_pages(
+                ino,
+                Pages {
+                    offset: 4096,
+                    pages: &pages,
+                    len,
+                },
+                NOW,
+            )
+            .unwrap();
         assert_eq!(n, len, "{mode:?}");
         for (i, p) in pages.iter().enumerate() {
             let shared = if i < 4 { 2 } else { 1 };
@@ -620,12 +630,28 @@ fn written_pages_are_shared_and_read_back_after_remount() {
         want.truncate(4096 + len);
         assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), want, "{mode:?}");
         assert!(matches!(
-            fs.write_pages(ino, 100, &pages, 4096, NOW),
+            fs.write_pages(
+                ino,
+                Pages {
+                    offset: 100,
+                    pages: &pages,
+                    len: 4096
+                },
+                NOW
+            ),
             Err(DiskError::Invalid(_))
         ));
         let short = [Arc::new(vec![0u8; 100])];
         assert!(matches!(
-            fs.write_pages(ino, 0, &short, 100, NOW),
+            fs.write_pages(
+                ino,
+                Pages {
+                    offset: 0,
+                    pages: &short,
+                    len: 100
+                },
+                NOW
+            ),
             Err(DiskError::Invalid(_))
         ));
         fs.unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))

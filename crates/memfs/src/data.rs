@@ -35,7 +35,7 @@ impl MemFs {
             return Ok(None);
         }
         let len = (s.disk_size.min(s.min_size) - idx * bs).min(bs) as usize;
-        let mut data = self.disk_op(|d| d.read(InodeNo(ino as u32), idx * bs, len))?;
+        let mut data = self.on_disk(self.inner.disk.read(InodeNo(ino as u32), idx * bs, len))?;
         data.resize(bs as usize, 0);
         Ok(Some(Arc::new(data)))
     }
@@ -213,7 +213,7 @@ impl MemFs {
                 0
             } else if idx < kept
                 && self
-                    .disk_op(|d| d.physical_block(InodeNo(ino as u32), idx))?
+                    .on_disk(self.inner.disk.physical_block(InodeNo(ino as u32), idx))?
                     .is_some()
             {
                 held.insert(idx);

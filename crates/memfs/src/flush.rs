@@ -38,11 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stitch_diskfs::{DiskFs, InodeNo, Op, SetAttr, Timestamp, Xattr, XattrBlock};
-use stitch_patch::{PatchId, SyncStep};
-
-/// A flush that found diskfs gone (unmounted while it waited).
-const UNMOUNTED: stitch_diskfs::DiskError = stitch_diskfs::DiskError::Invalid("unmounted");
+use stitch_diskfs::{Batch, InodeNo, Op, Pages, SetAttr, Timestamp, Xattr, XattrBlock};
 
 /// Pages per diskfs write (a bound on one operation's journal space).
 const RUN_PAGES: usize = 256;
@@ -199,42 +195,6 @@ impl Durable {
         while s.done_below < n {
             self.cv.wait(&mut s);
         }
-    }
-}
-
-/// How many device flushes run outside the disk lock have ended. A sync
-/// that diskfs tells to wait for another thread's flush
-/// ([`SyncStep::Wait`](stitch_patch::SyncStep::Wait)) reads the count
-/// under the disk lock and sleeps until it moves. A flush counts itself
-/// ended only after `flushed` took its ticket off the cache's running list
-/// (under the disk lock; on an error path just after it), so a sync that
-/// saw the ticket running cannot miss its end.
-#[derive(Default)]
-pub(crate) struct FlushGate {
-    ended: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl FlushGate {
-    fn ended(&self) -> u64 {
-        *self.ended.lock()
-    }
-
-    fn wait_past(&self, seen: u64) {
-        let mut n = self.ended.lock();
-        while *n == seen {
-            self.cv.wait(&mut n);
-        }
-    }
-}
-
-/// Counts a flush ended when dropped, whatever way it ends.
-struct Ended<'a>(&'a FlushGate);
-
-impl Drop for Ended<'_> {
-    fn drop(&mut self) {
-        *self.0.ended.lock() += 1;
-        self.0.cv.notify_all();
     }
 }
 
@@ -553,23 +513,8 @@ impl MemFs {
             v.dedup();
             v
         };
-        let result = {
-            let mut d = self.inner.disk.lock();
-            let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
-            disk.modes_mut().begin_atomic();
-            let mut patches = Vec::new();
-            let r = apply_plan(disk, &plan, t, &mut patches);
-            let end = disk.modes_mut().end_atomic().map_err(Into::into);
-            let r = r.and(end).and_then(|()| {
-                if patches.is_empty() {
-                    return Ok(None);
-                }
-                let g = disk
-                    .modes_mut()
-                    .group(&patches)
-                    .map_err(stitch_diskfs::DiskError::from)?;
-                Ok(Some(g))
-            });
+        let result = self.inner.disk.batch().and_then(|mut b| {
+            let r = apply_plan(&mut b, &plan, t);
             let written = plan
                 .files
                 .iter()
@@ -578,27 +523,26 @@ impl MemFs {
             let sectors: Vec<(u64, Option<u64>, u64, XattrBlock)> = written
                 .chain(dirs.iter().map(|&ino| (ino, true)))
                 .filter_map(|(ino, dir)| {
-                    let a = disk.getattr(InodeNo(ino as u32)).ok()?;
+                    let a = b.getattr(InodeNo(ino as u32)).ok()?;
                     let sectors = u64::from(a.sectors);
                     Some((ino, dir.then_some(a.size), sectors, a.xattr_block))
                 })
                 .collect();
-            let free = u64::from(disk.superblock().free_blocks_count_lo);
-            self.publish_disk_free(free, plan.frees);
+            let counts = b.counts();
+            self.publish_disk_free(counts.free_blocks, plan.frees);
             self.inner
                 .disk_free_inodes
-                .store(u64::from(disk.free_inodes()), Ordering::Release);
-            self.note_reserved(disk);
-            r.map(|goal| (goal, sectors))
-        };
+                .store(counts.free_inodes, Ordering::Release);
+            self.note_reserved(counts);
+            let goal = r.and_then(|()| b.finish())?;
+            Ok((goal, sectors))
+        });
         drop(order);
         self.inner
             .reserved_blocks
             .fetch_sub(plan.reserved, Ordering::AcqRel);
         let result = result.and_then(|(goal, sectors)| {
-            if let Some(goal) = goal {
-                self.wait_durable(goal)?;
-            }
+            self.inner.disk.wait_durable(goal)?;
             Ok(sectors)
         });
         drop(finish);
@@ -676,37 +620,6 @@ impl MemFs {
         st.ops_absorbed += plan.absorbed as u64;
         st.pages_written += n_pages as u64;
         Ok(())
-    }
-
-    /// Writes and flushes until `goal` has committed, taking the disk lock
-    /// for each round's writes and commits but not through the device
-    /// flush, nor while it waits for another thread's flush.
-    fn wait_durable(&self, goal: PatchId) -> std::result::Result<(), stitch_diskfs::DiskError> {
-        loop {
-            let ticket = {
-                let mut d = self.inner.disk.lock();
-                let disk = d.as_mut().ok_or(UNMOUNTED)?;
-                match disk.sync_step(goal)? {
-                    SyncStep::Done => return Ok(()),
-                    SyncStep::Flush(t) => t,
-                    SyncStep::Wait => {
-                        // A ticket is running: its thread counts it ended
-                        // only after `flushed`, which needs the disk lock
-                        // held here, so the count read now is before that.
-                        let seen = self.inner.flush_gate.ended();
-                        drop(d);
-                        self.inner.flush_gate.wait_past(seen);
-                        continue;
-                    }
-                }
-            };
-            let ended = Ended(&self.inner.flush_gate);
-            let result = ticket.flush();
-            let mut d = self.inner.disk.lock();
-            let disk = d.as_mut().ok_or(UNMOUNTED)?;
-            disk.flushed(ticket, result)?;
-            drop(ended);
-        }
     }
 
     // ---- background work ----------------------------------------------
@@ -854,7 +767,7 @@ impl MemFs {
 
     /// Flushes everything, stops the flusher and unmounts diskfs (the
     /// image is marked clean). Later calls fail.
-    pub fn unmount(&self) -> Result<stitch_patch::PatchCache> {
+    pub fn unmount(&self) -> Result<()> {
         {
             let (lock, cv) = &self.inner.bg;
             lock.lock().stop = true;
@@ -865,197 +778,207 @@ impl MemFs {
         }
         let flushed = self.sync();
         let _order = self.inner.apply_lock.lock();
-        let disk = self
-            .inner
-            .disk
-            .lock()
-            .take()
-            .ok_or(MemError::Io("unmounted twice".into()))?;
-        flushed?;
+        if let Err(e) = flushed {
+            // What memory held is lost: leave the image marked in use
+            // (for fsck), and later calls fail.
+            self.inner.disk.close();
+            return Err(e);
+        }
         self.debug_assert_frees_settled();
-        let mut disk = disk;
         let pool: Vec<u64> = {
             let mut p = self.inner.pool.lock();
             p.iter_mut().flat_map(std::mem::take).collect()
         };
         for ino in pool {
-            disk.unreserve_inode(InodeNo(ino as u32))
-                .map_err(|e| self.latch(e))?;
+            let r = self.inner.disk.unreserve_inode(InodeNo(ino as u32));
+            self.on_disk(r)?;
         }
-        disk.unmount(self.now()).map_err(|e| self.latch(e))
+        let r = self.inner.disk.unmount(self.now());
+        self.on_disk(r)
     }
 }
 
 /// Applies the plan's operations in stamp order, then the files' states.
-fn apply_plan(
-    disk: &mut DiskFs,
-    plan: &Plan,
-    t: Timestamp,
-    patches: &mut Vec<PatchId>,
-) -> stitch_diskfs::Result<()> {
+fn apply_plan(disk: &mut Batch<'_>, plan: &Plan, t: Timestamp) -> stitch_diskfs::Result<()> {
     for ino in &plan.open {
         disk.open(InodeNo(*ino as u32))?;
     }
     for e in &plan.ops {
-        let time = e.time;
-        let p = match &e.op {
-            LogOp::Create {
-                parent,
-                name,
-                ino,
-                made,
-                uid,
-                gid,
-            } => {
-                let parent = InodeNo(*parent as u32);
-                let (name, uid, gid) = (name.clone(), *uid, *gid);
-                let op = match made {
-                    Made::File { perm } => Op::Create {
-                        parent,
-                        name,
-                        perm: *perm,
-                        uid,
-                        gid,
-                    },
-                    Made::Dir { perm } => Op::Mkdir {
-                        parent,
-                        name,
-                        perm: *perm,
-                        uid,
-                        gid,
-                    },
-                    Made::Special { kind, perm } => Op::Mknod {
-                        parent,
-                        name,
-                        kind: *kind,
-                        perm: *perm,
-                        uid,
-                        gid,
-                    },
-                    Made::Symlink { target } => Op::Symlink {
-                        parent,
-                        name,
-                        target: target.clone(),
-                        uid,
-                        gid,
-                    },
-                };
-                Some(disk.apply_as(&op, Some(InodeNo(*ino as u32)), time)?.patch)
-            }
-            LogOp::Link { ino, parent, name } => Some(
-                disk.apply(
-                    &Op::Link {
-                        ino: InodeNo(*ino as u32),
-                        parent: InodeNo(*parent as u32),
-                        name: name.clone(),
-                    },
-                    time,
-                )?
-                .patch,
-            ),
-            LogOp::Unlink {
-                parent, name, dir, ..
-            } => {
-                let (parent, name) = (InodeNo(*parent as u32), name.clone());
-                let op = if *dir {
-                    Op::Rmdir { parent, name }
-                } else {
-                    Op::Unlink { parent, name }
-                };
-                Some(disk.apply(&op, time)?.patch)
-            }
-            LogOp::Rename {
-                from_dir,
-                from,
-                to_dir,
-                to,
-                flags,
-                ..
-            } => Some(
-                disk.apply(
-                    &Op::Rename {
-                        from_dir: InodeNo(*from_dir as u32),
-                        from: from.clone(),
-                        to_dir: InodeNo(*to_dir as u32),
-                        to: to.clone(),
-                        flags: *flags,
-                    },
-                    time,
-                )?
-                .patch,
-            ),
-            LogOp::Release { ino } => disk.release(InodeNo(*ino as u32), time)?,
-            LogOp::Dirty { .. } => None,
-        };
-        patches.extend(p);
-        disk.modes_mut()
-            .split_point()
-            .map_err(stitch_diskfs::DiskError::from)?;
+        apply_entry(disk, e)?;
+        disk.split_point()?;
     }
     for f in plan.files.iter().filter(|f| f.write) {
         disk.settle_unlink(InodeNo(f.ino as u32))?;
-        write_file(disk, f, t, patches)?;
+        write_file(disk, f, t)?;
     }
     Ok(())
 }
 
+/// One logged namespace operation, as diskfs applies it (a file's data
+/// and attributes are written from its state, not its entries).
+fn apply_entry(disk: &mut Batch<'_>, e: &Entry) -> stitch_diskfs::Result<()> {
+    let ino = |i: &u64| InodeNo(*i as u32);
+    match &e.op {
+        LogOp::Release { ino: i } => disk.release(ino(i), e.time),
+        LogOp::Dirty { .. } => Ok(()),
+        LogOp::Create { ino: i, .. } => disk.apply(&disk_op(&e.op), Some(ino(i)), e.time),
+        op => disk.apply(&disk_op(op), None, e.time),
+    }
+}
+
+/// diskfs's operation for a logged namespace change.
+fn disk_op(op: &LogOp) -> Op {
+    let ino = |i: &u64| InodeNo(*i as u32);
+    match op {
+        LogOp::Create {
+            parent,
+            name,
+            made,
+            uid,
+            gid,
+            ..
+        } => created(ino(parent), name.clone(), made, *uid, *gid),
+        LogOp::Link {
+            ino: i,
+            parent,
+            name,
+        } => Op::Link {
+            ino: ino(i),
+            parent: ino(parent),
+            name: name.clone(),
+        },
+        LogOp::Unlink {
+            parent,
+            name,
+            dir: true,
+            ..
+        } => Op::Rmdir {
+            parent: ino(parent),
+            name: name.clone(),
+        },
+        LogOp::Unlink { parent, name, .. } => Op::Unlink {
+            parent: ino(parent),
+            name: name.clone(),
+        },
+        LogOp::Rename {
+            from_dir,
+            from,
+            to_dir,
+            to,
+            flags,
+            ..
+        } => Op::Rename {
+            from_dir: ino(from_dir),
+            from: from.clone(),
+            to_dir: ino(to_dir),
+            to: to.clone(),
+            flags: *flags,
+        },
+        LogOp::Dirty { .. } | LogOp::Release { .. } => {
+            unreachable!("state, not a namespace operation")
+        }
+    }
+}
+
+/// diskfs's operation for a create of `made`.
+fn created(parent: InodeNo, name: Vec<u8>, made: &Made, uid: u32, gid: u32) -> Op {
+    match made {
+        Made::File { perm } => Op::Create {
+            parent,
+            name,
+            perm: *perm,
+            uid,
+            gid,
+        },
+        Made::Dir { perm } => Op::Mkdir {
+            parent,
+            name,
+            perm: *perm,
+            uid,
+            gid,
+        },
+        Made::Special { kind, perm } => Op::Mknod {
+            parent,
+            name,
+            kind: *kind,
+            perm: *perm,
+            uid,
+            gid,
+        },
+        Made::Symlink { target } => Op::Symlink {
+            parent,
+            name,
+            target: target.clone(),
+            uid,
+            gid,
+        },
+    }
+}
+
 /// One file's state: cut to the smallest size seen, the dirty pages in
 /// runs, the final size, the attributes.
-fn write_file(
-    disk: &mut DiskFs,
-    f: &FileState,
-    t: Timestamp,
-    patches: &mut Vec<PatchId>,
-) -> stitch_diskfs::Result<()> {
+fn write_file(disk: &mut Batch<'_>, f: &FileState, t: Timestamp) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
     if !f.file {
-        return write_attributes(disk, f, t, patches);
+        return write_attributes(disk, f, t);
     }
-    let bs = disk.block_size() as u64;
     let mut on_disk = f.disk_size;
     if f.min_size < on_disk {
-        patches.push(disk.truncate(ino, f.min_size, t)?);
+        disk.truncate(ino, f.min_size, t)?;
         on_disk = f.min_size;
     }
-    let mut i = 0;
-    while i < f.pages.len() {
-        let mut j = i + 1;
-        while j < f.pages.len() && j - i < RUN_PAGES && f.pages[j].0 == f.pages[j - 1].0 + 1 {
-            j += 1;
-        }
-        let start = f.pages[i].0 * bs;
-        let end = ((f.pages[j - 1].0 + 1) * bs).min(f.size);
-        if end > start {
-            // The snapshot's pages themselves: diskfs keeps each page that
-            // fills a block rather than a copy, and a writer that changes
-            // one later copies it first (`page_for_write`).
-            let run: Vec<Page> = f.pages[i..j].iter().map(|(_, p)| Arc::clone(p)).collect();
-            let len = (end - start) as usize;
-            let (n, p) = disk.write_pages(ino, start, &run, len, t)?;
-            if n < len {
-                return Err(stitch_diskfs::DiskError::NoSpace("short write at flush"));
+    let bs = disk.block_size() as u64;
+    for run in f.pages.chunk_by(|a, b| b.0 == a.0 + 1) {
+        for run in run.chunks(RUN_PAGES) {
+            let start = run[0].0 * bs;
+            let end = ((run[run.len() - 1].0 + 1) * bs).min(f.size);
+            if end > start {
+                write_run(disk, ino, run, start, end, t)?;
+                on_disk = on_disk.max(end);
             }
-            patches.push(p);
-            on_disk = on_disk.max(end);
-            disk.modes_mut()
-                .split_point()
-                .map_err(stitch_diskfs::DiskError::from)?;
         }
-        i = j;
     }
     if on_disk != f.size {
-        patches.push(disk.truncate(ino, f.size, t)?);
+        disk.truncate(ino, f.size, t)?;
     }
-    write_attributes(disk, f, t, patches)
+    write_attributes(disk, f, t)
+}
+
+/// Pages of one run of consecutive pages, bytes `start..end` of the file.
+fn write_run(
+    disk: &mut Batch<'_>,
+    ino: InodeNo,
+    run: &[(u64, Page)],
+    start: u64,
+    end: u64,
+    t: Timestamp,
+) -> stitch_diskfs::Result<()> {
+    // The snapshot's pages themselves: diskfs keeps each page that fills a
+    // block rather than a copy, and a writer that changes one later copies
+    // it first (`page_for_write`).
+    let pages: Vec<Page> = run.iter().map(|(_, p)| Arc::clone(p)).collect();
+    let len = (end - start) as usize;
+    if disk.write_pages(
+        ino,
+        Pages {
+            offset: start,
+            pages: &pages,
+            len,
+        },
+        t,
+    )? < len
+    {
+        return Err(stitch_diskfs::DiskError::NoSpace("short write at flush"));
+    }
+    disk.split_point()
 }
 
 /// The extended attributes if they changed, then the inode's attributes
 /// (last, so the change time is memory's).
 fn write_attributes(
-    disk: &mut DiskFs,
+    disk: &mut Batch<'_>,
     f: &FileState,
     t: Timestamp,
-    patches: &mut Vec<PatchId>,
 ) -> stitch_diskfs::Result<()> {
     let ino = InodeNo(f.ino as u32);
     if let Some(x) = &f.xattrs {
@@ -1067,8 +990,7 @@ fn write_attributes(
                 ))
             })
             .collect::<stitch_diskfs::Result<_>>()?;
-        patches.push(disk.set_xattrs(ino, &set, t)?);
+        disk.set_xattrs(ino, &set, t)?;
     }
-    patches.push(disk.setattr(ino, f.attr, t)?);
-    Ok(())
+    disk.setattr(ino, f.attr, t)
 }

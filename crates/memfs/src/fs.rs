@@ -3,11 +3,11 @@
 //! Locking, outermost first: the cut gate (shared by every operation,
 //! exclusive for a flush's cut); the global rename lock (moves of a
 //! directory to another parent, McoreFS §4.3); inode locks, always taken
-//! together in inode-number order; the disk lock; the inode table. A flush
-//! never takes an inode lock while it holds the disk lock, and never takes
-//! the gate while it holds the disk lock. A flush waiting for the device
-//! holds none of these: the disk lock is dropped around each device flush,
-//! so another flush may apply and write its plan meanwhile.
+//! together in inode-number order; diskfs's own lock (inside [`Disk`]);
+//! the inode table. Nothing here takes an inode lock or the gate while a
+//! diskfs batch is open. A flush waiting for the device holds none of
+//! these: diskfs drops its lock around each device flush, so another flush
+//! may apply and write its plan meanwhile.
 
 use crate::error::{MemError, Result};
 use crate::flush::{Merged, Orders};
@@ -19,7 +19,9 @@ use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use stitch_diskfs::{DiskFs, FileType, InodeNo, RenameFlags, Special, TimeRange, Timestamp};
+use stitch_diskfs::{
+    Counts, Disk, DiskFs, FileType, InodeNo, RenameFlags, Special, TimeRange, Timestamp,
+};
 
 pub(crate) const ROOT: u64 = 2;
 const NAME_MAX: usize = 255;
@@ -39,7 +41,9 @@ pub type AttrHook = Arc<dyn Fn(u64) + Send + Sync>;
 pub type FlushHook = Arc<dyn Fn(FlushCause) + Send + Sync>;
 
 pub(crate) struct Inner {
-    pub disk: Mutex<Option<DiskFs>>,
+    /// diskfs, with its own lock (held for a read, a batch, or a round of
+    /// writes; never through a device flush).
+    pub disk: Disk,
     pub nodes: RwLock<FxHashMap<u64, Arc<Node>>>,
     /// Shared by every operation, exclusive for a cut (McoreFS §4.2).
     pub gate: RwLock<()>,
@@ -53,9 +57,6 @@ pub(crate) struct Inner {
     /// Which applied plans are durable: a flush returns only once every
     /// plan applied before its own is.
     pub durable: crate::flush::Durable,
-    /// Counts the device flushes run outside the disk lock as they end,
-    /// for a sync told to wait for one.
-    pub flush_gate: crate::flush::FlushGate,
     /// Reserved inode numbers not yet used: [files, directories].
     pub pool: Mutex<[Vec<u64>; 2]>,
     /// Blocks the in-memory changes will need: every inode's `reserved`,
@@ -135,19 +136,20 @@ impl MemFs {
     /// Puts memfs in front of a mounted diskfs and starts the background
     /// flusher (if `opts.flush_interval` is set).
     pub fn mount(disk: DiskFs, opts: Options) -> Result<MemFs> {
-        let sb = disk.superblock();
-        let disk_bs = disk.block_size() as u64;
+        let disk = Disk::new(disk);
+        let shape = disk.shape()?;
+        let counts = disk.counts()?;
         let inner = Arc::new(Inner {
-            total_blocks: u64::from(sb.blocks_count()),
-            total_inodes: u64::from(sb.inodes_count),
-            reserved_root_blocks: u64::from(sb.r_blocks_count_lo),
-            disk_free_blocks: AtomicU64::new(u64::from(sb.free_blocks_count_lo)),
-            disk_free_inodes: AtomicU64::new(u64::from(disk.free_inodes())),
-            disk_reserved_inodes: AtomicU64::new(disk.reserved_inodes() as u64),
-            block_size: disk.block_size() as u64,
-            times: disk.time_range(),
-            xattrs: disk.supports_xattrs(),
-            disk: Mutex::new(Some(disk)),
+            total_blocks: shape.blocks,
+            total_inodes: shape.inodes,
+            reserved_root_blocks: shape.reserved_root_blocks,
+            disk_free_blocks: AtomicU64::new(counts.free_blocks),
+            disk_free_inodes: AtomicU64::new(counts.free_inodes),
+            disk_reserved_inodes: AtomicU64::new(counts.reserved_inodes),
+            block_size: shape.block_size,
+            times: shape.times,
+            xattrs: shape.xattrs,
+            disk,
             nodes: RwLock::new(FxHashMap::default()),
             gate: RwLock::new(()),
             rename_lock: Mutex::new(()),
@@ -155,12 +157,11 @@ impl MemFs {
             merged: Mutex::new(Merged::default()),
             apply_lock: Mutex::new(()),
             durable: Default::default(),
-            flush_gate: Default::default(),
             pool: Mutex::new([Vec::new(), Vec::new()]),
             reserved_blocks: AtomicI64::new(0),
             frees: Mutex::new(Default::default()),
             pages: AtomicU64::new(0),
-            page_pool: PagePool::new(page_pool_cap(&opts, disk_bs)),
+            page_pool: PagePool::new(page_pool_cap(&opts, shape.block_size)),
             opts,
             read_only: AtomicBool::new(false),
             stats: Mutex::new(Stats::default()),
@@ -208,9 +209,7 @@ impl MemFs {
 
     /// Runs `f` on diskfs (tests and tools: the device, the journal).
     pub fn with_disk<R>(&self, f: impl FnOnce(&mut DiskFs) -> R) -> Result<R> {
-        let mut d = self.inner.disk.lock();
-        let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
-        Ok(f(disk))
+        Ok(self.inner.disk.inspect(f)?)
     }
 
     // ---- inode table ------------------------------------------------
@@ -229,10 +228,8 @@ impl MemFs {
     }
 
     fn load(&self, ino: u64, parent: u64) -> Result<Arc<Node>> {
-        let (attr, disk_size) = self.disk_op(|d| {
-            let a = d.getattr(InodeNo(ino as u32))?;
-            Ok((a.clone(), a.size))
-        })?;
+        let attr = self.on_disk(self.inner.disk.getattr(InodeNo(ino as u32)))?;
+        let disk_size = attr.size;
         if attr.nlink == 0 || attr.kind.is_none() {
             return Err(MemError::Stale(ino));
         }
@@ -262,14 +259,9 @@ impl MemFs {
         Ok(nodes.entry(ino).or_insert(node).clone())
     }
 
-    /// Runs a diskfs call under the disk lock, latching device errors.
-    pub(crate) fn disk_op<R>(
-        &self,
-        f: impl FnOnce(&mut DiskFs) -> stitch_diskfs::Result<R>,
-    ) -> Result<R> {
-        let mut d = self.inner.disk.lock();
-        let disk = d.as_mut().ok_or(MemError::Io("unmounted".into()))?;
-        f(disk).map_err(|e| self.latch(e))
+    /// The result of a diskfs call, latching device errors.
+    pub(crate) fn on_disk<R>(&self, r: stitch_diskfs::Result<R>) -> Result<R> {
+        r.map_err(|e| self.latch(e))
     }
 
     /// Turns a diskfs error into ours; a device failure makes the mount
@@ -304,7 +296,7 @@ impl MemFs {
         }
         let mut s = n.s.write();
         if s.entries.is_none() {
-            let list = self.disk_op(|d| d.readdir(InodeNo(dir as u32)))?;
+            let list = self.on_disk(self.inner.disk.readdir(InodeNo(dir as u32)))?;
             let mut map = HashMap::with_capacity(list.len());
             for e in list {
                 if e.name == b"." || e.name == b".." {
@@ -329,7 +321,7 @@ impl MemFs {
             return Ok(p);
         }
         let e = self
-            .disk_op(|d| d.lookup(InodeNo(dir as u32), b".."))?
+            .on_disk(self.inner.disk.lookup(InodeNo(dir as u32), b".."))?
             .ok_or(MemError::Io("directory without ..".into()))?;
         let p = u64::from(e.ino.0);
         // Only a rename (under the rename lock) sets a known parent.
@@ -431,29 +423,12 @@ impl MemFs {
         if let Some(ino) = self.inner.pool.lock()[i].pop() {
             return Ok(ino);
         }
-        let got = self.disk_op(|d| {
-            let mut v = Vec::with_capacity(POOL_REFILL);
-            for _ in 0..POOL_REFILL {
-                match d.reserve_inode(InodeNo(parent as u32), dir) {
-                    Ok(ino) => v.push(u64::from(ino.0)),
-                    Err(stitch_diskfs::DiskError::NoSpace(_)) if !v.is_empty() => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            self.note_reserved(d);
-            Ok(v)
-        });
-        let mut got = match got {
+        let mut got = match self.reserve_inodes(parent, dir, POOL_REFILL) {
             Ok(v) => v,
             Err(MemError::NoSpace) => {
                 // Frees may be waiting in the logs: flush and try once more.
                 self.flush_own(FlushCause::Room)?;
-                self.disk_op(|d| {
-                    let ino = d.reserve_inode(InodeNo(parent as u32), dir);
-                    self.note_reserved(d);
-                    ino
-                })
-                .map(|i| vec![u64::from(i.0)])?
+                self.reserve_inodes(parent, dir, 1)?
             }
             Err(e) => return Err(e),
         };
@@ -493,10 +468,27 @@ impl MemFs {
     }
 
     /// Records how many inode numbers `disk` holds reserved, for `statfs`.
-    pub(crate) fn note_reserved(&self, disk: &DiskFs) {
+    pub(crate) fn note_reserved(&self, counts: Counts) {
         self.inner
             .disk_reserved_inodes
-            .store(disk.reserved_inodes() as u64, Ordering::Release);
+            .store(counts.reserved_inodes, Ordering::Release);
+    }
+
+    /// Up to `n` inode numbers reserved in diskfs (at least one, or the
+    /// error that stopped the first).
+    fn reserve_inodes(&self, parent: u64, dir: bool, n: usize) -> Result<Vec<u64>> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.inner.disk.reserve_inode(InodeNo(parent as u32), dir) {
+                Ok((ino, counts)) => {
+                    v.push(u64::from(ino.0));
+                    self.note_reserved(counts);
+                }
+                Err(stitch_diskfs::DiskError::NoSpace(_)) if !v.is_empty() => break,
+                Err(e) => return Err(self.latch(e)),
+            }
+        }
+        Ok(v)
     }
 
     /// Gives back the number of an inode that will never reach the disk.
@@ -562,7 +554,7 @@ impl MemFs {
                 return Ok(t.clone());
             }
         }
-        let t = self.disk_op(|d| d.readlink(InodeNo(ino as u32)))?;
+        let t = self.on_disk(self.inner.disk.readlink(InodeNo(ino as u32)))?;
         n.s.write().target = Some(t.clone());
         Ok(t)
     }
@@ -576,7 +568,7 @@ impl MemFs {
         if let Some(x) = &n.s.read().xattrs {
             return Ok(x.clone());
         }
-        let stored = self.disk_op(|d| d.xattrs(InodeNo(ino as u32)))?;
+        let stored = self.on_disk(self.inner.disk.xattrs(InodeNo(ino as u32)))?;
         let x: Arc<Xattrs> = Arc::new(
             stored
                 .into_iter()

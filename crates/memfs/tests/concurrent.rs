@@ -367,10 +367,11 @@ fn changes_and_syncs_now(mode: Consistency) {
         }
     };
     check(&fs, "before unmount");
-    let cache = fs.unmount().unwrap();
+    fs.unmount().unwrap();
     if let Err(report) = check_image(&dev.snapshot(), false) {
         panic!("{mode:?}: after unmount: {report}");
     }
+    let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
     let fs = MemFs::mount(DiskFs::mount(cache, mode, NOW).unwrap(), opts).unwrap();
     check(&fs, "after remount");
     fs.unmount().unwrap();

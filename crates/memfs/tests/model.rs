@@ -511,26 +511,26 @@ impl Run {
     }
 
     /// Unmounts (memfs flushes everything) and checks the image.
-    fn unmount(&mut self) -> Result<stitch_patch::PatchCache, Failure> {
+    fn unmount(&mut self) -> Result<(), Failure> {
         self.close_all()?;
         self.note("unmount".into());
-        let cache = match self.fs.unmount() {
-            Ok(c) => c,
-            Err(e) => return Err(self.fail(format!("unmount: {e}")).unwrap_err()),
-        };
+        if let Err(e) = self.fs.unmount() {
+            return Err(self.fail(format!("unmount: {e}")).unwrap_err());
+        }
         if let Err(report) = check_image(&self.dev.snapshot(), false) {
             return Err(self
                 .fail(format!("image after unmount: {report}"))
                 .unwrap_err());
         }
-        Ok(cache)
+        Ok(())
     }
 
-    /// Unmounts and mounts again on the cache unmount returned: with
-    /// nothing in memory, memfs must show the model's tree.
+    /// Unmounts and mounts again on the same device: with nothing in
+    /// memory, memfs must show the model's tree.
     fn remount(&mut self) -> Checked {
-        let cache = self.unmount()?;
+        self.unmount()?;
         self.note("mount".into());
+        let cache = stitch_patch::PatchCache::new(self.dev.clone(), Default::default());
         let disk = match DiskFs::mount(cache, self.mode, NOW) {
             Ok(d) => d,
             Err(e) => return self.fail(format!("remount: {e}")),
