@@ -306,7 +306,7 @@ impl<D: stitch_blockdev::BlockDevice> stitch_blockdev::BlockDevice for SlowFlush
 /// a memory device whose flushes take `delay`.
 pub type Recorded = stitch_blockdev::record::RecordingDevice<SlowFlush<MemDevice>>;
 
-/// A fresh 64 MiB ext3 image mounted in `mode` on a recording device whose
+/// A fresh 16 MiB ext3 image mounted in `mode` on a recording device whose
 /// flushes take `flush_delay`; with `pages`, memfs flushes on its own every
 /// 2 ms and holds at most that many file pages. Every flush memfs makes on
 /// its own is told to the returned list.
@@ -319,7 +319,7 @@ pub fn recorded_mount(
     MemFs,
     Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>>,
 ) {
-    let image = fresh_image(64 << 20, true);
+    let image = fresh_image(16 << 20, true);
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let slow = SlowFlush {
         inner: mem,
