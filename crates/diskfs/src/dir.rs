@@ -13,7 +13,7 @@
 //! count it matches (checked on use; a mismatch rebuilds it), and it goes
 //! when the inode is freed.
 
-use crate::bmap::Src;
+use crate::data::Src;
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
@@ -89,6 +89,16 @@ impl DiskFs {
             out.push(b);
         }
         Ok(out)
+    }
+
+    /// Checks that `name` may be a new name in `parent`: well formed and
+    /// not taken.
+    pub(crate) fn check_new_name(&mut self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(DiskError::Exists);
+        }
+        Ok(())
     }
 
     /// Looks `name` up in directory `dir`.

@@ -28,6 +28,8 @@ const STATE_VALID: u16 = 1;
 pub(crate) const META: PatchFlags = PatchFlags { data: false };
 pub(crate) const DATA: PatchFlags = PatchFlags { data: true };
 const SUPERBLOCK_BYTES: usize = 1024;
+/// ext2's largest link count.
+pub(crate) const LINK_MAX: u16 = 32_000;
 
 /// An ext2 file system on the patch cache.
 pub struct DiskFs {
@@ -238,6 +240,12 @@ impl DiskFs {
 
     pub fn modes_mut(&mut self) -> &mut Modes {
         &mut self.m
+    }
+
+    /// An empty patch depending on every patch of an operation.
+    pub(crate) fn stands_for(&mut self, parts: &[&[PatchId]]) -> Result<PatchId> {
+        let all: Vec<PatchId> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        Ok(self.m.group(&all)?)
     }
 
     /// Patches the cached superblock to match `self.sb`.

@@ -18,8 +18,11 @@
 //! batches, durability), `diff` (changes into patches).
 
 mod alloc;
+mod attr;
 mod batch;
 mod bmap;
+mod create;
+mod data;
 mod diff;
 mod dir;
 mod error;
@@ -29,22 +32,24 @@ pub mod fault;
 mod fs;
 mod inode;
 mod journal;
-mod more_ops;
-mod ops;
+mod link;
 mod orphan;
 mod rename;
 mod repair;
 mod shared;
+mod truncate;
+mod unlink;
 mod validate;
 mod xattr;
 
+pub use attr::{Attr, SetAttr, XattrBlock};
 pub use batch::{BatchError, Done, Op};
+pub use create::{Owner, Special};
+pub use data::Pages;
 pub use dir::Entry;
 pub use error::{Damage, DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
-pub use more_ops::{SetAttr, Special};
-pub use ops::{Attr, Pages, XattrBlock};
 pub use rename::RenameFlags;
 pub use repair::Leak;
 pub use shared::{Batch, Counts, Disk, Durability, Shape};

@@ -26,7 +26,7 @@
 //!   the old parent's comes down after.
 
 use crate::error::{DiskError, Result};
-use crate::fs::DiskFs;
+use crate::fs::{DiskFs, LINK_MAX};
 use stitch_format::dir::set_inode;
 use stitch_format::inode::TimeField;
 use stitch_format::{FileType, InodeNo, Timestamp};
@@ -38,9 +38,6 @@ pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
 }
-
-/// ext2's largest link count.
-const LINK_MAX: u16 = 32_000;
 
 impl DiskFs {
     /// Renames `sp/sn` to `dp/dn`.

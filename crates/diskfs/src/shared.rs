@@ -19,12 +19,13 @@
 //! Lock order: the layer above may hold its own locks when it calls in;
 //! nothing here calls out while holding the lock.
 
+use crate::attr::Attr;
+use crate::attr::SetAttr;
 use crate::batch::Op;
+use crate::data::Pages;
 use crate::dir::Entry;
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use crate::more_ops::SetAttr;
-use crate::ops::{Attr, Pages};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use stitch_format::xattr::Xattr;
 use stitch_format::{InodeNo, TimeRange, Timestamp};

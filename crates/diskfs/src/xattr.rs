@@ -113,4 +113,25 @@ impl DiskFs {
         }
         Ok(self.m.group(&all)?)
     }
+
+    /// An extended-attribute block an inode no longer names (the file was
+    /// deleted, or its attributes moved to a new block): freed if the
+    /// inode was its only user, else its reference count drops by one.
+    /// Either waits for the inode's change (`cleared`), so a crash leaves
+    /// the count too high (a leak e2fsck repairs), never too low.
+    pub(crate) fn release_xattr_block(
+        &mut self,
+        ino: InodeNo,
+        block: u32,
+        cleared: &[PatchId],
+    ) -> Result<PatchId> {
+        let mut h = self.xattr_block(ino, block, stitch_format::xattr::XattrHeader::parse)?;
+        if h.refcount == 1 {
+            return self.free_block(block, cleared);
+        }
+        h.refcount -= 1;
+        Ok(self
+            .m
+            .byte(BlockNo(u64::from(block)), 0, &h.to_bytes(), cleared, META)?)
+    }
 }
