@@ -116,7 +116,7 @@ impl DiskFs {
                 | Op::Unlink { .. }
                 | Op::Rmdir { .. }
         ) {
-            self.room_before_op(3)?;
+            self.alloc.room_before_op(&mut self.m, 3)?;
         }
         Ok(match op {
             Op::Create {

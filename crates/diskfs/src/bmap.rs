@@ -56,7 +56,9 @@ impl DiskFs {
         let levels = path.levels().to_vec();
         for (depth, &index) in levels.iter().enumerate() {
             if ptr == 0 {
-                let (ind, ib) = self.alloc_block(self.indirect_goal(phys))?;
+                let (ind, ib) = self
+                    .alloc
+                    .alloc_block(&mut self.m, self.alloc.indirect_goal(phys))?;
                 // Like a data block, a new block's contents need not wait
                 // for its bitmap bit (see `write_new_run`); the pointer to
                 // it waits for both.
@@ -93,18 +95,6 @@ impl DiskFs {
             }
         }
         Ok(out)
-    }
-
-    /// Where an indirect block goes: away from the data stream (three
-    /// quarters into the data block's group), so the file's data blocks stay
-    /// one contiguous run that can be written in one request (§4.5).
-    fn indirect_goal(&self, data: u32) -> u32 {
-        let g = self
-            .geo
-            .group_of_block(stitch_format::BlockNo(data))
-            .map_or(0, |g| g.0);
-        let gn = stitch_format::GroupNo(g);
-        self.geo.group_first_block(gn).0 + self.geo.blocks_in_group(gn) / 4 * 3
     }
 
     /// Counts `n` more blocks in `i_blocks`. When the pointers to them will
@@ -262,7 +252,7 @@ impl DiskFs {
             };
             set_pointer(&mut bytes, i as u32, stitch_format::BlockNo(replacement));
         }
-        let (copy, ab) = self.alloc_block(block)?;
+        let (copy, ab) = self.alloc.alloc_block(&mut self.m, block)?;
         let w = self
             .m
             .byte(BlockNo(u64::from(copy)), 0, &bytes, &deps, META)?;

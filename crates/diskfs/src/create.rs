@@ -41,7 +41,9 @@ impl DiskFs {
         now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         self.check_new_name(parent, name)?;
-        let (ino, ib) = self.alloc_inode(parent, false)?;
+        let (ino, ib) =
+            self.alloc
+                .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
         let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
         let init = self.write_inode_clearing_attrs(ino, &inode, &[ib])?;
@@ -71,11 +73,15 @@ impl DiskFs {
         if pinode.core.links_count >= LINK_MAX {
             return Err(DiskError::TooManyLinks);
         }
-        let (ino, ib) = self.alloc_inode(parent, true)?;
+        let (ino, ib) =
+            self.alloc
+                .alloc_inode(&mut self.m, parent, true, self.wanted_ino.take())?;
         // The new ".." is a reference to the parent: count it first.
         pinode.core.links_count += 1;
         let plink = self.write_inode(parent, &pinode, &[])?;
-        let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
+        let (blk, bb) = self
+            .alloc
+            .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
         let contents = new_dir_block(self.bs, ino, parent);
         let data = self
             .m
@@ -114,14 +120,18 @@ impl DiskFs {
             return Err(DiskError::NameTooLong);
         }
         self.check_new_name(parent, name)?;
-        let (ino, ib) = self.alloc_inode(parent, false)?;
+        let (ino, ib) =
+            self.alloc
+                .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
         let mut inode = Inode::new(FileType::Symlink, 0o777, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
         let mut deps = vec![ib];
         if target.len() < FAST_MAX {
             symlink::set_fast_target(&mut inode, target)?;
         } else {
-            let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
+            let (blk, bb) = self
+                .alloc
+                .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
             let data = self.m.byte(
                 BlockNo(u64::from(blk)),
                 0,
@@ -159,7 +169,9 @@ impl DiskFs {
             Special::Char { major, minor } => (FileType::CharDevice, Some((major, minor))),
             Special::Block { major, minor } => (FileType::BlockDevice, Some((major, minor))),
         };
-        let (ino, ib) = self.alloc_inode(parent, false)?;
+        let (ino, ib) =
+            self.alloc
+                .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
         let mut inode = Inode::new(ft, perm, self.geo.inode_size, now);
         inode.set_owner(owner.uid, owner.gid);
         if let Some((major, minor)) = dev {

@@ -160,7 +160,8 @@ impl DiskFs {
         // Every block new, each 1,024 with an indirect block, and the
         // chain to the first (a double or triple indirect block).
         let blocks = (data.len() as u64).div_ceil(self.bs as u64) + 1;
-        self.room_before_op(blocks + blocks / (self.bs as u64 / 4) + 3)?;
+        self.alloc
+            .room_before_op(&mut self.m, blocks + blocks / (self.bs as u64 / 4) + 3)?;
         let (n, ps) = self.write_data(ino, &mut inode, offset, data, now)?;
         Ok((n, self.stands_for(&[&ps])?))
     }
@@ -321,7 +322,7 @@ impl DiskFs {
         let mut failure = None;
         while pos < data.len() {
             let blocks_left = (at + data.len() - pos).div_ceil(self.bs);
-            let (start, n, bits) = match self.alloc_run(goal, blocks_left) {
+            let (start, n, bits) = match self.alloc.alloc_run(&mut self.m, goal, blocks_left) {
                 Ok(x) => x,
                 Err(e) if !phys_run.is_empty() => {
                     failure = Some(e);
@@ -337,7 +338,7 @@ impl DiskFs {
                 // keep).
                 // The data need not wait for the bitmap: nothing points at
                 // the block yet, and no earlier owner can (allocation never
-                // takes a block whose free is not durable: `pending_frees`).
+                // takes a block whose free is not durable: see `alloc`).
                 // Only the pointer waits for both, so data and bitmap go out
                 // in one device flush.
                 let block = BlockNo(u64::from(phys));
@@ -388,7 +389,7 @@ impl DiskFs {
                 // No indirect block for them: nothing points at the data
                 // blocks, so give them back rather than leak them.
                 for &phys in &phys_run {
-                    self.free_block(phys, &[])?;
+                    self.alloc.free_block(&mut self.m, phys, &[])?;
                 }
                 return Err(e);
             }
@@ -427,7 +428,7 @@ impl DiskFs {
                 return Ok(prev + 1);
             }
         }
-        Ok(self.inode_group_start(ino))
+        Ok(self.alloc.inode_group_start(ino))
     }
 
     /// Reads up to `len` bytes at `offset` (holes read as zeros).

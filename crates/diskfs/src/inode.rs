@@ -14,7 +14,7 @@ impl DiskFs {
             .geo
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
-        let table = self.gds[g.0 as usize].inode_table_block();
+        let table = self.alloc.group(g.0 as usize).inode_table_block();
         self.geo
             .inode_location(ino, table)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))

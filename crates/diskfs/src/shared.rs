@@ -216,7 +216,7 @@ impl Disk {
 
 fn counts(d: &DiskFs) -> Counts {
     Counts {
-        free_blocks: u64::from(d.superblock().free_blocks_count_lo),
+        free_blocks: u64::from(d.free_blocks()),
         free_inodes: u64::from(d.free_inodes()),
         reserved_inodes: d.reserved_inodes() as u64,
     }

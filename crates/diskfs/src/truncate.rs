@@ -29,7 +29,7 @@ impl DiskFs {
         if size < inode.size() {
             // A cut inside the indirect map copies the kept part of each
             // indirect block on the way.
-            self.room_before_op(3)?;
+            self.alloc.room_before_op(&mut self.m, 3)?;
             out.extend(self.zero_tail(&inode, size)?);
             let (freed, cleared) = self.cut_map(&mut inode, size.div_ceil(self.bs as u64))?;
             inode.core.blocks_lo -= freed.len() as u32 * (self.bs / 512) as u32;
@@ -38,7 +38,7 @@ impl DiskFs {
             let ip = self.write_inode(ino, &inode, &cleared)?;
             let after: Vec<PatchId> = cleared.iter().chain(&ip).copied().collect();
             for b in freed {
-                out.push(self.free_block(b, &after)?);
+                out.push(self.alloc.free_block(&mut self.m, b, &after)?);
             }
             out.extend(after);
         } else if size > inode.size() {

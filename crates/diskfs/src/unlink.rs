@@ -114,7 +114,7 @@ impl DiskFs {
             out.clone()
         };
         for b in blocks {
-            out.push(self.free_block(b, &cleared)?);
+            out.push(self.alloc.free_block(&mut self.m, b, &cleared)?);
         }
         if xattrs != 0 {
             out.push(self.release_xattr_block(ino, xattrs, &cleared)?);

@@ -82,7 +82,7 @@ impl DiskFs {
         if !self.supports_xattrs() {
             return Err(DiskError::Invalid("the image has no ext_attr feature"));
         }
-        self.room_before_op(1)?;
+        self.alloc.room_before_op(&mut self.m, 1)?;
         let mut inode: Inode = self.read_inode(ino)?;
         let old = inode.file_acl();
         let mut made = Vec::new();
@@ -91,7 +91,9 @@ impl DiskFs {
             let data = xattr::encode_block(attrs, self.bs).ok_or(DiskError::NoSpace(
                 "extended attributes do not fit one block",
             ))?;
-            let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
+            let (blk, bb) = self
+                .alloc
+                .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
             let init = self.m.byte(BlockNo(u64::from(blk)), 0, &data, &[], META)?;
             made.extend([bb, init]);
             new = blk;
@@ -127,7 +129,7 @@ impl DiskFs {
     ) -> Result<PatchId> {
         let mut h = self.xattr_block(ino, block, stitch_format::xattr::XattrHeader::parse)?;
         if h.refcount == 1 {
-            return self.free_block(block, cleared);
+            return self.alloc.free_block(&mut self.m, block, cleared);
         }
         h.refcount -= 1;
         Ok(self
