@@ -111,7 +111,7 @@ impl DiskFs {
             inode.set_time(TimeField::Modify, t);
         }
         inode.set_time(TimeField::Change, set.ctime.unwrap_or(now));
-        let ps = self.write_inode(ino, &inode, &[])?;
+        let ps = self.inodes.write(&mut self.m, ino, &inode, &[])?;
         self.stands_for(&[&ps])
     }
 

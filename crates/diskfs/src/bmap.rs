@@ -47,7 +47,7 @@ impl DiskFs {
         if path.depth == 0 {
             inode.core.blocks_lo += (run.len() * self.bs / 512) as u32;
             inode.core.block[path.slot..path.slot + run.len()].copy_from_slice(run);
-            return self.write_inode(ino, inode, deps);
+            return self.inodes.write(&mut self.m, ino, inode, deps);
         }
         let mut out = Vec::new();
         // Walk down, creating indirect blocks where the map has holes.
@@ -111,7 +111,7 @@ impl DiskFs {
     ) -> Result<Vec<PatchId>> {
         inode.core.blocks_lo += (n * self.bs / 512) as u32;
         if separate {
-            self.write_inode(ino, inode, &[])
+            self.inodes.write(&mut self.m, ino, inode, &[])
         } else {
             Ok(Vec::new())
         }
@@ -145,7 +145,7 @@ impl DiskFs {
             }
             _ => {
                 inode.core.block[slot] = value;
-                self.write_inode(ino, inode, deps)
+                self.inodes.write(&mut self.m, ino, inode, deps)
             }
         }
     }

@@ -46,7 +46,9 @@ impl DiskFs {
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
         let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
         inode.set_owner(uid, gid);
-        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib])?;
+        let init = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &[ib])?;
         // FAULT INJECTION (feature `fault-injection`): the switch drops the
         // entry's dependency on the initialized inode.
         #[cfg(feature = "fault-injection")]
@@ -78,7 +80,7 @@ impl DiskFs {
                 .alloc_inode(&mut self.m, parent, true, self.wanted_ino.take())?;
         // The new ".." is a reference to the parent: count it first.
         pinode.core.links_count += 1;
-        let plink = self.write_inode(parent, &pinode, &[])?;
+        let plink = self.inodes.write(&mut self.m, parent, &pinode, &[])?;
         let (blk, bb) = self
             .alloc
             .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
@@ -92,7 +94,9 @@ impl DiskFs {
         inode.core.block[0] = blk;
         inode.set_size(self.bs as u64);
         inode.core.blocks_lo = (self.bs / 512) as u32;
-        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib, bb, data])?;
+        let init = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &[ib, bb, data])?;
         let entry = self.add_entry(parent, name, ino, FileType::Directory, &init, now)?;
         Ok((
             ino,
@@ -147,7 +151,9 @@ impl DiskFs {
             inode.set_size(target.len() as u64);
             deps.extend([bb, data]);
         }
-        let init = self.write_inode_clearing_attrs(ino, &inode, &deps)?;
+        let init = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &deps)?;
         let entry = self.add_entry(parent, name, ino, FileType::Symlink, &init, now)?;
         Ok((ino, self.stands_for(&[&deps, &init, &entry])?))
     }
@@ -177,7 +183,9 @@ impl DiskFs {
         if let Some((major, minor)) = dev {
             inode.set_device(major, minor);
         }
-        let init = self.write_inode_clearing_attrs(ino, &inode, &[ib])?;
+        let init = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &[ib])?;
         let entry = self.add_entry(parent, name, ino, ft, &init, now)?;
         Ok((ino, self.stands_for(&[&[ib], &init, &entry])?))
     }

@@ -255,7 +255,7 @@ impl DiskFs {
             inode.set_size(end);
         }
         inode.touch(now);
-        out.extend(self.write_inode(ino, inode, &out.clone())?);
+        out.extend(self.inodes.write(&mut self.m, ino, inode, &out.clone())?);
         Ok((pos, out))
     }
 
@@ -367,7 +367,7 @@ impl DiskFs {
         if end > inode.size() {
             if !inode.is_dir() {
                 inode.set_size(end);
-                let s = self.write_inode(ino, inode, &[])?;
+                let s = self.inodes.write(&mut self.m, ino, inode, &[])?;
                 pointer_deps.extend(&s);
                 out.extend(s);
             } else if map_path(first, self.bs)?.depth == 0 {
@@ -380,7 +380,7 @@ impl DiskFs {
             Ok(ps) => {
                 if size_after {
                     inode.set_size(end);
-                    let s = self.write_inode(ino, inode, &ps)?;
+                    let s = self.inodes.write(&mut self.m, ino, inode, &ps)?;
                     out.extend(s);
                 }
                 out.extend(ps)

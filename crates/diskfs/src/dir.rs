@@ -529,12 +529,12 @@ impl DiskFs {
             return Ok(Vec::new());
         }
         inode.core.flags &= !flags::INDEX;
-        self.write_inode(dir, inode, &[])
+        self.inodes.write(&mut self.m, dir, inode, &[])
     }
 
     /// A directory's modification and change times.
     fn touch(&mut self, dir: InodeNo, inode: &mut Inode, now: Timestamp) -> Result<Vec<PatchId>> {
         inode.touch(now);
-        self.write_inode(dir, inode, &[])
+        self.inodes.write(&mut self.m, dir, inode, &[])
     }
 }

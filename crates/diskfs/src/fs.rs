@@ -18,6 +18,7 @@
 use crate::alloc::Allocator;
 use crate::diff;
 use crate::error::{Damage, Result};
+use crate::inode::InodeTable;
 use crate::journal::Replayed;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
@@ -39,6 +40,7 @@ pub struct DiskFs {
     pub(crate) sb: Superblock,
     pub(crate) geo: Geometry,
     pub(crate) alloc: Allocator,
+    pub(crate) inodes: InodeTable,
     pub(crate) bs: usize,
     /// Open counts of inodes the layer above holds open (in memory only).
     pub(crate) open: rustc_hash::FxHashMap<InodeNo, u32>,
@@ -115,7 +117,8 @@ impl DiskFs {
         let (sb, geo, gds) = load(&mut m, bs)?;
         let mut fs = DiskFs {
             m,
-            alloc: Allocator::new(&sb, geo.clone(), gds),
+            alloc: Allocator::new(&sb, geo.clone(), gds.clone()),
+            inodes: inode_table(&geo, &gds),
             sb,
             geo,
             bs,
@@ -137,6 +140,7 @@ impl DiskFs {
                 }
                 e => e,
             })?;
+            fs.inodes = inode_table(&geo, &gds);
             fs.alloc = Allocator::new(&sb, geo.clone(), gds);
             (fs.sb, fs.geo) = (sb, geo);
             fs.sb.feature_incompat &= !incompat::RECOVER.bit;
@@ -350,6 +354,12 @@ impl Opened {
         fs.repair_leaks(&rest, now)?;
         Ok(fs)
     }
+}
+
+/// The inode table of a file system with descriptors `gds`.
+fn inode_table(geo: &Geometry, gds: &[GroupDesc]) -> InodeTable {
+    let tables = gds.iter().map(|g| g.inode_table_block().0).collect();
+    InodeTable::new(geo.clone(), tables)
 }
 
 /// Where the primary superblock lives: byte 1024 of the device.

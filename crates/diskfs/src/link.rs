@@ -28,7 +28,7 @@ impl DiskFs {
         }
         inode.core.links_count += 1;
         inode.set_time(TimeField::Change, now);
-        let up = self.write_inode(ino, &inode, &[])?;
+        let up = self.inodes.write(&mut self.m, ino, &inode, &[])?;
         let ft = inode
             .file_type()
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no type", ino.0)))?;

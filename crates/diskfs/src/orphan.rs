@@ -73,7 +73,7 @@ impl DiskFs {
         inode.core.dtime = self.sb.last_orphan;
         // The list head must not name an inode not yet allocated and
         // initialized on disk: the chain link covers the whole slot.
-        let linked = self.write_whole_inode(ino, &inode, &[])?;
+        let linked = self.inodes.write_whole(&mut self.m, ino, &inode, &[])?;
         self.sb.last_orphan = ino.0;
         let head = self.write_super_after(&linked)?;
         inode.core.links_count = 0;
@@ -84,7 +84,7 @@ impl DiskFs {
             .chain(&head)
             .copied()
             .collect();
-        let mut out = self.write_inode(ino, &inode, &deps)?;
+        let mut out = self.inodes.write(&mut self.m, ino, &inode, &deps)?;
         let dropped = if out.is_empty() { deps } else { out.clone() };
         let listed = linked.iter().chain(&head).copied().collect();
         self.orphaned.insert(ino, Orphaned { listed, dropped });
@@ -132,7 +132,7 @@ impl DiskFs {
             let mut prev = self.read_inode(InodeNo(at))?;
             if prev.core.dtime == ino.0 {
                 prev.core.dtime = next;
-                let mut out = self.write_inode(InodeNo(at), &prev, &[])?;
+                let mut out = self.inodes.write(&mut self.m, InodeNo(at), &prev, &[])?;
                 out.extend(ahead);
                 return Ok(out);
             }
@@ -161,7 +161,7 @@ impl DiskFs {
                 // still be there, so the file stays (at worst a leak).
                 let mut kept = self.read_inode(ino)?;
                 kept.core.dtime = 0;
-                self.write_inode(ino, &kept, &off)?;
+                self.inodes.write(&mut self.m, ino, &kept, &off)?;
                 continue;
             }
             self.delete_inode(ino, inode.is_dir(), &off, now)?;

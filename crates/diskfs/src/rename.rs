@@ -147,7 +147,7 @@ impl DiskFs {
             .file_type()
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no type", src.0)))?;
         inode.core.links_count += 1;
-        let up = self.write_inode(src, &inode, &[])?;
+        let up = self.inodes.write(&mut self.m, src, &inode, &[])?;
         let set = match dst {
             Some(old) => {
                 // The replaced inode loses this name: after its others.
@@ -167,7 +167,7 @@ impl DiskFs {
         inode.set_time(TimeField::Change, now);
         // The count coming down is not part of what the rename stands for
         // (see the module's soft-updates order).
-        self.write_inode(src, &inode, &removed)?;
+        self.inodes.write(&mut self.m, src, &inode, &removed)?;
         let mut out: Vec<PatchId> = up.into_iter().chain(set.clone()).chain(removed).collect();
         if let Some(old) = dst {
             out.extend(self.drop_name(old, &set, now)?);
@@ -193,7 +193,7 @@ impl DiskFs {
         if sp != dp {
             let mut p = self.read_inode(dp)?;
             p.core.links_count += 1;
-            up = self.write_inode(dp, &p, &[])?;
+            up = self.inodes.write(&mut self.m, dp, &p, &[])?;
             out.extend(&up);
         }
         let after: Vec<PatchId> = removed.iter().chain(&up).copied().collect();
@@ -227,7 +227,7 @@ impl DiskFs {
         if sp != dp {
             let mut p = self.read_inode(sp)?;
             p.core.links_count -= 1;
-            out.extend(self.write_inode(sp, &p, &dotdot)?);
+            out.extend(self.inodes.write(&mut self.m, sp, &p, &dotdot)?);
             out.extend(dotdot);
         }
         if let Some(old) = dst {
@@ -235,7 +235,7 @@ impl DiskFs {
             // The replaced directory's `..` named `dp`: one link fewer.
             let mut p = self.read_inode(dp)?;
             p.core.links_count -= 1;
-            out.extend(self.write_inode(dp, &p, &gone)?);
+            out.extend(self.inodes.write(&mut self.m, dp, &p, &gone)?);
             out.extend(gone);
         }
         Ok(out)
@@ -316,14 +316,14 @@ impl DiskFs {
                 for (p, delta) in [(gainer, 1i32), (loser, -1)] {
                     let mut i = self.read_inode(p)?;
                     i.core.links_count = (i32::from(i.core.links_count) + delta) as u16;
-                    out.extend(self.write_inode(p, &i, &[])?);
+                    out.extend(self.inodes.write(&mut self.m, p, &i, &[])?);
                 }
             }
         }
         for i in [a, b] {
             let mut n = self.read_inode(i)?;
             n.set_time(TimeField::Change, now);
-            out.extend(self.write_inode(i, &n, &[])?);
+            out.extend(self.inodes.write(&mut self.m, i, &n, &[])?);
         }
         Ok(self.m.group(&out)?)
     }

@@ -238,7 +238,7 @@ impl DiskFs {
     ) -> Result<()> {
         let mut inode = self.read_inode(ino)?;
         f(&mut inode);
-        self.write_inode(ino, &inode, &[]).map(drop)
+        self.inodes.write(&mut self.m, ino, &inode, &[]).map(drop)
     }
 
     /// Names `ino` `#ino` in `lost+found` (a directory also gets its `..`

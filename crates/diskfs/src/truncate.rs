@@ -35,7 +35,7 @@ impl DiskFs {
             inode.core.blocks_lo -= freed.len() as u32 * (self.bs / 512) as u32;
             inode.set_size(size);
             inode.touch(now);
-            let ip = self.write_inode(ino, &inode, &cleared)?;
+            let ip = self.inodes.write(&mut self.m, ino, &inode, &cleared)?;
             let after: Vec<PatchId> = cleared.iter().chain(&ip).copied().collect();
             for b in freed {
                 out.push(self.alloc.free_block(&mut self.m, b, &after)?);
@@ -44,7 +44,7 @@ impl DiskFs {
         } else if size > inode.size() {
             inode.set_size(size);
             inode.touch(now);
-            out.extend(self.write_inode(ino, &inode, &[])?);
+            out.extend(self.inodes.write(&mut self.m, ino, &inode, &[])?);
         }
         self.stands_for(&[&out])
     }

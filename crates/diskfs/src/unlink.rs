@@ -70,7 +70,7 @@ impl DiskFs {
         // The child's ".." no longer counts once the child is deleted.
         let mut pinode = self.read_inode(parent)?;
         pinode.core.links_count -= 1;
-        let plink = self.write_inode(parent, &pinode, &gone)?;
+        let plink = self.inodes.write(&mut self.m, parent, &pinode, &gone)?;
         self.stands_for(&[&removed, &gone, &plink])
     }
 
@@ -85,7 +85,7 @@ impl DiskFs {
         if inode.core.links_count > 1 {
             inode.core.links_count -= 1;
             inode.set_time(TimeField::Change, now);
-            return self.write_inode(ino, &inode, removed);
+            return self.inodes.write(&mut self.m, ino, &inode, removed);
         }
         if self.open.get(&ino).is_some_and(|&n| n > 0) {
             return self.orphan(ino, removed, now);
@@ -107,7 +107,7 @@ impl DiskFs {
         let xattrs = inode.file_acl();
         inode.core.links_count = 0;
         inode.core.dtime = now.secs() as u32;
-        let mut out = self.write_inode(ino, &inode, deps)?;
+        let mut out = self.inodes.write(&mut self.m, ino, &inode, deps)?;
         let cleared = if out.is_empty() {
             deps.to_vec()
         } else {

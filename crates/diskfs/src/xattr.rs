@@ -29,11 +29,8 @@ impl DiskFs {
     /// its slot past its fields, then those in its attribute block. A
     /// malformed list or block is a corruption error naming both.
     pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
-        let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let slot =
-            self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
-        let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+        let (slot, block) = self.inodes.slot(&mut self.m, ino)?;
+        let inode = Inode::decode(&slot).map_err(|e| e.in_block(block))?;
         let mut out = match &inode.extra {
             Some(x) => {
                 let from = usize::from(GOOD_OLD_INODE_SIZE + x.extra_isize);
@@ -106,7 +103,9 @@ impl DiskFs {
         }
         inode.core.file_acl_lo = new;
         inode.set_time(TimeField::Change, now);
-        let named = self.write_inode_clearing_attrs(ino, &inode, &made)?;
+        let named = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &made)?;
         let mut all = made;
         all.extend(&named);
         if old != 0 {
