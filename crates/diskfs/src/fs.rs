@@ -17,6 +17,7 @@
 
 use crate::alloc::Allocator;
 use crate::diff;
+use crate::dir::{Indexes, NameAdds};
 use crate::error::{Damage, Result};
 use crate::inode::InodeTable;
 use crate::journal::Replayed;
@@ -47,23 +48,15 @@ pub struct DiskFs {
     /// Orphans made since mount, with the patches that put each on the
     /// list and dropped its last link (see `orphan`).
     pub(crate) orphaned: rustc_hash::FxHashMap<InodeNo, crate::orphan::Orphaned>,
-    /// The patch that added each directory entry since mount, to tell at
-    /// removal whether the entry ever reached the disk (Featherstitch
-    /// §4.5): if the removal merged into it, it never did.
-    /// With it, for a name a rename made, the removals of the names the
-    /// inode had before that may still be on disk (see `never_on_disk`).
-    pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), crate::dir::Added>,
-    /// The patches that gave each non-directory inode a name since mount,
-    /// while they may not be on disk: a name removed from an inode that
-    /// keeps others waits for them, so no crash leaves it nameless (see
-    /// `names_elsewhere`).
-    pub(crate) names_added: rustc_hash::FxHashMap<InodeNo, Vec<PatchId>>,
+    /// The patches that gave names since mount, while they may not be on
+    /// disk (Featherstitch §4.5's elision; soft-updates rule 3).
+    pub(crate) adds: NameAdds,
     pub(crate) replayed: Option<Replayed>,
     /// The reserved number the operation being applied must take
     /// ([`DiskFs::apply_as`]).
     pub(crate) wanted_ino: Option<InodeNo>,
     /// Directories' names by block (memory only; see `dir`).
-    pub(crate) dirs: rustc_hash::FxHashMap<InodeNo, crate::dir::DirIndex>,
+    pub(crate) dirs: Indexes,
 }
 
 impl DiskFs {
@@ -124,8 +117,7 @@ impl DiskFs {
             bs,
             open: Default::default(),
             orphaned: Default::default(),
-            entry_adds: Default::default(),
-            names_added: Default::default(),
+            adds: Default::default(),
             replayed: None,
             wanted_ino: None,
             dirs: Default::default(),
@@ -206,7 +198,7 @@ impl DiskFs {
     /// for Featherstitch's §4.5 elision. Bounded: an add that reached the
     /// disk is forgotten once the count reaches a power of two from 4096.
     pub fn remembered_adds(&self) -> usize {
-        self.entry_adds.len()
+        self.adds.len()
     }
 
     pub fn block_size(&self) -> usize {

@@ -153,14 +153,17 @@ impl DiskFs {
                 // The replaced inode loses this name: after its others.
                 let mut deps = up.clone();
                 let links = self.read_inode(old)?.core.links_count;
-                deps.extend(self.names_elsewhere(old, links, dp, dn));
+                deps.extend(
+                    self.adds
+                        .names_elsewhere(self.m.cache(), old, links, dp, dn),
+                );
                 self.retarget_entry(dp, dn, src, ft, &deps, now)?
             }
             None => self.add_entry(dp, dn, src, ft, &up, now)?,
         };
         let (_, removed, before) = self.remove_entry(sp, sn, &set, now)?;
         if dst.is_none() {
-            self.renamed_from(dp, dn, &removed, before);
+            self.adds.renamed_from(dp, dn, &removed, before);
         }
         let mut inode = self.read_inode(src)?;
         inode.core.links_count -= 1;
@@ -222,7 +225,7 @@ impl DiskFs {
         };
         out.extend(&set);
         if dst.is_none() {
-            self.renamed_from(dp, dn, &removed, before);
+            self.adds.renamed_from(dp, dn, &removed, before);
         }
         if sp != dp {
             let mut p = self.read_inode(sp)?;

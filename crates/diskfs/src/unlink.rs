@@ -23,7 +23,10 @@ impl DiskFs {
         if inode.is_dir() {
             return Err(DiskError::IsDir);
         }
-        let elsewhere = self.names_elsewhere(entry.ino, inode.core.links_count, parent, name);
+        let links = inode.core.links_count;
+        let elsewhere = self
+            .adds
+            .names_elsewhere(self.m.cache(), entry.ino, links, parent, name);
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &elsewhere, now)?;
         // An entry that never reached the disk needs no waiting for (§4.5),
         // but an older name a rename took the inode from may still be there.
