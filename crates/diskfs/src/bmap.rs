@@ -9,6 +9,15 @@ use stitch_format::indirect::{map_path, pointer, pointers, ptrs_per_block, set_p
 use stitch_format::{Inode, InodeNo};
 use stitch_patch::{BlockNo, PatchId};
 
+/// Where one block pointer lives.
+#[derive(Clone, Copy)]
+enum PtrAt {
+    /// Slot `slot` of the inode's `i_block`.
+    Inode { slot: usize },
+    /// Entry `index` of indirect block `block`.
+    Indirect { block: u32, index: u32 },
+}
+
 impl DiskFs {
     /// The physical block of logical block `logical`, if mapped.
     pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<u32>> {
@@ -70,15 +79,11 @@ impl DiskFs {
                 let mut after = vec![ib, init];
                 after.extend(&counted);
                 out.extend(counted);
-                out.extend(self.set_ptr(
-                    ino,
-                    inode,
-                    parent,
-                    path.slot,
-                    levels.get(depth.wrapping_sub(1)).copied(),
-                    ind,
-                    &after,
-                )?);
+                let at = match (parent, levels.get(depth.wrapping_sub(1))) {
+                    (Some(block), Some(&index)) => PtrAt::Indirect { block, index },
+                    _ => PtrAt::Inode { slot: path.slot },
+                };
+                out.extend(self.set_ptr(ino, inode, at, ind, &after)?);
                 ptr = ind;
             }
             parent = Some(ptr);
@@ -117,21 +122,17 @@ impl DiskFs {
         }
     }
 
-    /// Sets one pointer: in the inode (`parent` none) or at `index` of the
-    /// indirect block `parent`.
-    #[allow(clippy::too_many_arguments)]
+    /// Sets the pointer at `at` to `value`, after `deps`.
     fn set_ptr(
         &mut self,
         ino: InodeNo,
         inode: &mut Inode,
-        parent: Option<u32>,
-        slot: usize,
-        index: Option<u32>,
+        at: PtrAt,
         value: u32,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
-        match (parent, index) {
-            (Some(p), Some(i)) => {
+        match at {
+            PtrAt::Indirect { block: p, index: i } => {
                 let mut bytes = self.m.read(BlockNo(u64::from(p)))?.to_vec();
                 set_pointer(&mut bytes, i, stitch_format::BlockNo(value));
                 let at = i as usize * 4;
@@ -143,7 +144,7 @@ impl DiskFs {
                     META,
                 )?])
             }
-            _ => {
+            PtrAt::Inode { slot } => {
                 inode.core.block[slot] = value;
                 self.inodes.write(&mut self.m, ino, inode, deps)
             }

@@ -96,6 +96,19 @@ impl<'a> Src<'a> {
     }
 }
 
+/// The new blocks of a run, allocated and written, not yet pointed at.
+#[derive(Default)]
+struct Filled {
+    /// The blocks, in logical order.
+    blocks: Vec<u32>,
+    /// Their bitmap bits and contents.
+    patches: Vec<PatchId>,
+    /// The bytes of the write they hold.
+    len: usize,
+    /// What stopped the allocation short, if anything.
+    failure: Option<DiskError>,
+}
+
 /// The most new blocks one patch points at: a run's data is all written
 /// before its pointers, so a run stays well inside a journal transaction.
 const MAX_RUN: u64 = 256;
@@ -315,22 +328,41 @@ impl DiskFs {
         data: Src<'_>,
         after: &[PatchId],
     ) -> Result<(usize, Vec<PatchId>, Option<DiskError>)> {
+        let filled = self.fill_new_blocks(ino, inode, first, in_block, data)?;
+        let mut out = filled.patches;
+        let mut pointer_deps = out.clone();
+        pointer_deps.extend(after);
+        let end = first * self.bs as u64 + (in_block + filled.len) as u64;
+        out.extend(self.size_and_attach(ino, inode, first, end, &filled.blocks, pointer_deps)?);
+        Ok((filled.len, out, filled.failure))
+    }
+
+    /// The first phase of [`Self::write_new_run`]: allocates blocks for
+    /// `data` (from `in_block` of logical block `first`) a free run at a
+    /// time and writes each whole. Running out of space after the first
+    /// block stops there, with the error kept.
+    fn fill_new_blocks(
+        &mut self,
+        ino: InodeNo,
+        inode: &Inode,
+        first: u64,
+        in_block: usize,
+        data: Src<'_>,
+    ) -> Result<Filled> {
         let mut goal = self.goal(ino, inode, first)?;
-        let mut phys_run = Vec::new();
-        let mut out = Vec::new();
+        let mut filled = Filled::default();
         let (mut pos, mut at) = (0, in_block);
-        let mut failure = None;
         while pos < data.len() {
             let blocks_left = (at + data.len() - pos).div_ceil(self.bs);
             let (start, n, bits) = match self.alloc.alloc_run(&mut self.m, goal, blocks_left) {
                 Ok(x) => x,
-                Err(e) if !phys_run.is_empty() => {
-                    failure = Some(e);
+                Err(e) if !filled.blocks.is_empty() => {
+                    filled.failure = Some(e);
                     break;
                 }
                 Err(e) => return Err(e),
             };
-            out.extend(bits);
+            filled.patches.extend(bits);
             for phys in start..start + n as u32 {
                 let len = (self.bs - at).min(data.len() - pos);
                 // A whole block is patched from `data` as it is; a partial
@@ -349,20 +381,33 @@ impl DiskFs {
                     b[at..at + len].copy_from_slice(data.bytes(pos, len));
                     self.m.byte(block, 0, &b, &[], contents_flags(inode))?
                 };
-                out.push(d);
-                phys_run.push(phys);
+                filled.patches.push(d);
+                filled.blocks.push(phys);
                 pos += len;
                 at = 0;
             }
             goal = start + n as u32;
         }
-        let mut pointer_deps = out.clone();
-        pointer_deps.extend(after);
-        let end = first * self.bs as u64 + (in_block + pos) as u64;
-        // A file's size goes first: a crash before its pointer leaves a
-        // hole, which ext2 allows. A directory may have no hole, nor a
-        // block past its size: its size goes with a pointer in the inode
-        // (one patch), or after a pointer in an indirect block.
+        filled.len = pos;
+        Ok(filled)
+    }
+
+    /// The second phase of [`Self::write_new_run`]: the size covering the
+    /// run up to byte `end`, and the pointers to `blocks` after
+    /// `pointer_deps`. A file's size goes first: a crash before its pointer
+    /// leaves a hole, which ext2 allows. A directory may have no hole, nor
+    /// a block past its size: its size goes with a pointer in the inode
+    /// (one patch), or after a pointer in an indirect block.
+    fn size_and_attach(
+        &mut self,
+        ino: InodeNo,
+        inode: &mut Inode,
+        first: u64,
+        end: u64,
+        blocks: &[u32],
+        mut pointer_deps: Vec<PatchId>,
+    ) -> Result<Vec<PatchId>> {
+        let mut out = Vec::new();
         let mut size_after = false;
         if end > inode.size() {
             if !inode.is_dir() {
@@ -376,25 +421,24 @@ impl DiskFs {
                 size_after = true;
             }
         }
-        match self.attach(ino, inode, first, &phys_run, &pointer_deps) {
-            Ok(ps) => {
-                if size_after {
-                    inode.set_size(end);
-                    let s = self.inodes.write(&mut self.m, ino, inode, &ps)?;
-                    out.extend(s);
-                }
-                out.extend(ps)
-            }
+        let ps = match self.attach(ino, inode, first, blocks, &pointer_deps) {
+            Ok(ps) => ps,
             Err(e) => {
                 // No indirect block for them: nothing points at the data
                 // blocks, so give them back rather than leak them.
-                for &phys in &phys_run {
+                for &phys in blocks {
                     self.alloc.free_block(&mut self.m, phys, &[])?;
                 }
                 return Err(e);
             }
+        };
+        if size_after {
+            inode.set_size(end);
+            let s = self.inodes.write(&mut self.m, ino, inode, &ps)?;
+            out.extend(s);
         }
-        Ok((pos, out, failure))
+        out.extend(ps);
+        Ok(out)
     }
 
     /// Writes bytes `pos..pos + len` of `data` at `in_block` of `block`:

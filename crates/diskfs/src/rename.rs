@@ -39,9 +39,18 @@ pub struct RenameFlags {
     pub exchange: bool,
 }
 
+/// The two names a rename involves: `sn` in directory `sp` (the source)
+/// and `dn` in `dp` (the destination).
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    sp: InodeNo,
+    sn: &'a [u8],
+    dp: InodeNo,
+    dn: &'a [u8],
+}
+
 impl DiskFs {
     /// Renames `sp/sn` to `dp/dn`.
-    #[allow(clippy::too_many_arguments)]
     pub fn rename(
         &mut self,
         sp: InodeNo,
@@ -61,7 +70,7 @@ impl DiskFs {
         }
         if flags.exchange {
             let dst = dst.ok_or(DiskError::NotFound)?;
-            return self.exchange(sp, sn, src, dp, dn, dst, now);
+            return self.exchange(Names { sp, sn, dp, dn }, src, dst, now);
         }
         crate::dir::check_name(dn)?;
         let src_dir = self.read_inode(src)?.is_dir();
@@ -77,10 +86,11 @@ impl DiskFs {
             return Ok(self.m.group(&[])?);
         }
         self.check_replace(src_dir, dst, sp, dp)?;
+        let names = Names { sp, sn, dp, dn };
         let ps = if src_dir {
-            self.move_dir(sp, sn, src, dp, dn, dst, now)?
+            self.move_dir(names, src, dst, now)?
         } else {
-            self.move_file(sp, sn, src, dp, dn, dst, now)?
+            self.move_file(names, src, dst, now)?
         };
         Ok(self.m.group(&ps)?)
     }
@@ -131,17 +141,14 @@ impl DiskFs {
     }
 
     /// A non-directory: count up, point, unpoint, count down.
-    #[allow(clippy::too_many_arguments)]
     fn move_file(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         src: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         dst: Option<InodeNo>,
         now: Timestamp,
     ) -> Result<Vec<PatchId>> {
+        let Names { sp, sn, dp, dn } = names;
         let mut inode = self.read_inode(src)?;
         let ft = inode
             .file_type()
@@ -179,17 +186,14 @@ impl DiskFs {
     }
 
     /// A directory: unpoint, point, then fix `..` and the parents' counts.
-    #[allow(clippy::too_many_arguments)]
     fn move_dir(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         src: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         dst: Option<InodeNo>,
         now: Timestamp,
     ) -> Result<Vec<PatchId>> {
+        let Names { sp, sn, dp, dn } = names;
         let (_, removed, before) = self.remove_entry(sp, sn, &[], now)?;
         let mut out = removed.clone();
         let mut up = Vec::new();
@@ -271,17 +275,14 @@ impl DiskFs {
     }
 
     /// `RENAME_EXCHANGE`: the two names swap inodes.
-    #[allow(clippy::too_many_arguments)]
     fn exchange(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         a: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         b: InodeNo,
         now: Timestamp,
     ) -> Result<PatchId> {
+        let Names { sp, sn, dp, dn } = names;
         let (a_dir, b_dir) = (self.read_inode(a)?.is_dir(), self.read_inode(b)?.is_dir());
         if (a_dir && self.is_ancestor_or_self(a, dp)?)
             || (b_dir && self.is_ancestor_or_self(b, sp)?)
