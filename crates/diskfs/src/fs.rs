@@ -21,6 +21,7 @@ use crate::dir::{Indexes, NameAdds};
 use crate::error::{Damage, Result};
 use crate::inode::InodeTable;
 use crate::journal::Replayed;
+use crate::orphan::Orphans;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
 use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
@@ -35,7 +36,12 @@ const SUPERBLOCK_BYTES: usize = 1024;
 /// ext2's largest link count.
 pub(crate) const LINK_MAX: u16 = 32_000;
 
-/// An ext2 file system on the patch cache.
+/// An ext2 file system on the patch cache. It composes the parts, each a
+/// type of its own with private state: the allocator (`alloc`), the inode
+/// table (`inode`), the directory indexes and the names added since mount
+/// (`dir`), the open files and orphans (`orphan`); the operations, each in
+/// a module named for it, join them through their methods, and the
+/// superblock, geometry and consistency mode (`m`) are shared by all.
 pub struct DiskFs {
     pub(crate) m: Modes,
     pub(crate) sb: Superblock,
@@ -43,11 +49,8 @@ pub struct DiskFs {
     pub(crate) alloc: Allocator,
     pub(crate) inodes: InodeTable,
     pub(crate) bs: usize,
-    /// Open counts of inodes the layer above holds open (in memory only).
-    pub(crate) open: rustc_hash::FxHashMap<InodeNo, u32>,
-    /// Orphans made since mount, with the patches that put each on the
-    /// list and dropped its last link (see `orphan`).
-    pub(crate) orphaned: rustc_hash::FxHashMap<InodeNo, crate::orphan::Orphaned>,
+    /// Open files and orphans (see `orphan`).
+    pub(crate) orphans: Orphans,
     /// The patches that gave names since mount, while they may not be on
     /// disk (Featherstitch §4.5's elision; soft-updates rule 3).
     pub(crate) adds: NameAdds,
@@ -115,8 +118,7 @@ impl DiskFs {
             sb,
             geo,
             bs,
-            open: Default::default(),
-            orphaned: Default::default(),
+            orphans: Default::default(),
             adds: Default::default(),
             replayed: None,
             wanted_ino: None,

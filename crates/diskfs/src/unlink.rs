@@ -90,7 +90,7 @@ impl DiskFs {
             inode.set_time(TimeField::Change, now);
             return self.inodes.write(&mut self.m, ino, &inode, removed);
         }
-        if self.open.get(&ino).is_some_and(|&n| n > 0) {
+        if self.orphans.is_open(ino) {
             return self.orphan(ino, removed, now);
         }
         self.delete_inode(ino, false, removed, now)
