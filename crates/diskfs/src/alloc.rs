@@ -14,12 +14,12 @@
 //! The journal drops those dependencies, and unjournaled data (data modes
 //! `writeback` and `ordered`) goes home before its transaction commits. So,
 //! as ext3 does, a block freed in journal mode is not reused until its free
-//! is durable (`pending_frees`); otherwise the old owner, still owning it
+//! is durable (`Allocator::pending`); otherwise the old owner, still owning it
 //! after a crash, would show the new owner's data. When only such blocks
 //! are left, allocation commits and checkpoints, then tries again.
 //!
 //! In soft updates a number reserved for the layer above
-//! ([`DiskFs::reserve_inode`]) is marked used in the bitmap at once, not
+//! ([`DiskFs::reserve_inode`](crate::DiskFs::reserve_inode)) is marked used in the bitmap at once, not
 //! when its inode is made: a new inode's initialization waits for its bit,
 //! and its entry for the initialization, so a new file's fsync took one
 //! device flush per link of that chain. The layer above reserves numbers
@@ -37,7 +37,7 @@
 //!
 //! An allocation or free patches its bitmap and its group descriptor, not
 //! the superblock: the superblock's free totals are kept in memory and
-//! written at [`DiskFs::sync`] and unmount, as ext3 and ext4 do. Otherwise
+//! written at [`DiskFs::sync`](crate::DiskFs::sync) and unmount, as ext3 and ext4 do. Otherwise
 //! every journal transaction that allocates carries the superblock, one more
 //! block in each small commit. After a crash the totals on disk may lag;
 //! they are hints (mount sums the descriptors, as the kernel does, and
@@ -51,19 +51,115 @@
 //! (`stitchfs mount` runs the checker and `DiskFs::mount_reclaiming`);
 //! a count out of bounds after that stops every write.
 
+use crate::diff;
 use crate::error::{DiskError, Result};
-use crate::fs::{DiskFs, DATA, META};
+use crate::fs::{DATA, META};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use stitch_format::bitmap::Bitmap;
-use stitch_format::{GroupNo, InodeNo};
+use stitch_format::group_desc::{free_totals, GroupDesc};
+use stitch_format::{Geometry, GroupNo, InodeNo, Superblock};
+use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
-impl DiskFs {
+/// The group bitmaps and the counts that summarize them: the group
+/// descriptors and the superblock's free totals (kept here, and copied into
+/// the superblock when it is written: [`Allocator::fill_totals`]), blocks
+/// held back until their free is durable, and inode numbers reserved for
+/// the layer above.
+///
+/// Invariant: `gds` is the descriptor table as the cache holds it (every
+/// uncommitted patch applied); a descriptor changes only here, through
+/// `write_group`, which patches the cached block to match.
+pub(crate) struct Allocator {
+    geo: Geometry,
+    /// The first inode number files may use (`s_first_ino`).
+    first_ino: u32,
+    gds: Vec<GroupDesc>,
+    free_blocks_total: u32,
+    free_inodes_total: u32,
+    /// Blocks freed while their data is not journaled, with the patch that
+    /// freed them: not reused until that free is durable (ext3's rule).
+    pending: PendingFrees,
+    /// Inode numbers handed out by `reserve_inode` whose allocation has not
+    /// reached the bitmap yet (memory only).
+    reserved: Reserved,
+}
+
+impl Allocator {
+    /// The allocator of a file system whose superblock is `sb` and whose
+    /// descriptors (checked) are `gds`; the totals are the superblock's
+    /// until [`Allocator::sum_totals`].
+    pub(crate) fn new(sb: &Superblock, geo: Geometry, gds: Vec<GroupDesc>) -> Allocator {
+        Allocator {
+            geo,
+            first_ino: sb.first_ino(),
+            gds,
+            free_blocks_total: sb.free_blocks_count_lo,
+            free_inodes_total: sb.free_inodes_count,
+            pending: PendingFrees::default(),
+            reserved: Reserved::default(),
+        }
+    }
+
+    /// How many groups the file system has.
+    pub(crate) fn groups(&self) -> usize {
+        self.gds.len()
+    }
+
+    /// Group `g`'s descriptor.
+    pub(crate) fn group(&self, g: usize) -> &GroupDesc {
+        &self.gds[g]
+    }
+
+    /// Free blocks, as the superblock's total says.
+    pub(crate) fn free_blocks(&self) -> u32 {
+        self.free_blocks_total
+    }
+
+    /// Sets the free totals to the sum of the descriptors' counts, which
+    /// decide (the totals on disk may lag; see the module comment).
+    pub(crate) fn sum_totals(&mut self) {
+        (self.free_blocks_total, self.free_inodes_total) = free_totals(&self.gds);
+    }
+
+    /// Sets the free totals (leak repair: what a checker counted).
+    pub(crate) fn set_totals(&mut self, blocks: Option<u32>, inodes: Option<u32>) {
+        self.free_blocks_total = blocks.unwrap_or(self.free_blocks_total);
+        self.free_inodes_total = inodes.unwrap_or(self.free_inodes_total);
+    }
+
+    /// Copies the free totals into `sb`, for writing it.
+    pub(crate) fn fill_totals(&self, sb: &mut Superblock) {
+        sb.free_blocks_count_lo = self.free_blocks_total;
+        sb.free_inodes_count = self.free_inodes_total;
+    }
+
+    /// Replaces group `g`'s descriptor with `gd` (leak repair: counts as a
+    /// checker counted them), checked as mount checks it; the totals
+    /// follow the descriptors.
+    pub(crate) fn set_group(&mut self, m: &mut Modes, g: usize, gd: GroupDesc) -> Result<()> {
+        gd.validate(&self.geo, GroupNo(g as u32))?;
+        self.gds[g] = gd;
+        self.sum_totals();
+        self.write_group(m, g).map(drop)
+    }
+
+    /// Patches the cached descriptor of group `g` to match `self.gds[g]`.
+    fn write_group(&mut self, m: &mut Modes, g: usize) -> Result<Vec<PatchId>> {
+        let bs = self.geo.block_size.bytes() as usize;
+        let at = g * GroupDesc::SIZE;
+        let blk = BlockNo(u64::from(self.geo.first_data_block) + 1 + (at / bs) as u64);
+        let off = at % bs;
+        let mut bytes = vec![0u8; GroupDesc::SIZE];
+        self.gds[g].encode_into(&mut bytes);
+        Ok(diff::write(m, blk, off, &bytes, &[], META)?)
+    }
+
     /// Allocates a block, preferably at or after `goal`.
-    pub(crate) fn alloc_block(&mut self, goal: u32) -> Result<(u32, PatchId)> {
-        let (block, _, patches) = self.alloc_run(goal, 1)?;
+    pub(crate) fn alloc_block(&mut self, m: &mut Modes, goal: u32) -> Result<(u32, PatchId)> {
+        let (block, _, patches) = self.alloc_run(m, goal, 1)?;
         Ok((block, patches[0]))
     }
 
@@ -75,21 +171,27 @@ impl DiskFs {
     /// block, the run's length and the bitmap patches.
     pub(crate) fn alloc_run(
         &mut self,
+        m: &mut Modes,
         goal: u32,
         want: usize,
     ) -> Result<(u32, usize, Vec<PatchId>)> {
-        match self.alloc_run_once(goal, want) {
-            Err(DiskError::NoSpace(_)) if !self.pending_frees.is_empty() => {
-                self.m.sync()?;
-                self.pending_frees.release_durable(self.m.cache());
-                self.alloc_run_once(goal, want)
+        match self.alloc_run_once(m, goal, want) {
+            Err(DiskError::NoSpace(_)) if !self.pending.is_empty() => {
+                m.sync()?;
+                self.pending.release_durable(m.cache());
+                self.alloc_run_once(m, goal, want)
             }
             other => other,
         }
     }
 
-    fn alloc_run_once(&mut self, goal: u32, want: usize) -> Result<(u32, usize, Vec<PatchId>)> {
-        self.pending_frees.release_durable(self.m.cache());
+    fn alloc_run_once(
+        &mut self,
+        m: &mut Modes,
+        goal: u32,
+        want: usize,
+    ) -> Result<(u32, usize, Vec<PatchId>)> {
+        self.pending.release_durable(m.cache());
         let groups = self.gds.len();
         let goal = goal.clamp(self.geo.first_data_block, self.geo.blocks_count - 1);
         let g0 = self
@@ -107,10 +209,10 @@ impl DiskFs {
                 0
             };
             let in_group = self.geo.blocks_in_group(GroupNo(g as u32)) as usize;
-            if let Some((bit, len)) = self.free_run(g, start, in_group, want)? {
-                self.move_count(g, Summary::FreeBlocks, -(len as i64))?;
-                let patches = self.set_run(self.gds[g].block_bitmap, bit, len)?;
-                self.write_group(g)?;
+            if let Some((bit, len)) = self.free_run(m, g, start, in_group, want)? {
+                self.move_count(m, g, Summary::FreeBlocks, -(len as i64))?;
+                let patches = self.set_run(m, self.gds[g].block_bitmap, bit, len)?;
+                self.write_group(m, g)?;
                 return Ok((self.group_first(g) + bit as u32, len, patches));
             }
         }
@@ -125,23 +227,28 @@ impl DiskFs {
     /// with no owner yet, a leak after a crash (found by the crashtest
     /// workload `full`). Between operations a commit only splits a batch,
     /// as `Modes::split_point` does.
-    pub(crate) fn room_before_op(&mut self, need: u64) -> Result<()> {
-        if self.pending_frees.is_empty() {
+    pub(crate) fn room_before_op(&mut self, m: &mut Modes, need: u64) -> Result<()> {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.pending_frees.release_durable(self.m.cache());
-        let free = u64::from(self.sb.free_blocks_count_lo);
-        if free.saturating_sub(self.pending_frees.count()) >= need {
+        self.pending.release_durable(m.cache());
+        let free = u64::from(self.free_blocks_total);
+        if free.saturating_sub(self.pending.count()) >= need {
             return Ok(());
         }
-        self.m.sync()?;
-        self.pending_frees.release_durable(self.m.cache());
+        m.sync()?;
+        self.pending.release_durable(m.cache());
         Ok(())
     }
 
     /// Frees a block once `deps` (the patches that cleared every pointer to
     /// it, and marked its owner deleted) are on disk.
-    pub(crate) fn free_block(&mut self, block: u32, deps: &[PatchId]) -> Result<PatchId> {
+    pub(crate) fn free_block(
+        &mut self,
+        m: &mut Modes,
+        block: u32,
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
         let g = self
             .geo
             .group_of_block(stitch_format::BlockNo(block))
@@ -150,27 +257,39 @@ impl DiskFs {
             })?
             .0 as usize;
         let bit = (block - self.group_first(g)) as usize;
-        self.expect_bit(self.gds[g].block_bitmap, bit, true, "freeing a free block")?;
-        self.move_count(g, Summary::FreeBlocks, 1)?;
-        let p = self.flip(self.gds[g].block_bitmap, bit, deps)?;
-        let soft_updates = self.m.consistency() == stitch_modes::Consistency::SoftUpdates;
-        if soft_updates || (self.m.journal().is_some() && !self.m.journals(DATA)) {
-            self.pending_frees.push(g, bit, p);
+        self.expect_bit(
+            m,
+            self.gds[g].block_bitmap,
+            bit,
+            true,
+            "freeing a free block",
+        )?;
+        self.move_count(m, g, Summary::FreeBlocks, 1)?;
+        let p = self.flip(m, self.gds[g].block_bitmap, bit, deps)?;
+        let soft_updates = m.consistency() == stitch_modes::Consistency::SoftUpdates;
+        if soft_updates || (m.journal().is_some() && !m.journals(DATA)) {
+            self.pending.push(g, bit, p);
         }
-        self.write_group(g)?;
+        self.write_group(m, g)?;
         Ok(p)
     }
 
     /// Allocates an inode for a new file in `parent`, or a new directory:
     /// the number the operation being applied reserved, if any, else a
     /// free one by the placement policy.
-    pub(crate) fn alloc_inode(&mut self, parent: InodeNo, dir: bool) -> Result<(InodeNo, PatchId)> {
-        let (ino, marked) = match self.wanted_ino.take() {
+    pub(crate) fn alloc_inode(
+        &mut self,
+        m: &mut Modes,
+        parent: InodeNo,
+        dir: bool,
+        wanted: Option<InodeNo>,
+    ) -> Result<(InodeNo, PatchId)> {
+        let (ino, marked) = match wanted {
             Some(ino) => match self.reserved.allocated(ino, self.geo.inodes_per_group) {
                 Some(marked) => (ino, marked),
                 None => return Err(DiskError::Invalid("inode number not reserved")),
             },
-            None => (self.pick_inode(parent, dir)?, None),
+            None => (self.pick_inode(m, parent, dir)?, None),
         };
         let (g, index) = self
             .geo
@@ -180,51 +299,52 @@ impl DiskFs {
         // A number reserved in soft updates is marked and counted already.
         let p = match marked {
             Some(p) => p,
-            None => self.mark_inode(g, index as usize)?,
+            None => self.mark_inode(m, g, index as usize)?,
         };
         if dir {
-            self.move_count(g, Summary::Dirs, 1)?;
-            self.write_group(g)?;
+            self.move_count(m, g, Summary::Dirs, 1)?;
+            self.write_group(m, g)?;
         }
         Ok((ino, p))
     }
 
     /// Marks inode bit `index` of group `g` used and counts it.
-    fn mark_inode(&mut self, g: usize, index: usize) -> Result<PatchId> {
+    fn mark_inode(&mut self, m: &mut Modes, g: usize, index: usize) -> Result<PatchId> {
         self.expect_bit(
+            m,
             self.gds[g].inode_bitmap,
             index,
             false,
             "allocating a used inode",
         )?;
-        self.move_count(g, Summary::FreeInodes, -1)?;
-        let p = self.flip(self.gds[g].inode_bitmap, index, &[])?;
-        self.write_group(g)?;
+        self.move_count(m, g, Summary::FreeInodes, -1)?;
+        let p = self.flip(m, self.gds[g].inode_bitmap, index, &[])?;
+        self.write_group(m, g)?;
         Ok(p)
     }
 
     /// Free inodes, counting those reserved and marked ahead in soft
     /// updates (free to the layer above, which counts its reservations).
-    pub fn free_inodes(&self) -> u32 {
-        self.sb.free_inodes_count + self.reserved.marked() as u32
+    pub(crate) fn free_inodes(&self) -> u32 {
+        self.free_inodes_total + self.reserved.marked() as u32
     }
 
     /// Reserves the number a new file in `parent` (or a new directory)
-    /// will have, without touching the disk: the layer above shows it at
-    /// once and creates the inode later with [`DiskFs::apply_as`]. The
-    /// reservation lives in memory; [`DiskFs::unreserve_inode`] returns a
-    /// number whose file never reached the disk.
-    ///
-    /// In soft updates the number is also marked used in the bitmap now
-    /// (see the module comment).
-    pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
-        let ino = self.pick_inode(parent, dir)?;
-        let marked = if self.m.consistency() == crate::Consistency::SoftUpdates {
+    /// will have (see [`DiskFs::reserve_inode`](crate::DiskFs::reserve_inode)); in soft updates it is
+    /// marked used in the bitmap now (see the module comment).
+    pub(crate) fn reserve_inode(
+        &mut self,
+        m: &mut Modes,
+        parent: InodeNo,
+        dir: bool,
+    ) -> Result<InodeNo> {
+        let ino = self.pick_inode(m, parent, dir)?;
+        let marked = if m.consistency() == crate::Consistency::SoftUpdates {
             let (g, index) = self
                 .geo
                 .inode_group(ino)
                 .ok_or(DiskError::Invalid("inode out of range"))?;
-            Some(self.mark_inode(g.0 as usize, index as usize)?)
+            Some(self.mark_inode(m, g.0 as usize, index as usize)?)
         } else {
             None
         };
@@ -233,20 +353,22 @@ impl DiskFs {
     }
 
     /// Gives back a reserved number (and frees its bit, if marked ahead).
-    pub fn unreserve_inode(&mut self, ino: InodeNo) -> Result<()> {
+    /// Returns whether it freed a bit.
+    pub(crate) fn unreserve_inode(&mut self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
         if let Some(Some(_)) = self.reserved.remove(ino, self.geo.inodes_per_group) {
-            self.free_inode(ino, false, &[])?;
+            self.free_inode(m, ino, false, &[])?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// How many free inodes are reserved.
-    pub fn reserved_inodes(&self) -> usize {
+    pub(crate) fn reserved_inodes(&self) -> usize {
         self.reserved.len()
     }
 
     /// A free, unreserved inode number by the placement policy.
-    fn pick_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
+    fn pick_inode(&mut self, m: &mut Modes, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let groups = self.gds.len();
         let g0 = if dir {
             self.roomiest_group()
@@ -255,7 +377,7 @@ impl DiskFs {
                 .inode_group(parent)
                 .map_or(0, |(g, _)| g.0 as usize)
         };
-        let first_ino = self.sb.first_ino() as usize;
+        let first_ino = self.first_ino as usize;
         let ipg = self.geo.inodes_per_group as usize;
         for k in 0..groups {
             let g = (g0 + k) % groups;
@@ -266,7 +388,7 @@ impl DiskFs {
             // Inodes below first_ino are reserved (root, journal, ...).
             let start = if g == 0 { first_ino - 1 } else { 0 };
             let mut from = start.max(self.reserved.hint(g));
-            let bytes = self.m.read(BlockNo(u64::from(self.gds[g].inode_bitmap)))?;
+            let bytes = m.read(BlockNo(u64::from(self.gds[g].inode_bitmap)))?;
             let bitmap = Bitmap::new(bytes);
             while let Some(bit) = bitmap.find_clear(from, ipg) {
                 let ino = InodeNo((g * ipg + bit + 1) as u32);
@@ -282,6 +404,7 @@ impl DiskFs {
     /// Frees an inode once `deps` are on disk.
     pub(crate) fn free_inode(
         &mut self,
+        m: &mut Modes,
         ino: InodeNo,
         dir: bool,
         deps: &[PatchId],
@@ -292,19 +415,19 @@ impl DiskFs {
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
         let g = g.0 as usize;
         self.expect_bit(
+            m,
             self.gds[g].inode_bitmap,
             index as usize,
             true,
             "freeing a free inode",
         )?;
         if dir {
-            self.move_count(g, Summary::Dirs, -1)?;
+            self.move_count(m, g, Summary::Dirs, -1)?;
         }
-        self.move_count(g, Summary::FreeInodes, 1)?;
-        let p = self.flip(self.gds[g].inode_bitmap, index as usize, deps)?;
+        self.move_count(m, g, Summary::FreeInodes, 1)?;
+        let p = self.flip(m, self.gds[g].inode_bitmap, index as usize, deps)?;
         self.reserved.freed(g, index as usize);
-        self.forget_dir(ino);
-        self.write_group(g)?;
+        self.write_group(m, g)?;
         Ok(p)
     }
 
@@ -315,7 +438,7 @@ impl DiskFs {
     /// be in once mount has brought the summaries in step (see `fs`). It
     /// is never wrapped or clamped: the cache stops every write, so nothing
     /// more reaches the disk, and the error names the count.
-    fn move_count(&mut self, g: usize, what: Summary, delta: i64) -> Result<()> {
+    fn move_count(&mut self, m: &mut Modes, g: usize, what: Summary, delta: i64) -> Result<()> {
         let group = GroupNo(g as u32);
         let gd = &self.gds[g];
         let (now, cap) = match what {
@@ -324,8 +447,8 @@ impl DiskFs {
             Summary::Dirs => (gd.used_dirs_count, self.geo.inodes_per_group),
         };
         let total = match what {
-            Summary::FreeBlocks => Some((self.sb.free_blocks_count_lo, self.geo.blocks_count)),
-            Summary::FreeInodes => Some((self.sb.free_inodes_count, self.geo.inodes_count())),
+            Summary::FreeBlocks => Some((self.free_blocks_total, self.geo.blocks_count)),
+            Summary::FreeInodes => Some((self.free_inodes_total, self.geo.inodes_count())),
             Summary::Dirs => None,
         };
         let new = stepped(u32::from(now), delta, cap).and_then(|n| u16::try_from(n).ok());
@@ -347,14 +470,14 @@ impl DiskFs {
                     Summary::Dirs => gd.used_dirs_count = n,
                 }
                 match (what, total.flatten()) {
-                    (Summary::FreeBlocks, Some(t)) => self.sb.free_blocks_count_lo = t,
-                    (Summary::FreeInodes, Some(t)) => self.sb.free_inodes_count = t,
+                    (Summary::FreeBlocks, Some(t)) => self.free_blocks_total = t,
+                    (Summary::FreeInodes, Some(t)) => self.free_inodes_total = t,
                     _ => {}
                 }
                 return Ok(());
             }
         };
-        self.m.cache_mut().halt(why.clone());
+        m.cache_mut().halt(why.clone());
         Err(crate::error::Damage::Count(why).into())
     }
 
@@ -363,6 +486,18 @@ impl DiskFs {
     pub(crate) fn inode_group_start(&self, ino: InodeNo) -> u32 {
         let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
         self.geo.group_first_block(GroupNo(g)).0
+    }
+
+    /// Where an indirect block goes: away from the data stream (three
+    /// quarters into the data block's group), so the file's data blocks stay
+    /// one contiguous run that can be written in one request (§4.5).
+    pub(crate) fn indirect_goal(&self, data: u32) -> u32 {
+        let g = self
+            .geo
+            .group_of_block(stitch_format::BlockNo(data))
+            .map_or(0, |g| g.0);
+        let gn = stitch_format::GroupNo(g);
+        self.geo.group_first_block(gn).0 + self.geo.blocks_in_group(gn) / 4 * 3
     }
 
     fn group_first(&self, g: usize) -> u32 {
@@ -390,13 +525,14 @@ impl DiskFs {
     /// free is not durable yet counting as used.
     fn free_run(
         &mut self,
+        m: &mut Modes,
         g: usize,
         start: usize,
         end: usize,
         want: usize,
     ) -> Result<Option<(usize, usize)>> {
-        let bytes = self.m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
-        let seen: Cow<[u8]> = match self.pending_frees.mask(g) {
+        let bytes = m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        let seen: Cow<[u8]> = match self.pending.mask(g) {
             None => Cow::Borrowed(bytes),
             Some(mask) => {
                 let mut seen = bytes.to_vec();
@@ -420,7 +556,13 @@ impl DiskFs {
 
     /// Sets the clear bits `bit..bit + len` of a bitmap: one patch per
     /// 32-bit word they touch.
-    fn set_run(&mut self, bitmap: u32, bit: usize, len: usize) -> Result<Vec<PatchId>> {
+    fn set_run(
+        &mut self,
+        m: &mut Modes,
+        bitmap: u32,
+        bit: usize,
+        len: usize,
+    ) -> Result<Vec<PatchId>> {
         let mut patches = Vec::with_capacity(len.div_ceil(32) + 1);
         let (mut i, end) = (bit, bit + len);
         while i < end {
@@ -428,38 +570,43 @@ impl DiskFs {
             let mask = (u32::MAX >> (32 - n)) << (i % 32);
             let word = i / 32 * 4;
             let block = BlockNo(u64::from(bitmap));
-            patches.push(self.m.bit(block, word, mask, &[], META)?);
+            patches.push(m.bit(block, word, mask, &[], META)?);
             i += n;
         }
         Ok(patches)
     }
 
     /// Whether block `block` is marked used in its group's bitmap.
-    pub(crate) fn block_marked(&mut self, block: u32) -> Result<bool> {
+    pub(crate) fn block_marked(&self, m: &mut Modes, block: u32) -> Result<bool> {
         let g = self
             .geo
             .group_of_block(stitch_format::BlockNo(block))
             .ok_or(DiskError::Invalid("block beyond the file system"))?
             .0 as usize;
         let bit = (block - self.group_first(g)) as usize;
-        let bytes = self.m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        let bytes = m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
         Ok(Bitmap::new(bytes).get(bit) == Some(true))
     }
 
     /// Whether inode `ino` is marked used in its group's bitmap.
-    pub(crate) fn inode_marked(&mut self, ino: InodeNo) -> Result<bool> {
+    pub(crate) fn inode_marked(&self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
         let (g, index) = self
             .geo
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
-        let bytes = self
-            .m
-            .read(BlockNo(u64::from(self.gds[g.0 as usize].inode_bitmap)))?;
+        let bytes = m.read(BlockNo(u64::from(self.gds[g.0 as usize].inode_bitmap)))?;
         Ok(Bitmap::new(bytes).get(index as usize) == Some(true))
     }
 
-    fn expect_bit(&mut self, bitmap: u32, bit: usize, want: bool, what: &str) -> Result<()> {
-        let bytes = self.m.read(BlockNo(u64::from(bitmap)))?;
+    fn expect_bit(
+        &self,
+        m: &mut Modes,
+        bitmap: u32,
+        bit: usize,
+        want: bool,
+        what: &str,
+    ) -> Result<()> {
+        let bytes = m.read(BlockNo(u64::from(bitmap)))?;
         if Bitmap::new(bytes).get(bit) != Some(want) {
             return Err(DiskError::Corrupt(format!(
                 "{what}: bit {bit} of bitmap block {bitmap}"
@@ -469,9 +616,15 @@ impl DiskFs {
     }
 
     /// Flips one bit with a bit patch (its own dependencies, §3.5).
-    fn flip(&mut self, bitmap: u32, bit: usize, deps: &[PatchId]) -> Result<PatchId> {
+    fn flip(
+        &mut self,
+        m: &mut Modes,
+        bitmap: u32,
+        bit: usize,
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
         let word = bit / 32 * 4;
-        Ok(self.m.bit(
+        Ok(m.bit(
             BlockNo(u64::from(bitmap)),
             word,
             1 << (bit % 32),
@@ -576,7 +729,7 @@ impl PendingFrees {
 }
 
 /// Inode numbers reserved ahead of their allocation
-/// ([`DiskFs::reserve_inode`]), each with the patch that marked it used if
+/// ([`DiskFs::reserve_inode`](crate::DiskFs::reserve_inode)), each with the patch that marked it used if
 /// soft updates marked it at once, and what keeps picking the next one
 /// cheap while thousands are reserved: per group a count of the reserved
 /// numbers its free count still includes (the unmarked ones), and a bit

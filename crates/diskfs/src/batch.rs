@@ -4,9 +4,10 @@
 //! operations that make an inode, its number. A failed operation stops the
 //! batch and reports its position; what came before it stays applied.
 
+use crate::attr::SetAttr;
+use crate::create::{Owner, Special};
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use crate::more_ops::{SetAttr, Special};
 use crate::rename::RenameFlags;
 use stitch_format::{InodeNo, Timestamp};
 use stitch_patch::PatchId;
@@ -115,7 +116,7 @@ impl DiskFs {
                 | Op::Unlink { .. }
                 | Op::Rmdir { .. }
         ) {
-            self.room_before_op(3)?;
+            self.alloc.room_before_op(&mut self.m, 3)?;
         }
         Ok(match op {
             Op::Create {
@@ -139,7 +140,17 @@ impl DiskFs {
                 perm,
                 uid,
                 gid,
-            } => made(self.mknod(*parent, name, *kind, *perm, *uid, *gid, now)?),
+            } => made(self.mknod(
+                *parent,
+                name,
+                *kind,
+                *perm,
+                Owner {
+                    uid: *uid,
+                    gid: *gid,
+                },
+                now,
+            )?),
             Op::Symlink {
                 parent,
                 name,

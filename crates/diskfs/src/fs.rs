@@ -2,9 +2,10 @@
 //! mount and unmount, and the writes that keep their on-disk copies in step.
 //!
 //! Invariants:
-//! - `sb` and `gds` are the file system as the cache holds it (every
-//!   uncommitted patch applied); they change only through `write_super` and
-//!   `write_group`, which patch the cached blocks to match.
+//! - `sb` is the superblock as the cache holds it (every uncommitted patch
+//!   applied), but for the free totals, which the allocator keeps (see
+//!   `alloc`) and `write_super` copies in; it changes on disk only through
+//!   `write_super`, which patches the cached block to match.
 //! - Free counts are never a dependency of anything: after a crash they may
 //!   be wrong, which `fsck` classifies as a soft-updates leak.
 //! - Mount writes nothing until everything it relies on has been read and
@@ -14,11 +15,15 @@
 //! - Mount marks the file system not clean and makes that durable before it
 //!   returns; unmount makes everything durable, then marks it clean.
 
+use crate::alloc::Allocator;
 use crate::diff;
+use crate::dir::{Indexes, NameAdds};
 use crate::error::{Damage, Result};
+use crate::inode::InodeTable;
 use crate::journal::Replayed;
+use crate::orphan::Orphans;
 use stitch_format::features::incompat;
-use stitch_format::group_desc::{decode_table, free_totals, GroupDesc};
+use stitch_format::group_desc::{decode_table, GroupDesc};
 use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
 use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
@@ -28,43 +33,33 @@ const STATE_VALID: u16 = 1;
 pub(crate) const META: PatchFlags = PatchFlags { data: false };
 pub(crate) const DATA: PatchFlags = PatchFlags { data: true };
 const SUPERBLOCK_BYTES: usize = 1024;
+/// ext2's largest link count.
+pub(crate) const LINK_MAX: u16 = 32_000;
 
-/// An ext2 file system on the patch cache.
+/// An ext2 file system on the patch cache. It composes the parts, each a
+/// type of its own with private state: the allocator (`alloc`), the inode
+/// table (`inode`), the directory indexes and the names added since mount
+/// (`dir`), the open files and orphans (`orphan`); the operations, each in
+/// a module named for it, join them through their methods, and the
+/// superblock, geometry and consistency mode (`m`) are shared by all.
 pub struct DiskFs {
     pub(crate) m: Modes,
     pub(crate) sb: Superblock,
     pub(crate) geo: Geometry,
-    pub(crate) gds: Vec<GroupDesc>,
+    pub(crate) alloc: Allocator,
+    pub(crate) inodes: InodeTable,
     pub(crate) bs: usize,
-    /// Open counts of inodes the layer above holds open (in memory only).
-    pub(crate) open: rustc_hash::FxHashMap<InodeNo, u32>,
-    /// Orphans made since mount, with the patches that put each on the
-    /// list and dropped its last link (see `orphan`).
-    pub(crate) orphaned: rustc_hash::FxHashMap<InodeNo, crate::orphan::Orphaned>,
-    /// The patch that added each directory entry since mount, to tell at
-    /// removal whether the entry ever reached the disk (Featherstitch
-    /// §4.5): if the removal merged into it, it never did.
-    /// With it, for a name a rename made, the removals of the names the
-    /// inode had before that may still be on disk (see `never_on_disk`).
-    pub(crate) entry_adds: std::collections::HashMap<(InodeNo, Vec<u8>), crate::dir::Added>,
-    /// The patches that gave each non-directory inode a name since mount,
-    /// while they may not be on disk: a name removed from an inode that
-    /// keeps others waits for them, so no crash leaves it nameless (see
-    /// `names_elsewhere`).
-    pub(crate) names_added: rustc_hash::FxHashMap<InodeNo, Vec<PatchId>>,
-    /// Blocks freed while their data is not journaled, with the patch that
-    /// freed them: not reused until that free is durable (ext3's rule; see
-    /// `alloc`).
-    pub(crate) pending_frees: crate::alloc::PendingFrees,
+    /// Open files and orphans (see `orphan`).
+    pub(crate) orphans: Orphans,
+    /// The patches that gave names since mount, while they may not be on
+    /// disk (Featherstitch §4.5's elision; soft-updates rule 3).
+    pub(crate) adds: NameAdds,
     pub(crate) replayed: Option<Replayed>,
-    /// Inode numbers handed out by [`DiskFs::reserve_inode`] whose
-    /// allocation has not reached the bitmap yet (memory only).
-    pub(crate) reserved: crate::alloc::Reserved,
     /// The reserved number the operation being applied must take
     /// ([`DiskFs::apply_as`]).
     pub(crate) wanted_ino: Option<InodeNo>,
     /// Directories' names by block (memory only; see `dir`).
-    pub(crate) dirs: rustc_hash::FxHashMap<InodeNo, crate::dir::DirIndex>,
+    pub(crate) dirs: Indexes,
 }
 
 impl DiskFs {
@@ -118,17 +113,14 @@ impl DiskFs {
         let (sb, geo, gds) = load(&mut m, bs)?;
         let mut fs = DiskFs {
             m,
+            alloc: Allocator::new(&sb, geo.clone(), gds.clone()),
+            inodes: inode_table(&geo, &gds),
             sb,
             geo,
-            gds,
             bs,
-            open: Default::default(),
-            orphaned: Default::default(),
-            entry_adds: Default::default(),
-            names_added: Default::default(),
-            pending_frees: Default::default(),
+            orphans: Default::default(),
+            adds: Default::default(),
             replayed: None,
-            reserved: Default::default(),
             wanted_ino: None,
             dirs: Default::default(),
         };
@@ -136,22 +128,19 @@ impl DiskFs {
         if replay.is_some() {
             // Every later read sees the file system as replayed: that is
             // what is checked, and what is mounted.
-            (fs.sb, fs.geo, fs.gds) = load(&mut fs.m, bs).map_err(|e| match e {
+            let (sb, geo, gds) = load(&mut fs.m, bs).map_err(|e| match e {
                 e if e.is_damage() => {
                     Damage::Journal(format!("replays into a damaged file system: {e}")).into()
                 }
                 e => e,
             })?;
+            fs.inodes = inode_table(&geo, &gds);
+            fs.alloc = Allocator::new(&sb, geo.clone(), gds);
+            (fs.sb, fs.geo) = (sb, geo);
             fs.sb.feature_incompat &= !incompat::RECOVER.bit;
         }
         fs.check_tree(consistency)?;
         Ok(Opened { fs, replay })
-    }
-
-    /// Sets the superblock's free totals to the sum of the descriptors'
-    /// counts, which decide (the totals on disk may lag; see `alloc`).
-    pub(crate) fn sum_free_totals(&mut self) {
-        (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
 
     /// What the journal replay at mount did, if there was one.
@@ -211,7 +200,7 @@ impl DiskFs {
     /// for Featherstitch's §4.5 elision. Bounded: an add that reached the
     /// disk is forgotten once the count reaches a power of two from 4096.
     pub fn remembered_adds(&self) -> usize {
-        self.entry_adds.len()
+        self.adds.len()
     }
 
     pub fn block_size(&self) -> usize {
@@ -222,8 +211,12 @@ impl DiskFs {
         &self.geo
     }
 
-    pub fn superblock(&self) -> &Superblock {
-        &self.sb
+    /// The superblock as the next write of it will hold it (with the free
+    /// totals the allocator keeps).
+    pub fn superblock(&self) -> Superblock {
+        let mut sb = self.sb.clone();
+        self.alloc.fill_totals(&mut sb);
+        sb
     }
 
     /// The times this file system's inodes hold (its inode size decides,
@@ -240,6 +233,59 @@ impl DiskFs {
         &mut self.m
     }
 
+    /// An empty patch depending on every patch of an operation.
+    pub(crate) fn stands_for(&mut self, parts: &[&[PatchId]]) -> Result<PatchId> {
+        let all: Vec<PatchId> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        Ok(self.m.group(&all)?)
+    }
+
+    /// Free blocks, as the superblock's total says.
+    pub fn free_blocks(&self) -> u32 {
+        self.alloc.free_blocks()
+    }
+
+    /// Free inodes, counting those reserved and marked ahead in soft
+    /// updates (free to the layer above, which counts its reservations).
+    pub fn free_inodes(&self) -> u32 {
+        self.alloc.free_inodes()
+    }
+
+    /// Reserves the number a new file in `parent` (or a new directory)
+    /// will have, without touching the disk: the layer above shows it at
+    /// once and creates the inode later with [`DiskFs::apply_as`]. The
+    /// reservation lives in memory; [`DiskFs::unreserve_inode`] returns a
+    /// number whose file never reached the disk. In soft updates the
+    /// number is also marked used in the bitmap now (see `alloc`).
+    pub fn reserve_inode(&mut self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
+        self.alloc.reserve_inode(&mut self.m, parent, dir)
+    }
+
+    /// Gives back a reserved number (and frees its bit, if marked ahead).
+    pub fn unreserve_inode(&mut self, ino: InodeNo) -> Result<()> {
+        if self.alloc.unreserve_inode(&mut self.m, ino)? {
+            self.forget_dir(ino);
+        }
+        Ok(())
+    }
+
+    /// How many free inodes are reserved.
+    pub fn reserved_inodes(&self) -> usize {
+        self.alloc.reserved_inodes()
+    }
+
+    /// Frees an inode once `deps` are on disk, and forgets its directory
+    /// index (its number may come back as another directory).
+    pub(crate) fn free_inode(
+        &mut self,
+        ino: InodeNo,
+        dir: bool,
+        deps: &[PatchId],
+    ) -> Result<PatchId> {
+        let p = self.alloc.free_inode(&mut self.m, ino, dir, deps)?;
+        self.forget_dir(ino);
+        Ok(p)
+    }
+
     /// Patches the cached superblock to match `self.sb`.
     pub(crate) fn write_super(&mut self) -> Result<Vec<PatchId>> {
         self.write_super_after(&[])
@@ -249,18 +295,9 @@ impl DiskFs {
     pub(crate) fn write_super_after(&mut self, deps: &[PatchId]) -> Result<Vec<PatchId>> {
         let (blk, off) = superblock_location(self.bs);
         let mut bytes = self.m.read(blk)?[off..off + SUPERBLOCK_BYTES].to_vec();
+        self.alloc.fill_totals(&mut self.sb);
         self.sb.encode_into(&mut bytes);
         Ok(diff::write(&mut self.m, blk, off, &bytes, deps, META)?)
-    }
-
-    /// Patches the cached descriptor of group `g` to match `self.gds[g]`.
-    pub(crate) fn write_group(&mut self, g: usize) -> Result<Vec<PatchId>> {
-        let at = g * GroupDesc::SIZE;
-        let blk = BlockNo(u64::from(self.geo.first_data_block) + 1 + (at / self.bs) as u64);
-        let off = at % self.bs;
-        let mut bytes = vec![0u8; GroupDesc::SIZE];
-        self.gds[g].encode_into(&mut bytes);
-        Ok(diff::write(&mut self.m, blk, off, &bytes, &[], META)?)
     }
 }
 
@@ -282,7 +319,7 @@ impl Opened {
         if let Some(staged) = replay {
             fs.replayed = Some(fs.apply_replay(staged)?);
         }
-        fs.sum_free_totals();
+        fs.alloc.sum_totals();
         let journal = match fs.m.consistency() {
             Consistency::Journal(_) => {
                 fs.sb.feature_incompat |= incompat::RECOVER.bit;
@@ -311,6 +348,12 @@ impl Opened {
         fs.repair_leaks(&rest, now)?;
         Ok(fs)
     }
+}
+
+/// The inode table of a file system with descriptors `gds`.
+fn inode_table(geo: &Geometry, gds: &[GroupDesc]) -> InodeTable {
+    let tables = gds.iter().map(|g| g.inode_table_block().0).collect();
+    InodeTable::new(geo.clone(), tables)
 }
 
 /// Where the primary superblock lives: byte 1024 of the device.

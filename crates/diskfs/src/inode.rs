@@ -1,30 +1,69 @@
-//! Reading inodes from the cache and writing their changed fields as
-//! minimal patches.
+//! The inode table: reading inodes from the cache and writing their
+//! changed fields as minimal patches.
 
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
-use stitch_format::{Inode, InodeLocation, InodeNo};
+use stitch_format::{Geometry, Inode, InodeLocation, InodeNo};
+use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
-impl DiskFs {
-    pub(crate) fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
+/// Where every inode lives: each group's inode table (fixed once mounted)
+/// and the slot size.
+pub(crate) struct InodeTable {
+    geo: Geometry,
+    /// The first block of each group's table.
+    tables: Vec<u32>,
+}
+
+/// How much of an inode's slot a write patches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Span {
+    /// The fields that changed.
+    Changed,
+    /// The whole slot, even where nothing changed.
+    Whole,
+    /// The fields that changed and every byte past them (the in-inode
+    /// extended attributes), cleared.
+    ClearingAttrs,
+}
+
+impl InodeTable {
+    /// The table of a file system of geometry `geo` whose groups' tables
+    /// start at `tables`.
+    pub(crate) fn new(geo: Geometry, tables: Vec<u32>) -> InodeTable {
+        InodeTable { geo, tables }
+    }
+
+    fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
         let (g, _) = self
             .geo
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
-        let table = self.gds[g.0 as usize].inode_table_block();
+        let table = stitch_format::BlockNo(self.tables[g.0 as usize]);
         self.geo
             .inode_location(ino, table)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))
     }
 
-    /// The inode as the cache holds it (uncommitted changes included).
-    pub fn read_inode(&mut self, ino: InodeNo) -> Result<Inode> {
+    /// The bytes of `ino`'s slot as the cache holds them, and the block
+    /// they are in.
+    pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, u64)> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
-        let block = self.m.read(BlockNo(u64::from(loc.block.0)))?;
+        let block = u64::from(loc.block.0);
+        Ok((
+            m.read(BlockNo(block))?[loc.offset..loc.offset + size].to_vec(),
+            block,
+        ))
+    }
+
+    /// The inode as the cache holds it (uncommitted changes included).
+    pub(crate) fn read(&self, m: &mut Modes, ino: InodeNo) -> Result<Inode> {
+        let loc = self.locate(ino)?;
+        let size = usize::from(self.geo.inode_size);
+        let block = m.read(BlockNo(u64::from(loc.block.0)))?;
         let inode = Inode::decode(&block[loc.offset..loc.offset + size])
             .map_err(|e| e.in_block(u64::from(loc.block.0)))?;
         inode.check_mapping_supported()?;
@@ -33,13 +72,14 @@ impl DiskFs {
 
     /// Patches the fields of `inode` that differ from the cached slot, as
     /// one patch depending on `deps`.
-    pub(crate) fn write_inode(
-        &mut self,
+    pub(crate) fn write(
+        &self,
+        m: &mut Modes,
         ino: InodeNo,
         inode: &Inode,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
-        self.encode_inode(ino, inode, deps, false)
+        self.encode(m, ino, inode, deps, Span::Changed)
     }
 
     /// Writes `inode` as one patch depending on `deps`, with every byte of
@@ -48,65 +88,58 @@ impl DiskFs {
     /// attributes in its slot, and they must not become the new file's.
     /// For an inode whose attributes moved to a block: they go in the
     /// same patch as the pointer to it.
-    pub(crate) fn write_inode_clearing_attrs(
-        &mut self,
+    pub(crate) fn write_clearing_attrs(
+        &self,
+        m: &mut Modes,
         ino: InodeNo,
         inode: &Inode,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
-        self.encode_slot(ino, inode, deps, None, true)
+        self.encode(m, ino, inode, deps, Span::ClearingAttrs)
     }
 
-    /// Like `write_inode`, but the patch covers the whole slot even where
+    /// Like `write`, but the patch covers the whole slot even where
     /// nothing changed: what depends on it then also follows every earlier
     /// write of the inode (its initialization, first of all).
-    pub(crate) fn write_whole_inode(
-        &mut self,
+    pub(crate) fn write_whole(
+        &self,
+        m: &mut Modes,
         ino: InodeNo,
         inode: &Inode,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
-        self.encode_inode(ino, inode, deps, true)
+        self.encode(m, ino, inode, deps, Span::Whole)
     }
 
-    fn encode_inode(
-        &mut self,
+    fn encode(
+        &self,
+        m: &mut Modes,
         ino: InodeNo,
         inode: &Inode,
         deps: &[PatchId],
-        whole: bool,
-    ) -> Result<Vec<PatchId>> {
-        let size = usize::from(self.geo.inode_size);
-        self.encode_slot(ino, inode, deps, whole.then_some((0, size)), false)
-    }
-
-    fn encode_slot(
-        &mut self,
-        ino: InodeNo,
-        inode: &Inode,
-        deps: &[PatchId],
-        cover: Option<(usize, usize)>,
-        clear_attrs: bool,
+        span: Span,
     ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
         let blk = BlockNo(u64::from(loc.block.0));
-        let mut slot = self.m.read(blk)?[loc.offset..loc.offset + size].to_vec();
+        let mut slot = m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);
-        if clear_attrs {
+        if span == Span::ClearingAttrs {
             if let Some(x) = &inode.extra {
                 let from = (GOOD_OLD_INODE_SIZE + x.extra_isize) as usize;
                 slot[from.min(size)..].fill(0);
             }
         }
+        let cover = (span == Span::Whole).then_some((0, size));
         Ok(diff::write_covering(
-            &mut self.m,
-            blk,
-            loc.offset,
-            &slot,
-            cover,
-            deps,
-            META,
+            m, blk, loc.offset, &slot, cover, deps, META,
         )?)
+    }
+}
+
+impl DiskFs {
+    /// The inode as the cache holds it (uncommitted changes included).
+    pub fn read_inode(&mut self, ino: InodeNo) -> Result<Inode> {
+        self.inodes.read(&mut self.m, ino)
     }
 }

@@ -10,16 +10,27 @@
 //! encoded by the format crate, and changes become patches by diffing the
 //! encoded bytes (`diff`), so no layout is written twice.
 //!
-//! Modules: `fs` (mount, unmount, superblock and descriptors), `validate`
-//! (what mount checks before it writes), `alloc`,
-//! `inode`, `bmap` (block maps and data), `dir`, `ops` and `more_ops` (the
-//! operations), `rename`, `orphan`, `repair` (leak reclaiming), `batch`
-//! (operations as data), `shared` (the handle the layer above uses: reads,
-//! batches, durability), `diff` (changes into patches).
+//! Modules: `fs` (the `DiskFs` type: mount, unmount, superblock),
+//! `validate` (what mount checks before it writes), `journal` (its place
+//! and replay), `diff` (changes into patches). Its parts, each a type
+//! with private state: `alloc` (bitmaps, group summaries, free totals,
+//! reservations), `inode` (the inode table), `dir` (the in-memory
+//! directory indexes and the record of names added, under the directory
+//! edits), `orphan` (open files and ext3's orphan list). `bmap` (block
+//! maps: pointers and indirect blocks, over the allocator and the inode
+//! table). The operations: `create` (create, mkdir, symlink, mknod),
+//! `link`, `unlink` (unlink, rmdir, an inode's deletion), `rename`, `data`
+//! (write, read), `truncate`, `attr` (getattr, setattr, readlink),
+//! `xattr`; `repair` (leak reclaiming), `batch` (operations as data),
+//! `shared` (the handle the layer above uses: reads, batches,
+//! durability).
 
 mod alloc;
+mod attr;
 mod batch;
 mod bmap;
+mod create;
+mod data;
 mod diff;
 mod dir;
 mod error;
@@ -29,22 +40,24 @@ pub mod fault;
 mod fs;
 mod inode;
 mod journal;
-mod more_ops;
-mod ops;
+mod link;
 mod orphan;
 mod rename;
 mod repair;
 mod shared;
+mod truncate;
+mod unlink;
 mod validate;
 mod xattr;
 
+pub use attr::{Attr, SetAttr, XattrBlock};
 pub use batch::{BatchError, Done, Op};
+pub use create::{Owner, Special};
+pub use data::Pages;
 pub use dir::Entry;
 pub use error::{Damage, DiskError, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
-pub use more_ops::{SetAttr, Special};
-pub use ops::{Attr, Pages, XattrBlock};
 pub use rename::RenameFlags;
 pub use repair::Leak;
 pub use shared::{Batch, Counts, Disk, Durability, Shape};

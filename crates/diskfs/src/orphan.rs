@@ -10,6 +10,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use rustc_hash::FxHashMap;
 use stitch_format::inode::TimeField;
 use stitch_format::{InodeNo, Timestamp};
 use stitch_patch::PatchId;
@@ -26,18 +27,30 @@ pub(crate) struct Orphaned {
     dropped: Vec<PatchId>,
 }
 
-impl DiskFs {
-    /// The layer above opened `ino`: an unlink of its last name keeps it
-    /// until [`DiskFs::release`].
-    pub fn open(&mut self, ino: InodeNo) -> Result<()> {
-        self.read_inode(ino)?;
-        *self.open.entry(ino).or_default() += 1;
-        Ok(())
+/// The inodes the layer above holds open, and the orphans made since
+/// mount (memory only).
+#[derive(Default)]
+pub(crate) struct Orphans {
+    /// Open counts.
+    open: FxHashMap<InodeNo, u32>,
+    /// Orphans made since mount, with the patches that put each on the
+    /// list and dropped its last link.
+    made: FxHashMap<InodeNo, Orphaned>,
+}
+
+impl Orphans {
+    /// Whether the layer above holds `ino` open.
+    pub(crate) fn is_open(&self, ino: InodeNo) -> bool {
+        self.open.get(&ino).is_some_and(|&n| n > 0)
     }
 
-    /// The layer above closed `ino`; the last close of an unlinked file
-    /// deletes it.
-    pub fn release(&mut self, ino: InodeNo, now: Timestamp) -> Result<Option<PatchId>> {
+    fn opened(&mut self, ino: InodeNo) {
+        *self.open.entry(ino).or_default() += 1;
+    }
+
+    /// One close of `ino`: at its last, what made it an orphan (nothing,
+    /// if it is not one).
+    fn closed(&mut self, ino: InodeNo) -> Result<Option<Orphaned>> {
         let n = self
             .open
             .get_mut(&ino)
@@ -47,7 +60,25 @@ impl DiskFs {
             return Ok(None);
         }
         self.open.remove(&ino);
-        let made = self.orphaned.remove(&ino).unwrap_or_default();
+        Ok(Some(self.made.remove(&ino).unwrap_or_default()))
+    }
+}
+
+impl DiskFs {
+    /// The layer above opened `ino`: an unlink of its last name keeps it
+    /// until [`DiskFs::release`].
+    pub fn open(&mut self, ino: InodeNo) -> Result<()> {
+        self.read_inode(ino)?;
+        self.orphans.opened(ino);
+        Ok(())
+    }
+
+    /// The layer above closed `ino`; the last close of an unlinked file
+    /// deletes it.
+    pub fn release(&mut self, ino: InodeNo, now: Timestamp) -> Result<Option<PatchId>> {
+        let Some(made) = self.orphans.closed(ino)? else {
+            return Ok(None);
+        };
         if self.read_inode(ino)?.core.links_count > 0 {
             return Ok(None);
         }
@@ -73,7 +104,7 @@ impl DiskFs {
         inode.core.dtime = self.sb.last_orphan;
         // The list head must not name an inode not yet allocated and
         // initialized on disk: the chain link covers the whole slot.
-        let linked = self.write_whole_inode(ino, &inode, &[])?;
+        let linked = self.inodes.write_whole(&mut self.m, ino, &inode, &[])?;
         self.sb.last_orphan = ino.0;
         let head = self.write_super_after(&linked)?;
         inode.core.links_count = 0;
@@ -84,10 +115,10 @@ impl DiskFs {
             .chain(&head)
             .copied()
             .collect();
-        let mut out = self.write_inode(ino, &inode, &deps)?;
+        let mut out = self.inodes.write(&mut self.m, ino, &inode, &deps)?;
         let dropped = if out.is_empty() { deps } else { out.clone() };
         let listed = linked.iter().chain(&head).copied().collect();
-        self.orphaned.insert(ino, Orphaned { listed, dropped });
+        self.orphans.made.insert(ino, Orphaned { listed, dropped });
         out.extend(linked);
         out.extend(head);
         Ok(out)
@@ -102,7 +133,7 @@ impl DiskFs {
         if self.m.consistency() != crate::Consistency::SoftUpdates {
             return Ok(());
         }
-        let Some(made) = self.orphaned.get(&ino) else {
+        let Some(made) = self.orphans.made.get(&ino) else {
             return Ok(());
         };
         // Returns at once for what is already on disk.
@@ -126,13 +157,13 @@ impl DiskFs {
             if at == 0 {
                 break;
             }
-            if let Some(made) = self.orphaned.get(&InodeNo(at)) {
+            if let Some(made) = self.orphans.made.get(&InodeNo(at)) {
                 ahead.extend(&made.listed);
             }
             let mut prev = self.read_inode(InodeNo(at))?;
             if prev.core.dtime == ino.0 {
                 prev.core.dtime = next;
-                let mut out = self.write_inode(InodeNo(at), &prev, &[])?;
+                let mut out = self.inodes.write(&mut self.m, InodeNo(at), &prev, &[])?;
                 out.extend(ahead);
                 return Ok(out);
             }
@@ -161,7 +192,7 @@ impl DiskFs {
                 // still be there, so the file stays (at worst a leak).
                 let mut kept = self.read_inode(ino)?;
                 kept.core.dtime = 0;
-                self.write_inode(ino, &kept, &off)?;
+                self.inodes.write(&mut self.m, ino, &kept, &off)?;
                 continue;
             }
             self.delete_inode(ino, inode.is_dir(), &off, now)?;

@@ -26,7 +26,7 @@
 //!   the old parent's comes down after.
 
 use crate::error::{DiskError, Result};
-use crate::fs::DiskFs;
+use crate::fs::{DiskFs, LINK_MAX};
 use stitch_format::dir::set_inode;
 use stitch_format::inode::TimeField;
 use stitch_format::{FileType, InodeNo, Timestamp};
@@ -39,12 +39,18 @@ pub struct RenameFlags {
     pub exchange: bool,
 }
 
-/// ext2's largest link count.
-const LINK_MAX: u16 = 32_000;
+/// The two names a rename involves: `sn` in directory `sp` (the source)
+/// and `dn` in `dp` (the destination).
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    sp: InodeNo,
+    sn: &'a [u8],
+    dp: InodeNo,
+    dn: &'a [u8],
+}
 
 impl DiskFs {
     /// Renames `sp/sn` to `dp/dn`.
-    #[allow(clippy::too_many_arguments)]
     pub fn rename(
         &mut self,
         sp: InodeNo,
@@ -64,7 +70,7 @@ impl DiskFs {
         }
         if flags.exchange {
             let dst = dst.ok_or(DiskError::NotFound)?;
-            return self.exchange(sp, sn, src, dp, dn, dst, now);
+            return self.exchange(Names { sp, sn, dp, dn }, src, dst, now);
         }
         crate::dir::check_name(dn)?;
         let src_dir = self.read_inode(src)?.is_dir();
@@ -80,10 +86,11 @@ impl DiskFs {
             return Ok(self.m.group(&[])?);
         }
         self.check_replace(src_dir, dst, sp, dp)?;
+        let names = Names { sp, sn, dp, dn };
         let ps = if src_dir {
-            self.move_dir(sp, sn, src, dp, dn, dst, now)?
+            self.move_dir(names, src, dst, now)?
         } else {
-            self.move_file(sp, sn, src, dp, dn, dst, now)?
+            self.move_file(names, src, dst, now)?
         };
         Ok(self.m.group(&ps)?)
     }
@@ -134,43 +141,43 @@ impl DiskFs {
     }
 
     /// A non-directory: count up, point, unpoint, count down.
-    #[allow(clippy::too_many_arguments)]
     fn move_file(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         src: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         dst: Option<InodeNo>,
         now: Timestamp,
     ) -> Result<Vec<PatchId>> {
+        let Names { sp, sn, dp, dn } = names;
         let mut inode = self.read_inode(src)?;
         let ft = inode
             .file_type()
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no type", src.0)))?;
         inode.core.links_count += 1;
-        let up = self.write_inode(src, &inode, &[])?;
+        let up = self.inodes.write(&mut self.m, src, &inode, &[])?;
         let set = match dst {
             Some(old) => {
                 // The replaced inode loses this name: after its others.
                 let mut deps = up.clone();
                 let links = self.read_inode(old)?.core.links_count;
-                deps.extend(self.names_elsewhere(old, links, dp, dn));
+                deps.extend(
+                    self.adds
+                        .names_elsewhere(self.m.cache(), old, links, dp, dn),
+                );
                 self.retarget_entry(dp, dn, src, ft, &deps, now)?
             }
             None => self.add_entry(dp, dn, src, ft, &up, now)?,
         };
         let (_, removed, before) = self.remove_entry(sp, sn, &set, now)?;
         if dst.is_none() {
-            self.renamed_from(dp, dn, &removed, before);
+            self.adds.renamed_from(dp, dn, &removed, before);
         }
         let mut inode = self.read_inode(src)?;
         inode.core.links_count -= 1;
         inode.set_time(TimeField::Change, now);
         // The count coming down is not part of what the rename stands for
         // (see the module's soft-updates order).
-        self.write_inode(src, &inode, &removed)?;
+        self.inodes.write(&mut self.m, src, &inode, &removed)?;
         let mut out: Vec<PatchId> = up.into_iter().chain(set.clone()).chain(removed).collect();
         if let Some(old) = dst {
             out.extend(self.drop_name(old, &set, now)?);
@@ -179,24 +186,21 @@ impl DiskFs {
     }
 
     /// A directory: unpoint, point, then fix `..` and the parents' counts.
-    #[allow(clippy::too_many_arguments)]
     fn move_dir(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         src: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         dst: Option<InodeNo>,
         now: Timestamp,
     ) -> Result<Vec<PatchId>> {
+        let Names { sp, sn, dp, dn } = names;
         let (_, removed, before) = self.remove_entry(sp, sn, &[], now)?;
         let mut out = removed.clone();
         let mut up = Vec::new();
         if sp != dp {
             let mut p = self.read_inode(dp)?;
             p.core.links_count += 1;
-            up = self.write_inode(dp, &p, &[])?;
+            up = self.inodes.write(&mut self.m, dp, &p, &[])?;
             out.extend(&up);
         }
         let after: Vec<PatchId> = removed.iter().chain(&up).copied().collect();
@@ -225,12 +229,12 @@ impl DiskFs {
         };
         out.extend(&set);
         if dst.is_none() {
-            self.renamed_from(dp, dn, &removed, before);
+            self.adds.renamed_from(dp, dn, &removed, before);
         }
         if sp != dp {
             let mut p = self.read_inode(sp)?;
             p.core.links_count -= 1;
-            out.extend(self.write_inode(sp, &p, &dotdot)?);
+            out.extend(self.inodes.write(&mut self.m, sp, &p, &dotdot)?);
             out.extend(dotdot);
         }
         if let Some(old) = dst {
@@ -238,7 +242,7 @@ impl DiskFs {
             // The replaced directory's `..` named `dp`: one link fewer.
             let mut p = self.read_inode(dp)?;
             p.core.links_count -= 1;
-            out.extend(self.write_inode(dp, &p, &gone)?);
+            out.extend(self.inodes.write(&mut self.m, dp, &p, &gone)?);
             out.extend(gone);
         }
         Ok(out)
@@ -271,17 +275,14 @@ impl DiskFs {
     }
 
     /// `RENAME_EXCHANGE`: the two names swap inodes.
-    #[allow(clippy::too_many_arguments)]
     fn exchange(
         &mut self,
-        sp: InodeNo,
-        sn: &[u8],
+        names: Names<'_>,
         a: InodeNo,
-        dp: InodeNo,
-        dn: &[u8],
         b: InodeNo,
         now: Timestamp,
     ) -> Result<PatchId> {
+        let Names { sp, sn, dp, dn } = names;
         let (a_dir, b_dir) = (self.read_inode(a)?.is_dir(), self.read_inode(b)?.is_dir());
         if (a_dir && self.is_ancestor_or_self(a, dp)?)
             || (b_dir && self.is_ancestor_or_self(b, sp)?)
@@ -319,14 +320,14 @@ impl DiskFs {
                 for (p, delta) in [(gainer, 1i32), (loser, -1)] {
                     let mut i = self.read_inode(p)?;
                     i.core.links_count = (i32::from(i.core.links_count) + delta) as u16;
-                    out.extend(self.write_inode(p, &i, &[])?);
+                    out.extend(self.inodes.write(&mut self.m, p, &i, &[])?);
                 }
             }
         }
         for i in [a, b] {
             let mut n = self.read_inode(i)?;
             n.set_time(TimeField::Change, now);
-            out.extend(self.write_inode(i, &n, &[])?);
+            out.extend(self.inodes.write(&mut self.m, i, &n, &[])?);
         }
         Ok(self.m.group(&out)?)
     }

@@ -149,25 +149,25 @@ impl DiskFs {
                 self.set_group(group, counted, |g, n| g.used_dirs_count = n)
             }
             Leak::FreeBlocks { counted } => {
-                self.sb.free_blocks_count_lo = counted;
+                self.alloc.set_totals(Some(counted), None);
                 self.write_super().map(drop)
             }
             Leak::FreeInodes { counted } => {
-                self.sb.free_inodes_count = counted;
+                self.alloc.set_totals(None, Some(counted));
                 self.write_super().map(drop)
             }
             Leak::BlocksLeaked { first, last } => {
                 // Mounting may already have freed some (an orphan's blocks).
                 for b in first..=last {
-                    if self.block_marked(b)? {
-                        self.free_block(b, &[])?;
+                    if self.alloc.block_marked(&mut self.m, b)? {
+                        self.alloc.free_block(&mut self.m, b, &[])?;
                     }
                 }
                 Ok(())
             }
             Leak::InodesLeaked { first, last } => {
                 for i in (first..=last).map(InodeNo) {
-                    if self.inode_marked(i)? {
+                    if self.alloc.inode_marked(&mut self.m, i)? {
                         self.free_inode(i, false, &[])?;
                     }
                 }
@@ -207,17 +207,13 @@ impl DiskFs {
         f: impl FnOnce(&mut stitch_format::GroupDesc, u16),
     ) -> Result<()> {
         let g = group as usize;
-        let mut gd = self
-            .gds
-            .get(g)
-            .cloned()
-            .ok_or(DiskError::Invalid("no such group"))?;
+        if g >= self.alloc.groups() {
+            return Err(DiskError::Invalid("no such group"));
+        }
+        let mut gd = self.alloc.group(g).clone();
         let n = u16::try_from(counted).map_err(|_| DiskError::Invalid("a count past 65535"))?;
         f(&mut gd, n);
-        gd.validate(&self.geo, stitch_format::GroupNo(group))?;
-        self.gds[g] = gd;
-        self.sum_free_totals();
-        self.write_group(g).map(drop)
+        self.alloc.set_group(&mut self.m, g, gd)
     }
 
     fn set_xattr_refcount(&mut self, block: u32, users: u32) -> Result<()> {
@@ -242,7 +238,7 @@ impl DiskFs {
     ) -> Result<()> {
         let mut inode = self.read_inode(ino)?;
         f(&mut inode);
-        self.write_inode(ino, &inode, &[]).map(drop)
+        self.inodes.write(&mut self.m, ino, &inode, &[]).map(drop)
     }
 
     /// Names `ino` `#ino` in `lost+found` (a directory also gets its `..`

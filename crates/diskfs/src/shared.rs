@@ -19,12 +19,13 @@
 //! Lock order: the layer above may hold its own locks when it calls in;
 //! nothing here calls out while holding the lock.
 
+use crate::attr::Attr;
+use crate::attr::SetAttr;
 use crate::batch::Op;
+use crate::data::Pages;
 use crate::dir::Entry;
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use crate::more_ops::SetAttr;
-use crate::ops::{Attr, Pages};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use stitch_format::xattr::Xattr;
 use stitch_format::{InodeNo, TimeRange, Timestamp};
@@ -215,7 +216,7 @@ impl Disk {
 
 fn counts(d: &DiskFs) -> Counts {
     Counts {
-        free_blocks: u64::from(d.superblock().free_blocks_count_lo),
+        free_blocks: u64::from(d.free_blocks()),
         free_inodes: u64::from(d.free_inodes()),
         reserved_inodes: d.reserved_inodes() as u64,
     }

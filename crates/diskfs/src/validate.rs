@@ -40,7 +40,7 @@ impl DiskFs {
         let root = self
             .read_inode(ROOT_INO)
             .map_err(|e| bad(format!("does not decode: {e}")))?;
-        if !self.inode_marked(ROOT_INO)? {
+        if !self.alloc.inode_marked(&mut self.m, ROOT_INO)? {
             return Err(bad("is marked free in the inode bitmap".into()));
         }
         if root.core.links_count == 0 || root.core.dtime != 0 {
@@ -123,12 +123,15 @@ impl DiskFs {
             let inode = self
                 .read_inode(ino)
                 .map_err(|e| bad(format!("names inode {at}, which does not decode: {e}")))?;
-            if !self.inode_marked(ino)? {
+            if !self.alloc.inode_marked(&mut self.m, ino)? {
                 return Err(bad(format!("names inode {at}, which is marked free")));
             }
             if inode.core.links_count == 0 {
                 for b in self.owned_blocks(&inode)? {
-                    if !self.in_data_area(b) || !self.block_marked(b)? || !freed.insert(b) {
+                    if !self.in_data_area(b)
+                        || !self.alloc.block_marked(&mut self.m, b)?
+                        || !freed.insert(b)
+                    {
                         return Err(bad(format!(
                             "names inode {at}, whose block {b} is outside the file system, \
                              marked free or owned twice"

@@ -29,11 +29,8 @@ impl DiskFs {
     /// its slot past its fields, then those in its attribute block. A
     /// malformed list or block is a corruption error naming both.
     pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
-        let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let slot =
-            self.m.read(BlockNo(u64::from(loc.block.0)))?[loc.offset..loc.offset + size].to_vec();
-        let inode = Inode::decode(&slot).map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+        let (slot, block) = self.inodes.slot(&mut self.m, ino)?;
+        let inode = Inode::decode(&slot).map_err(|e| e.in_block(block))?;
         let mut out = match &inode.extra {
             Some(x) => {
                 let from = usize::from(GOOD_OLD_INODE_SIZE + x.extra_isize);
@@ -82,7 +79,7 @@ impl DiskFs {
         if !self.supports_xattrs() {
             return Err(DiskError::Invalid("the image has no ext_attr feature"));
         }
-        self.room_before_op(1)?;
+        self.alloc.room_before_op(&mut self.m, 1)?;
         let mut inode: Inode = self.read_inode(ino)?;
         let old = inode.file_acl();
         let mut made = Vec::new();
@@ -91,7 +88,9 @@ impl DiskFs {
             let data = xattr::encode_block(attrs, self.bs).ok_or(DiskError::NoSpace(
                 "extended attributes do not fit one block",
             ))?;
-            let (blk, bb) = self.alloc_block(self.inode_group_start(ino))?;
+            let (blk, bb) = self
+                .alloc
+                .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
             let init = self.m.byte(BlockNo(u64::from(blk)), 0, &data, &[], META)?;
             made.extend([bb, init]);
             new = blk;
@@ -104,7 +103,9 @@ impl DiskFs {
         }
         inode.core.file_acl_lo = new;
         inode.set_time(TimeField::Change, now);
-        let named = self.write_inode_clearing_attrs(ino, &inode, &made)?;
+        let named = self
+            .inodes
+            .write_clearing_attrs(&mut self.m, ino, &inode, &made)?;
         let mut all = made;
         all.extend(&named);
         if old != 0 {
@@ -112,5 +113,26 @@ impl DiskFs {
             all.push(released);
         }
         Ok(self.m.group(&all)?)
+    }
+
+    /// An extended-attribute block an inode no longer names (the file was
+    /// deleted, or its attributes moved to a new block): freed if the
+    /// inode was its only user, else its reference count drops by one.
+    /// Either waits for the inode's change (`cleared`), so a crash leaves
+    /// the count too high (a leak e2fsck repairs), never too low.
+    pub(crate) fn release_xattr_block(
+        &mut self,
+        ino: InodeNo,
+        block: u32,
+        cleared: &[PatchId],
+    ) -> Result<PatchId> {
+        let mut h = self.xattr_block(ino, block, stitch_format::xattr::XattrHeader::parse)?;
+        if h.refcount == 1 {
+            return self.alloc.free_block(&mut self.m, block, cleared);
+        }
+        h.refcount -= 1;
+        Ok(self
+            .m
+            .byte(BlockNo(u64::from(block)), 0, &h.to_bytes(), cleared, META)?)
     }
 }

@@ -182,7 +182,14 @@ fn apply(fs: &mut DiskFs, op: &Op) -> Result<Outcome, Errno> {
                     minor: r.minor,
                 },
             };
-            done(fs.mknod(dir, name, special, *perm as u16, 0, 0, NOW))
+            done(fs.mknod(
+                dir,
+                name,
+                special,
+                *perm as u16,
+                stitch_diskfs::Owner::default(),
+                NOW,
+            ))
         }
         Op::Rename { from, to, flags } => {
             if flags.noreplace && flags.exchange {

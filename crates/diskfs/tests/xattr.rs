@@ -266,8 +266,7 @@ fn new_inodes_do_not_inherit_attributes_left_in_their_slots() {
                 b"fifo",
                 stitch_diskfs::Special::Fifo,
                 0o644,
-                0,
-                0,
+                stitch_diskfs::Owner::default(),
                 NOW,
             )
             .unwrap()

@@ -150,31 +150,8 @@ impl MemFs {
                 .checked_add(data.len() as u64)
                 .filter(|e| *e <= MAX_FILE)
                 .ok_or(MemError::TooLarge)?;
-            let mut pos = offset;
-            let mut src = data;
-            while pos < end {
-                let idx = pos / bs;
-                let within = (pos % bs) as usize;
-                let take = ((bs - pos % bs).min(end - pos)) as usize;
-                let whole = within == 0 && take == bs as usize;
-                let room = (!held.contains(&idx)).then_some(&mut *claim);
-                let page = self.page_for_write(ino, &mut s, idx, whole, room)?;
-                page[within..within + take].copy_from_slice(&src[..take]);
-                src = &src[take..];
-                pos += take as u64;
-            }
-            // Only a write that happened drops the bits (and marks them
-            // for the flush, with the rest).
-            let perm = s.perm;
-            if let Some(who) = drop_setid {
-                s.perm = who.apply(perm, s.gid);
-            }
-            let dropped = s.perm != perm;
-            let t = self.now();
-            s.size = s.size.max(end);
-            s.mtime = t;
-            s.ctime = t;
-            self.mark_dirty(ino, &mut s, t);
+            self.copy_into_pages(ino, &mut s, offset, data, &held, claim)?;
+            let dropped = self.wrote(ino, &mut s, end, drop_setid);
             (data.len() as u32, s.dirty_pages.len(), dropped)
         };
         if dropped {
@@ -183,6 +160,55 @@ impl MemFs {
         self.behind(ino, dirty_pages);
         self.relieve_pressure();
         Ok(written)
+    }
+
+    /// Copies `data` into the pages of `ino` (state `s`) from byte
+    /// `offset`, taking room for new pages from `claim` except for those
+    /// already `held`.
+    fn copy_into_pages(
+        &self,
+        ino: u64,
+        s: &mut NodeState,
+        offset: u64,
+        data: &[u8],
+        held: &BTreeSet<u64>,
+        claim: &mut Claim<'_>,
+    ) -> Result<()> {
+        let bs = self.block_size();
+        let end = offset + data.len() as u64;
+        let mut pos = offset;
+        let mut src = data;
+        while pos < end {
+            let idx = pos / bs;
+            let within = (pos % bs) as usize;
+            let take = ((bs - pos % bs).min(end - pos)) as usize;
+            let whole = within == 0 && take == bs as usize;
+            let room = (!held.contains(&idx)).then_some(&mut *claim);
+            let page = self.page_for_write(ino, s, idx, whole, room)?;
+            page[within..within + take].copy_from_slice(&src[..take]);
+            src = &src[take..];
+            pos += take as u64;
+        }
+        Ok(())
+    }
+
+    /// After a write to `ino` (state `s`) ending at `end`: the size, the
+    /// times, the set-ID bits `drop_setid` takes away, the mark for the
+    /// flush. Returns whether the bits dropped.
+    fn wrote(&self, ino: u64, s: &mut NodeState, end: u64, drop_setid: Option<DropSetId>) -> bool {
+        // Only a write that happened drops the bits (and marks them
+        // for the flush, with the rest).
+        let perm = s.perm;
+        if let Some(who) = drop_setid {
+            s.perm = who.apply(perm, s.gid);
+        }
+        let dropped = s.perm != perm;
+        let t = self.now();
+        s.size = s.size.max(end);
+        s.mtime = t;
+        s.ctime = t;
+        self.mark_dirty(ino, s, t);
+        dropped
     }
 
     /// Near a full disk: how many of `len` bytes written at `offset` fit,

@@ -122,6 +122,10 @@ struct FileState {
     file: bool,
 }
 
+/// What a flush reads back of an inode it wrote: its number, its size if
+/// it is a directory, its sectors and its attribute block.
+type ReadBack = (u64, Option<u64>, u64, XattrBlock);
+
 /// One flush's work, decided at the cut.
 struct Plan {
     ops: Vec<Entry>,
@@ -363,21 +367,7 @@ impl MemFs {
             }
             plan.ops.push(e);
         }
-        for ino in &dead {
-            let Some(n) = nodes.get(ino) else { continue };
-            let mut s = n.s.write();
-            s.never_disk = true;
-            s.dirty = false;
-            s.xattrs_dirty = false;
-            plan.reserved += s.take_reserved();
-            self.recount_frees(&mut s);
-            if s.open == 0 {
-                let dir = s.kind == Kind::Dir;
-                drop(s);
-                self.inner.nodes.write().remove(ino);
-                self.recycle_ino(*ino, dir);
-            }
-        }
+        plan.reserved += self.absorb(&dead, &nodes);
         let done = |(ino, _): &(&u64, &Arc<Node>)| merged.pending_on(**ino).next().is_none();
         plan.frees += self.take_leaving_frees(nodes.iter().filter(done).map(|(_, n)| n));
         Ok(Some(plan))
@@ -389,6 +379,31 @@ impl MemFs {
         inos.into_iter()
             .filter_map(|ino| Some((ino, table.get(&ino)?.clone())))
             .collect()
+    }
+
+    /// Lets go of the inodes a cut absorbed whole (`dead`: made and
+    /// removed within it, so the disk never sees them): marked never to
+    /// reach the disk, their frees recounted, and those no one holds open
+    /// dropped and their numbers recycled. Returns the blocks they had
+    /// reserved.
+    fn absorb(&self, dead: &FxHashSet<u64>, nodes: &FxHashMap<u64, Arc<Node>>) -> i64 {
+        let mut reserved = 0;
+        for ino in dead {
+            let Some(n) = nodes.get(ino) else { continue };
+            let mut s = n.s.write();
+            s.never_disk = true;
+            s.dirty = false;
+            s.xattrs_dirty = false;
+            reserved += s.take_reserved();
+            self.recount_frees(&mut s);
+            if s.open == 0 {
+                let dir = s.kind == Kind::Dir;
+                drop(s);
+                self.inner.nodes.write().remove(ino);
+                self.recycle_ino(*ino, dir);
+            }
+        }
+        reserved
     }
 
     /// Inodes created and removed within `selected` whose every operation
@@ -505,22 +520,62 @@ impl MemFs {
         let t = self.now();
         let n_ops = plan.ops.len();
         let n_pages: usize = plan.files.iter().map(|f| f.pages.len()).sum();
-        // Directories the plan adds to or removes from: diskfs decides how
-        // their blocks grow, so their size is read back after.
+        let result = self.apply_batch(&plan, t);
+        drop(order);
+        self.inner
+            .reserved_blocks
+            .fetch_sub(plan.reserved, Ordering::AcqRel);
+        let result = result.and_then(|(goal, sectors)| {
+            self.inner.disk.wait_durable(goal)?;
+            Ok(sectors)
+        });
+        drop(finish);
+        self.inner.durable.wait_below(number);
+        let sectors = match result {
+            Ok(s) => s,
+            Err(e) => return Err(self.failed_flush(e)),
+        };
+        self.durable_so_far()?;
+        let nodes = self.nodes_of(
+            sectors
+                .iter()
+                .map(|&(ino, ..)| ino)
+                .chain(plan.ops.iter().flat_map(|e| e.op.subjects())),
+        );
+        self.read_back_all(sectors, &nodes);
+        self.drop_removed(&plan, &nodes);
+        let mut st = self.inner.stats.lock();
+        st.flushes += 1;
+        st.ops_applied += n_ops as u64;
+        st.ops_absorbed += plan.absorbed as u64;
+        st.pages_written += n_pages as u64;
+        Ok(())
+    }
+
+    /// The first phase of [`MemFs::apply`]: the plan as one diskfs batch,
+    /// under diskfs's lock. Returns what must be durable for it, and what
+    /// to read back of the files it wrote and the directories it edited
+    /// (diskfs decides how their blocks grow). The free counts are
+    /// published here, while the batch still holds them.
+    fn apply_batch(
+        &self,
+        plan: &Plan,
+        t: Timestamp,
+    ) -> stitch_diskfs::Result<(stitch_diskfs::Durability, Vec<ReadBack>)> {
         let dirs: Vec<u64> = {
             let mut v: Vec<u64> = plan.ops.iter().flat_map(|e| e.op.dirs_edited()).collect();
             v.sort_unstable();
             v.dedup();
             v
         };
-        let result = self.inner.disk.batch().and_then(|mut b| {
-            let r = apply_plan(&mut b, &plan, t);
+        self.inner.disk.batch().and_then(|mut b| {
+            let r = apply_plan(&mut b, plan, t);
             let written = plan
                 .files
                 .iter()
                 .filter(|f| f.write)
                 .map(|f| (f.ino, false));
-            let sectors: Vec<(u64, Option<u64>, u64, XattrBlock)> = written
+            let sectors: Vec<ReadBack> = written
                 .chain(dirs.iter().map(|&ino| (ino, true)))
                 .filter_map(|(ino, dir)| {
                     let a = b.getattr(InodeNo(ino as u32)).ok()?;
@@ -536,42 +591,29 @@ impl MemFs {
             self.note_reserved(counts);
             let goal = r.and_then(|()| b.finish())?;
             Ok((goal, sectors))
-        });
-        drop(order);
-        self.inner
-            .reserved_blocks
-            .fetch_sub(plan.reserved, Ordering::AcqRel);
-        let result = result.and_then(|(goal, sectors)| {
-            self.inner.disk.wait_durable(goal)?;
-            Ok(sectors)
-        });
-        drop(finish);
-        self.inner.durable.wait_below(number);
-        let sectors = match result {
-            Ok(s) => s,
-            Err(e) => {
-                // The plan's state left memory with its cut, and part of
-                // it may be in diskfs: nothing after it may be written, or
-                // what was lost would be lost silently. Any failure here
-                // latches, a device's or not (a full disk should not get
-                // this far: writes and creates hold room for what they
-                // need), and later changes fail with EROFS.
-                let e = self.latch(e);
-                self.inner.read_only.store(true, Ordering::SeqCst);
-                return Err(match e {
-                    MemError::NoSpace => MemError::NoSpace,
-                    MemError::Io(m) => MemError::Io(m),
-                    other => MemError::Io(other.to_string()),
-                });
-            }
-        };
-        self.durable_so_far()?;
-        let nodes = self.nodes_of(
-            sectors
-                .iter()
-                .map(|&(ino, ..)| ino)
-                .chain(plan.ops.iter().flat_map(|e| e.op.subjects())),
-        );
+        })
+    }
+
+    /// A flush that failed after its cut: the plan's state left memory with
+    /// its cut, and part of it may be in diskfs: nothing after it may be
+    /// written, or what was lost would be lost silently. Any failure here
+    /// latches, a device's or not (a full disk should not get this far:
+    /// writes and creates hold room for what they need), and later changes
+    /// fail with EROFS. Returns the error to report.
+    fn failed_flush(&self, e: stitch_diskfs::DiskError) -> MemError {
+        let e = self.latch(e);
+        self.inner.read_only.store(true, Ordering::SeqCst);
+        match e {
+            MemError::NoSpace => MemError::NoSpace,
+            MemError::Io(m) => MemError::Io(m),
+            other => MemError::Io(other.to_string()),
+        }
+    }
+
+    /// Takes in what diskfs says of the written files and edited
+    /// directories (`nodes` holds their nodes still loaded), and tells the
+    /// kernel of the attributes that changed.
+    fn read_back_all(&self, sectors: Vec<ReadBack>, nodes: &FxHashMap<u64, Arc<Node>>) {
         let mut changed = Vec::new();
         for (ino, dir_size, sec, xattr_block) in sectors {
             if let Some(n) = nodes.get(&ino) {
@@ -593,10 +635,13 @@ impl MemFs {
             }
         }
         self.attrs_changed(changed);
-        // Inodes whose removal reached the disk leave memory. Their
-        // numbers are free on disk now, and a create may already have
-        // taken one for a new inode: remove only the node looked at, never
-        // whatever holds its number by now.
+    }
+
+    /// Inodes whose removal reached the disk leave memory. Their numbers
+    /// are free on disk now, and a create may already have taken one for a
+    /// new inode: remove only the node looked at (in `nodes`), never
+    /// whatever holds its number by now.
+    fn drop_removed(&self, plan: &Plan, nodes: &FxHashMap<u64, Arc<Node>>) {
         for e in &plan.ops {
             for ino in e.op.subjects() {
                 let Some(n) = nodes.get(&ino) else { continue };
@@ -614,12 +659,6 @@ impl MemFs {
                 }
             }
         }
-        let mut st = self.inner.stats.lock();
-        st.flushes += 1;
-        st.ops_applied += n_ops as u64;
-        st.ops_absorbed += plan.absorbed as u64;
-        st.pages_written += n_pages as u64;
-        Ok(())
     }
 
     // ---- background work ----------------------------------------------

@@ -611,7 +611,10 @@ impl MemFs {
 
     // ---- namespace changes -------------------------------------------
 
-    /// A regular file, fifo, socket or device node.
+    /// A regular file, fifo, socket or device node. The arguments are
+    /// mknod(2)'s and the caller's, as the frontend receives them; this is
+    /// the one public call that takes so many (an argument struct here
+    /// would change every caller in the workspace for no clearer call).
     #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &self,
@@ -649,20 +652,27 @@ impl MemFs {
             },
             Kind::Dir | Kind::Symlink => return Err(MemError::Invalid("mknod of this kind")),
         };
-        self.make(parent, name, kind, made, perm, rdev, uid, gid)
+        let new = NewNode {
+            kind,
+            made,
+            perm,
+            rdev,
+            uid,
+            gid,
+        };
+        self.make(parent, name, new)
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Attr> {
-        self.make(
-            parent,
-            name,
-            Kind::Dir,
-            Made::Dir { perm },
+        let new = NewNode {
+            kind: Kind::Dir,
+            made: Made::Dir { perm },
             perm,
-            (0, 0),
+            rdev: (0, 0),
             uid,
             gid,
-        )
+        };
+        self.make(parent, name, new)
     }
 
     pub fn symlink(
@@ -683,25 +693,25 @@ impl MemFs {
         let made = Made::Symlink {
             target: target.to_vec(),
         };
-        self.make(parent, name, Kind::Symlink, made, 0o777, (0, 0), uid, gid)
+        let new = NewNode {
+            kind: Kind::Symlink,
+            made,
+            perm: 0o777,
+            rdev: (0, 0),
+            uid,
+            gid,
+        };
+        self.make(parent, name, new)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn make(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: Kind,
-        made: Made,
-        perm: u16,
-        rdev: (u32, u32),
-        uid: u32,
-        mut gid: u32,
-    ) -> Result<Attr> {
+    /// Makes `name` in `parent`: reserves an inode number, checks the
+    /// name under the directory's lock, builds the node
+    /// (`new_node_state`), enters and logs it.
+    fn make(&self, parent: u64, name: &[u8], new: NewNode) -> Result<Attr> {
         check_name(name)?;
         self.writable()?;
-        let room = self.claim_or_flush(1 + made.blocks())?;
-        let is_dir = kind == Kind::Dir;
+        let room = self.claim_or_flush(1 + new.made.blocks())?;
+        let is_dir = new.kind == Kind::Dir;
         // Reserved before the gate: running out may need a flush.
         let ino = self.new_ino(parent, is_dir)?;
         let _g = self.inner.gate.read();
@@ -715,49 +725,23 @@ impl MemFs {
         let mut d = dir.s.write();
         let t = self.now();
         let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
-        if entries.contains_key(name) {
-            drop(d);
-            self.recycle_ino(ino, is_dir);
-            return Err(MemError::Exists);
-        }
-        if d.nlink == 0 {
-            drop(d);
-            self.recycle_ino(ino, is_dir);
-            return Err(MemError::NotFound);
-        }
-        if is_dir && d.nlink >= LINK_MAX {
-            drop(d);
-            self.recycle_ino(ino, is_dir);
-            return Err(MemError::TooManyLinks);
-        }
-        // ext2's inode_init_owner: a setgid directory passes its group on,
-        // and its setgid bit to new directories.
-        let mut perm = perm & 0o7777;
-        if d.perm & 0o2000 != 0 {
-            gid = d.gid;
-            if is_dir {
-                perm |= 0o2000;
-            }
-        }
-        let made = match made {
-            Made::File { .. } => Made::File { perm },
-            Made::Dir { .. } => Made::Dir { perm },
-            Made::Special { kind, .. } => Made::Special { kind, perm },
-            m @ Made::Symlink { .. } => m,
+        let refused = if entries.contains_key(name) {
+            Some(MemError::Exists)
+        } else if d.nlink == 0 {
+            Some(MemError::NotFound)
+        } else if is_dir && d.nlink >= LINK_MAX {
+            Some(MemError::TooManyLinks)
+        } else {
+            None
         };
-        let mut s = NodeState::fresh(kind, perm, uid, gid, t);
-        s.rdev = rdev;
-        if is_dir {
-            // mkdir gives a directory its first block.
-            s.size = self.inner.block_size;
-            s.disk_size = s.size;
-            s.min_size = s.size;
-            s.disk_sectors = self.inner.block_size / 512;
+        if let Some(e) = refused {
+            drop(d);
+            self.recycle_ino(ino, is_dir);
+            return Err(e);
         }
-        if let Made::Symlink { target } = &made {
-            s.size = target.len() as u64;
-            s.target = Some(target.clone());
-        }
+        let kind = new.kind;
+        let (made, s) = self.new_node_state(new, &d, t);
+        let (uid, gid) = (s.uid, s.gid);
         let node = Node::new(ino, if is_dir { parent } else { 0 }, s);
         d.entries
             .as_mut()
@@ -781,6 +765,49 @@ impl MemFs {
         self.log_held(t, create, room);
         drop(d);
         Ok(attr)
+    }
+
+    /// The state of a node `make` creates in the directory whose state is
+    /// `dir`, at time `t`, and what the log records it as made.
+    fn new_node_state(&self, new: NewNode, dir: &NodeState, t: Timestamp) -> (Made, NodeState) {
+        let NewNode {
+            kind,
+            made,
+            perm,
+            rdev,
+            uid,
+            mut gid,
+        } = new;
+        let is_dir = kind == Kind::Dir;
+        // ext2's inode_init_owner: a setgid directory passes its group on,
+        // and its setgid bit to new directories.
+        let mut perm = perm & 0o7777;
+        if dir.perm & 0o2000 != 0 {
+            gid = dir.gid;
+            if is_dir {
+                perm |= 0o2000;
+            }
+        }
+        let made = match made {
+            Made::File { .. } => Made::File { perm },
+            Made::Dir { .. } => Made::Dir { perm },
+            Made::Special { kind, .. } => Made::Special { kind, perm },
+            m @ Made::Symlink { .. } => m,
+        };
+        let mut s = NodeState::fresh(kind, perm, uid, gid, t);
+        s.rdev = rdev;
+        if is_dir {
+            // mkdir gives a directory its first block.
+            s.size = self.inner.block_size;
+            s.disk_size = s.size;
+            s.min_size = s.size;
+            s.disk_sectors = self.inner.block_size / 512;
+        }
+        if let Made::Symlink { target } = &made {
+            s.size = target.len() as u64;
+            s.target = Some(target.clone());
+        }
+        (made, s)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
@@ -895,6 +922,11 @@ impl MemFs {
         Ok(())
     }
 
+    /// Renames `parent/name` to `newparent/newname`, in phases: look both
+    /// names up, check a directory's move against its new ancestors
+    /// (`move_ancestors`), lock the nodes and check again
+    /// (`check_rename`), change memory (`change_names`),
+    /// log.
     pub fn rename(
         &self,
         parent: u64,
@@ -927,38 +959,26 @@ impl MemFs {
             Some(_) if flags.noreplace => return Err(MemError::Exists),
             _ => {}
         }
+        let mv = Moving {
+            parent,
+            name,
+            newparent,
+            newname,
+            flags,
+            moved,
+            mkind,
+            other,
+        };
         let dir_moves =
             (mkind == Kind::Dir || other.is_some_and(|o| o.1 == Kind::Dir)) && parent != newparent;
         // Moves of directories between parents are serialized (McoreFS
         // §4.3): no loop in memory, and a stable list of ancestors.
         let _r = dir_moves.then(|| self.inner.rename_lock.lock());
-        let mut ancestors = Vec::new();
-        if dir_moves {
-            for (k, (d, p)) in [(moved, newparent), (other.map_or(0, |o| o.0), parent)]
-                .into_iter()
-                .enumerate()
-            {
-                if d == 0 || self.node(d)?.s.read().kind != Kind::Dir {
-                    continue;
-                }
-                let mut a = p;
-                loop {
-                    if a == d {
-                        if k == 1 && !flags.exchange {
-                            return Err(MemError::NotEmpty);
-                        }
-                        return Err(MemError::Invalid("a directory moved below itself"));
-                    }
-                    ancestors.push(a);
-                    if a == ROOT {
-                        break;
-                    }
-                    a = self.parent(a)?;
-                }
-            }
-            ancestors.sort_unstable();
-            ancestors.dedup();
-        }
+        let ancestors = if dir_moves {
+            self.move_ancestors(&mv)?
+        } else {
+            Vec::new()
+        };
         let mnode = if mkind == Kind::Dir {
             self.loaded_dir(moved)?
         } else {
@@ -974,122 +994,166 @@ impl MemFs {
             set.push(o);
         }
         let mut locks = Self::lock_all(&set);
-        // Everything looked up above must still hold.
-        let cur = |locks: &Vec<(u64, RwLockWriteGuard<'_, NodeState>)>, dir: u64, n: &[u8]| {
+        if !self.check_rename(&mv, &mut locks)? {
+            return Ok(()); // two names of one file
+        }
+        let t = self.now();
+        self.change_names(&mv, &mut locks, (&mnode, onode.as_ref()), t);
+        self.log_held(t, mv.log_op(ancestors), room);
+        drop(locks);
+        Ok(())
+    }
+
+    /// The ancestors of the directories a rename moves between parents,
+    /// in their new places, sorted; refused if one would move below
+    /// itself.
+    fn move_ancestors(&self, mv: &Moving<'_>) -> Result<Vec<u64>> {
+        let mut ancestors = Vec::new();
+        let other = mv.other.map_or(0, |o| o.0);
+        for (k, (d, p)) in [(mv.moved, mv.newparent), (other, mv.parent)]
+            .into_iter()
+            .enumerate()
+        {
+            if d == 0 || self.node(d)?.s.read().kind != Kind::Dir {
+                continue;
+            }
+            let mut a = p;
+            loop {
+                if a == d {
+                    if k == 1 && !mv.flags.exchange {
+                        return Err(MemError::NotEmpty);
+                    }
+                    return Err(MemError::Invalid("a directory moved below itself"));
+                }
+                ancestors.push(a);
+                if a == ROOT {
+                    break;
+                }
+                a = self.parent(a)?;
+            }
+        }
+        ancestors.sort_unstable();
+        ancestors.dedup();
+        Ok(ancestors)
+    }
+
+    /// With the nodes locked: everything looked up must still hold, and
+    /// the rename must be allowed (Linux's checks, in its order). `false`
+    /// for a rename between two names of one file, which changes nothing.
+    fn check_rename(
+        &self,
+        mv: &Moving<'_>,
+        locks: &mut [(u64, RwLockWriteGuard<'_, NodeState>)],
+    ) -> Result<bool> {
+        let cur = |locks: &[(u64, RwLockWriteGuard<'_, NodeState>)], dir: u64, n: &[u8]| {
             locks
                 .iter()
                 .find(|(i, _)| *i == dir)
                 .and_then(|(_, s)| s.entries.as_ref())
                 .and_then(|e| e.get(n).copied())
         };
-        if cur(&locks, parent, name) != Some((moved, mkind))
-            || cur(&locks, newparent, newname) != other
+        if cur(locks, mv.parent, mv.name) != Some((mv.moved, mv.mkind))
+            || cur(locks, mv.newparent, mv.newname) != mv.other
         {
             return Err(MemError::NotFound);
         }
-        if get(&mut locks, parent).nlink == 0 || get(&mut locks, newparent).nlink == 0 {
+        if get(locks, mv.parent).nlink == 0 || get(locks, mv.newparent).nlink == 0 {
             return Err(MemError::NotFound);
         }
-        let t = self.now();
-        match other {
-            Some((o, _)) if o == moved => return Ok(()), // two names of one file
-            None if flags.exchange => return Err(MemError::NotFound),
-            Some(_) if flags.noreplace => return Err(MemError::Exists),
+        match mv.other {
+            Some((o, _)) if o == mv.moved => return Ok(false),
+            None if mv.flags.exchange => return Err(MemError::NotFound),
+            Some(_) if mv.flags.noreplace => return Err(MemError::Exists),
             _ => {}
         }
-        let okind = other.map(|o| o.1);
-        if let (false, Some(ok)) = (flags.exchange, okind) {
-            if mkind == Kind::Dir && ok != Kind::Dir {
+        let okind = mv.other.map(|o| o.1);
+        if let (false, Some(ok)) = (mv.flags.exchange, okind) {
+            if mv.mkind == Kind::Dir && ok != Kind::Dir {
                 return Err(MemError::NotDir);
             }
-            if mkind != Kind::Dir && ok == Kind::Dir {
+            if mv.mkind != Kind::Dir && ok == Kind::Dir {
                 return Err(MemError::IsDir);
             }
             if ok == Kind::Dir {
-                let o = other.expect("some").0;
-                if !get(&mut locks, o)
-                    .entries
-                    .as_ref()
-                    .is_some_and(|e| e.is_empty())
-                {
+                let o = mv.other.expect("some").0;
+                if !get(locks, o).entries.as_ref().is_some_and(|e| e.is_empty()) {
                     return Err(MemError::NotEmpty);
                 }
             }
         }
-        if mkind == Kind::Dir
-            && parent != newparent
+        if mv.mkind == Kind::Dir
+            && mv.parent != mv.newparent
             && okind != Some(Kind::Dir)
-            && get(&mut locks, newparent).nlink >= LINK_MAX
+            && get(locks, mv.newparent).nlink >= LINK_MAX
         {
             return Err(MemError::TooManyLinks);
         }
-        // The change, in memory.
+        Ok(true)
+    }
+
+    /// The rename's change, in memory, at time `t`: the entries, the
+    /// times, the link counts of parents gaining or losing a directory,
+    /// the moved nodes' parents, and a replaced node's lost link. `nodes`
+    /// are the moved node and the other one, if any.
+    fn change_names(
+        &self,
+        mv: &Moving<'_>,
+        locks: &mut [(u64, RwLockWriteGuard<'_, NodeState>)],
+        nodes: (&Arc<Node>, Option<&Arc<Node>>),
+        t: Timestamp,
+    ) {
+        let (mnode, onode) = nodes;
         {
-            let f = get(&mut locks, parent);
-            f.entries.as_mut().expect("loaded").remove(name);
+            let f = get(locks, mv.parent);
+            f.entries.as_mut().expect("loaded").remove(mv.name);
             f.mtime = t;
             f.ctime = t;
         }
         {
-            let d = get(&mut locks, newparent);
+            let d = get(locks, mv.newparent);
             d.entries
                 .as_mut()
                 .expect("loaded")
-                .insert(newname.to_vec(), (moved, mkind));
+                .insert(mv.newname.to_vec(), (mv.moved, mv.mkind));
             d.mtime = t;
             d.ctime = t;
         }
-        get(&mut locks, moved).ctime = t;
-        if mkind == Kind::Dir && parent != newparent {
-            get(&mut locks, parent).nlink -= 1;
-            get(&mut locks, newparent).nlink += 1;
-            mnode.parent.store(newparent, Ordering::Release);
+        get(locks, mv.moved).ctime = t;
+        if mv.mkind == Kind::Dir && mv.parent != mv.newparent {
+            get(locks, mv.parent).nlink -= 1;
+            get(locks, mv.newparent).nlink += 1;
+            mnode.parent.store(mv.newparent, Ordering::Release);
         }
-        if let Some((o, ok)) = other {
-            if flags.exchange {
-                get(&mut locks, parent)
-                    .entries
-                    .as_mut()
-                    .expect("loaded")
-                    .insert(name.to_vec(), (o, ok));
-                get(&mut locks, o).ctime = t;
-                if ok == Kind::Dir && parent != newparent {
-                    get(&mut locks, newparent).nlink -= 1;
-                    get(&mut locks, parent).nlink += 1;
-                    if let Some(on) = &onode {
-                        on.parent.store(parent, Ordering::Release);
-                    }
-                }
-            } else {
-                let v = get(&mut locks, o);
-                v.ctime = t;
-                if ok == Kind::Dir {
-                    v.nlink = 0;
-                } else {
-                    v.nlink -= 1;
-                }
-                self.unreachable_or_recount(v);
-                if ok == Kind::Dir {
-                    get(&mut locks, newparent).nlink -= 1;
+        let Some((o, ok)) = mv.other else {
+            return;
+        };
+        if mv.flags.exchange {
+            get(locks, mv.parent)
+                .entries
+                .as_mut()
+                .expect("loaded")
+                .insert(mv.name.to_vec(), (o, ok));
+            get(locks, o).ctime = t;
+            if ok == Kind::Dir && mv.parent != mv.newparent {
+                get(locks, mv.newparent).nlink -= 1;
+                get(locks, mv.parent).nlink += 1;
+                if let Some(on) = onode {
+                    on.parent.store(mv.parent, Ordering::Release);
                 }
             }
+        } else {
+            let v = get(locks, o);
+            v.ctime = t;
+            if ok == Kind::Dir {
+                v.nlink = 0;
+            } else {
+                v.nlink -= 1;
+            }
+            self.unreachable_or_recount(v);
+            if ok == Kind::Dir {
+                get(locks, mv.newparent).nlink -= 1;
+            }
         }
-        self.log_held(
-            t,
-            LogOp::Rename {
-                from_dir: parent,
-                from: name.to_vec(),
-                to_dir: newparent,
-                to: newname.to_vec(),
-                flags,
-                moved,
-                other: other.map(|o| o.0),
-                ancestors,
-            },
-            room,
-        );
-        drop(locks);
-        Ok(())
     }
 
     // ---- open handles --------------------------------------------------
@@ -1209,6 +1273,48 @@ pub(crate) fn pair<'a, 'b>(
     } else {
         (y, x)
     }
+}
+
+impl Moving<'_> {
+    /// The rename as the log records it.
+    fn log_op(&self, ancestors: Vec<u64>) -> LogOp {
+        LogOp::Rename {
+            from_dir: self.parent,
+            from: self.name.to_vec(),
+            to_dir: self.newparent,
+            to: self.newname.to_vec(),
+            flags: self.flags,
+            moved: self.moved,
+            other: self.other.map(|o| o.0),
+            ancestors,
+        }
+    }
+}
+
+/// A node [`MemFs::make`] creates: its kind, what the log will record it
+/// as made, its permission bits (before a setgid directory has its say),
+/// device numbers and owner.
+struct NewNode {
+    kind: Kind,
+    made: Made,
+    perm: u16,
+    rdev: (u32, u32),
+    uid: u32,
+    gid: u32,
+}
+
+/// A rename as looked up: `name` in `parent` (naming `moved`, of kind
+/// `mkind`) to `newname` in `newparent` (naming `other`, if anything).
+#[derive(Clone, Copy)]
+struct Moving<'a> {
+    parent: u64,
+    name: &'a [u8],
+    newparent: u64,
+    newname: &'a [u8],
+    flags: RenameFlags,
+    moved: u64,
+    mkind: Kind,
+    other: Option<(u64, Kind)>,
 }
 
 pub(crate) fn get<'a, 'b>(
