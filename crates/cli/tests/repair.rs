@@ -14,7 +14,6 @@ use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// `stitchfs fsck --repair-leaks` on `img` must succeed and leave it clean
 /// to `e2fsck -fn`.
@@ -132,8 +131,7 @@ fn an_attribute_count_left_too_high_is_repaired() {
     let base = stitch_testkit::kernel_xattr_image(tmp.path(), "ext2");
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let root = fs.root();
     for n in ["a", "b"] {
         fs.unlink(root, n.as_bytes(), NOW).unwrap();
@@ -177,12 +175,7 @@ fn a_directory_grown_through_its_indirect_block_is_repaired() {
     let base = fresh_ext2(tmp.path());
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(rec.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
     // 36-byte names, 44 bytes an entry: the twelfth block fills at about

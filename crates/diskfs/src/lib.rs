@@ -15,7 +15,8 @@
 //! `inode`, `bmap` (block maps and data), `dir`, `ops` and `more_ops` (the
 //! operations), `rename`, `orphan`, `repair` (leak reclaiming), `batch`
 //! (operations as data), `shared` (the handle the layer above uses: reads,
-//! batches, durability), `diff` (changes into patches).
+//! batches, durability), `stack` (what [`DiskFs::mount`] opens each layer
+//! below with), `diff` (changes into patches).
 
 mod alloc;
 mod batch;
@@ -35,6 +36,7 @@ mod orphan;
 mod rename;
 mod repair;
 mod shared;
+mod stack;
 mod validate;
 mod xattr;
 
@@ -48,8 +50,10 @@ pub use ops::{Attr, Pages, XattrBlock};
 pub use rename::RenameFlags;
 pub use repair::Leak;
 pub use shared::{Batch, Counts, Disk, Durability, Shape};
+pub use stack::StackOptions;
 pub use stitch_format::inode::TimeField;
 pub use stitch_format::symlink::FAST_MAX as FAST_SYMLINK_MAX;
 pub use stitch_format::xattr::{fits_block as xattrs_fit_block, Xattr};
 pub use stitch_format::{FileType, InodeNo, TimeRange, Timestamp};
 pub use stitch_modes::{Consistency, DataMode, JournalConfig};
+pub use stitch_patch::{BlockDevice, CacheConfig};

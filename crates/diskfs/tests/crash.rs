@@ -17,7 +17,6 @@ use std::process::Command;
 use std::sync::Arc;
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
-use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
 use common::{byte_of, NOW};
@@ -41,8 +40,7 @@ fn parent_and_name(fs: &mut DiskFs, dirs: &[InodeNo], d: InodeNo) -> Option<(Ino
 fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, mode, NOW).unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), mode, NOW).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let root = fs.root();
     let mut files: Vec<(InodeNo, InodeNo, String, u32, u64)> = Vec::new();
@@ -224,12 +222,8 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
 /// Every regular file's bytes are its own pattern or zero.
 fn files_hold_only_their_own_bytes(image: Vec<u8>) -> Result<(), String> {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev, CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .map_err(|e| format!("mount: {e}"))?;
+    let mut fs =
+        DiskFs::mount(dev, Consistency::SoftUpdates, NOW).map_err(|e| format!("mount: {e}"))?;
     let mut stack = vec![fs.root()];
     while let Some(d) = stack.pop() {
         for e in fs.readdir(d).map_err(|e| e.to_string())? {

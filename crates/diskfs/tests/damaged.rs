@@ -13,7 +13,6 @@ use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::{FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 use stitch_testkit::damaged::{self, Damage};
 
 const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
@@ -28,11 +27,7 @@ fn modes(journal: bool) -> Vec<Consistency> {
 
 fn mount(img: &Path, mode: Consistency) -> stitch_diskfs::Result<DiskFs> {
     let dev = FileDevice::open(img, OpenOptions::default()).unwrap();
-    DiskFs::mount(
-        PatchCache::new(Arc::new(dev), CacheConfig::default()),
-        mode,
-        NOW,
-    )
+    DiskFs::mount(Arc::new(dev), mode, NOW)
 }
 
 /// Mounts the damaged image in each of `modes`: every mount must be

@@ -26,8 +26,10 @@ use std::process::Command;
 use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder, TornModel};
 use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo, JournalConfig};
-use stitch_patch::{CacheConfig, PatchCache, PatchId};
+use stitch_diskfs::{
+    Consistency, DataMode, DiskFs, FileType, InodeNo, JournalConfig, StackOptions,
+};
+use stitch_patch::PatchId;
 
 mod common;
 use common::{byte_of, NOW};
@@ -118,9 +120,12 @@ fn journal_config() -> JournalConfig {
 fn record(image: Vec<u8>, data: DataMode, seed: u64, steps: u32) -> Run {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs =
-        DiskFs::mount_with(cache, Consistency::Journal(data), journal_config(), NOW).unwrap();
+    let mut fs = DiskFs::mount(
+        rec.clone(),
+        StackOptions::new(Consistency::Journal(data)).journal(journal_config()),
+        NOW,
+    )
+    .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let root = fs.root();
     let mut run = Run {
@@ -353,9 +358,8 @@ fn judge(
     dir: &Path,
 ) -> Result<(Vec<u8>, u32), String> {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let mut fs =
-        DiskFs::mount(cache, Consistency::SoftUpdates, NOW).map_err(|e| format!("mount: {e}"))?;
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::SoftUpdates, NOW)
+        .map_err(|e| format!("mount: {e}"))?;
     let replayed = fs.replayed().map_or(0, |r| r.transactions);
     let tree = snapshot(&mut fs)?;
     fs.unmount(NOW).map_err(|e| format!("unmount: {e}"))?;
@@ -511,8 +515,7 @@ fn torn_writes_never_replay_an_inconsistency() {
 /// The tree of an image mounted by stitchfs (replaying if needed).
 fn tree_of(image: Vec<u8>) -> Tree {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev, CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+    let mut fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
     snapshot(&mut fs).unwrap()
 }
 
@@ -533,8 +536,7 @@ fn replayable(data: DataMode, seed: u64, every: usize, dir: &Path) -> Vec<(Vec<u
     for state in crash_states(&log, &opts).unwrap() {
         let image = builder.build(&state).unwrap();
         let dev = Arc::new(MemDevice::from_image(4096, image.clone()).unwrap());
-        let cache = PatchCache::new(dev, CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+        let mut fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
         if fs.replayed().is_some_and(|r| r.transactions > 0) {
             n += 1;
             if n % every == 0 {
@@ -642,12 +644,7 @@ fn we_replay_what_the_kernel_left() {
     let sb = stitch_format::Superblock::decode(&copy[1024..2048]).unwrap();
     assert!(sb.needs_recovery(), "the copy should need recovery");
     let dev = Arc::new(MemDevice::from_image(4096, copy.clone()).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let replayed = fs.replayed().cloned().unwrap_or_default();
     println!("replayed the kernel's log: {replayed:?}");
     assert!(replayed.transactions > 0, "the kernel left no transaction");
@@ -710,12 +707,7 @@ fn a_commit_without_its_log_blocks_is_not_replayed() {
         // That block as it was before this transaction wrote it.
         image[at..at + 4096].copy_from_slice(&start[at..at + 4096]);
         let dev = Arc::new(MemDevice::from_image(4096, image.clone()).unwrap());
-        let fs = DiskFs::mount(
-            PatchCache::new(dev, CacheConfig::default()),
-            Consistency::SoftUpdates,
-            NOW,
-        )
-        .unwrap();
+        let fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
         drop(fs);
         // The crash "happened" just before the commit block was written.
         judge(&run, DataMode::Journal, image, c, tmp.path())
@@ -781,8 +773,7 @@ fn a_long_run_wraps_the_log() {
 fn freed_blocks_come_back_after_a_commit_on_a_full_disk() {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dev = Arc::new(MemDevice::from_image(4096, journaled_image(tmp.path())).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), NOW).unwrap();
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::Journal(DataMode::Ordered), NOW).unwrap();
     let root = fs.root();
     let chunk = vec![5u8; 256 << 10];
     // One file takes every free block.
@@ -821,8 +812,8 @@ fn a_failing_device_loses_nothing_silently() {
     for (n, flush) in [(5, false), (40, false), (3, true), (12, true)] {
         let mem = MemDevice::from_image(4096, base.clone()).unwrap();
         let dev = Arc::new(FaultDevice::new(mem).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), NOW).unwrap();
+        let mut fs =
+            DiskFs::mount(dev.clone(), Consistency::Journal(DataMode::Ordered), NOW).unwrap();
         let (w, f, _) = dev.counts();
         if flush {
             dev.fail_nth_flush(f + n, FaultKind::Io);
@@ -862,12 +853,7 @@ fn a_failing_device_loses_nothing_silently() {
         let image = dev.inner().snapshot();
         let (recovered, _) = {
             let d = Arc::new(MemDevice::from_image(4096, image).unwrap());
-            let mut fs = DiskFs::mount(
-                PatchCache::new(d.clone(), CacheConfig::default()),
-                Consistency::SoftUpdates,
-                NOW,
-            )
-            .unwrap();
+            let mut fs = DiskFs::mount(d.clone(), Consistency::SoftUpdates, NOW).unwrap();
             let tree = snapshot(&mut fs).unwrap();
             for i in &synced {
                 let n = tree.get(&format!("/f{i}"));
@@ -896,8 +882,7 @@ fn a_growing_directory_commits_in_every_data_mode() {
     let base = journaled_image(tmp.path());
     for data in [DataMode::Writeback, DataMode::Ordered, DataMode::Journal] {
         let dev = Arc::new(MemDevice::from_image(4096, base.clone()).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::Journal(data), NOW).unwrap();
+        let mut fs = DiskFs::mount(dev.clone(), Consistency::Journal(data), NOW).unwrap();
         let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
         for i in 0..200 {
             let name = format!("{i:054}");
@@ -923,12 +908,7 @@ fn the_superblock_totals_stay_out_of_small_commits() {
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dev = Arc::new(MemDevice::from_image(4096, journaled_image(tmp.path())).unwrap());
     let mode = Consistency::Journal(DataMode::Ordered);
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        mode,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
     let root = fs.root();
     let (ino, _) = fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
     let (_, p) = fs.write(ino, 0, &[7u8; 1000], NOW).unwrap();
@@ -976,12 +956,7 @@ fn the_superblock_totals_stay_out_of_small_commits() {
     );
 
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&crashed).unwrap()).unwrap());
-    let fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        mode,
-        NOW,
-    )
-    .unwrap();
+    let fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
     let (sb, counted) = (fs.superblock(), &ours.summary);
     assert_eq!(
         (sb.free_blocks_count_lo, sb.free_inodes_count),

@@ -473,7 +473,7 @@ fn a_large_directory_thinned_and_refilled_stays_exact() {
 /// clean (a wrong `i_blocks` or a pointer past the size is an e2fsck error).
 #[test]
 fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
-    use stitch_diskfs::{DataMode, JournalConfig};
+    use stitch_diskfs::DataMode;
     let modes = [
         Consistency::SoftUpdates,
         Consistency::Async,
@@ -495,9 +495,7 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
         let dev = std::sync::Arc::new(
             stitch_blockdev::MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap(),
         );
-        let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
-        let mut fs =
-            stitch_diskfs::DiskFs::mount_with(cache, mode, JournalConfig::default(), NOW).unwrap();
+        let mut fs = stitch_diskfs::DiskFs::mount(dev.clone(), mode, NOW).unwrap();
         let root = fs.root();
         let (f, _) = fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
         let bs = 4096u64;

@@ -14,7 +14,6 @@ use stitch_blockdev::record::{crash_states, CrashState, Enumerate, ImageBuilder}
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_format::xattr::{Xattr, XattrHeader};
-use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
 use common::NOW;
@@ -102,8 +101,7 @@ fn recorded(dir: &Path, mode: Consistency) -> (Arc<RecordingDevice<MemDevice>>, 
     let base = stitch_testkit::kernel_xattr_image(dir, ext);
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    (rec.clone(), DiskFs::mount(cache, mode, NOW).unwrap())
+    (rec.clone(), DiskFs::mount(rec.clone(), mode, NOW).unwrap())
 }
 
 /// Builds up to 64 crash images of what `rec` recorded in `mode`

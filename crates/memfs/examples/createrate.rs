@@ -6,7 +6,6 @@ use std::time::Instant;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_memfs::{Kind, MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
 
 fn main() {
     let n: usize = std::env::args()
@@ -22,9 +21,8 @@ fn main() {
     };
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap());
-    let cache = PatchCache::new(dev, CacheConfig::default());
     let disk = DiskFs::mount(
-        cache,
+        dev,
         Consistency::Journal(DataMode::Ordered),
         stitch_diskfs::Timestamp::from_secs(1),
     )

@@ -427,14 +427,13 @@ fn a_delivered_file_is_durable_in_three_flushes() {
 fn journal_home_writes_wait_for_several_syncs() {
     let blocks_written = |every: u32| {
         let dev = device(fresh_image(64 << 20, true));
-        let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
         let jcfg = stitch_diskfs::JournalConfig {
             home_writes_every: every,
             ..Default::default()
         };
         let mode = Consistency::Journal(stitch_diskfs::DataMode::Ordered);
-        let disk = stitch_diskfs::DiskFs::mount_with(cache, mode, jcfg, NOW).unwrap();
-        let fs = stitch_memfs::MemFs::mount(disk, opts()).unwrap();
+        let stack = stitch_diskfs::StackOptions::new(mode).journal(jcfg);
+        let fs = stitch_memfs::MemFs::mount_device(dev.clone(), stack, opts()).unwrap();
         let r = fs.root();
         let mut written = 0;
         for i in 0..40 {

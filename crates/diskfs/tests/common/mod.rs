@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
@@ -25,8 +24,8 @@ pub fn fresh_image(dir: &Path, size: u64) -> Vec<u8> {
 /// Mounts `image` on a memory device; the device holds what reached "disk".
 pub fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    (dev, DiskFs::mount(cache, mode, NOW).unwrap())
+    let fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
+    (dev, fs)
 }
 
 /// Byte `i` of the file made as inode `f`: never zero, different per file,
@@ -52,8 +51,8 @@ pub fn mount_recorded(
 ) -> (Arc<stitch_blockdev::RecordingDevice<MemDevice>>, DiskFs) {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(stitch_blockdev::RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    (rec, DiskFs::mount(cache, mode, NOW).unwrap())
+    let fs = DiskFs::mount(rec.clone(), mode, NOW).unwrap();
+    (rec, fs)
 }
 
 /// Every crash image `rec`'s log allows whose committed prefix reaches

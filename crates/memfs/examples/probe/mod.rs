@@ -5,7 +5,6 @@ use std::sync::Arc;
 use stitch_blockdev::{FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_memfs::{MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// Soft updates and the journal's ordered and journal data modes.
 pub const MODES: [Consistency; 3] = [
@@ -27,8 +26,7 @@ pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, Mem
     };
     stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
     let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
+    let disk = DiskFs::mount(dev.clone(), mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
     let opts = Options {
         flush_interval: None,
         ..Options::default()

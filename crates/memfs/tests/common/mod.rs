@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
-use stitch_diskfs::{Consistency, DiskFs};
+use stitch_diskfs::Consistency;
 use stitch_memfs::{Attr, Kind as MemKind, MemError, MemFs, Options};
 use stitch_model::types::{Kind, Meta, Name, Rdev, Special};
 use stitch_model::view::{self, InodeView};
 use stitch_model::Errno;
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// A time as the model keeps it.
 pub fn model_time(t: stitch_memfs::Timestamp) -> stitch_model::Time {
@@ -58,9 +57,7 @@ pub fn precise() -> Options {
 
 /// memfs over diskfs over a memory device holding `image`.
 pub fn mount_on(dev: Arc<MemDevice>, mode: Consistency, opts: Options) -> MemFs {
-    let cache = PatchCache::new(dev, CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
-    MemFs::mount(disk, opts).unwrap()
+    MemFs::mount_device(dev, mode, opts).unwrap()
 }
 
 /// A fresh 64 MiB ext3 image on a memory device, mounted in `mode` with
@@ -326,8 +323,6 @@ pub fn recorded_mount(
         delay: flush_delay,
     };
     let dev = Arc::new(stitch_blockdev::record::RecordingDevice::with_base(slow, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
     let o = match pages {
         Some(pages) => Options {
             flush_interval: Some(std::time::Duration::from_millis(2)),
@@ -336,7 +331,7 @@ pub fn recorded_mount(
         },
         None => opts(),
     };
-    let fs = MemFs::mount(disk, o).unwrap();
+    let fs = MemFs::mount_device(dev.clone(), mode, o).unwrap();
     let causes: Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>> = Arc::default();
     let seen = causes.clone();
     fs.on_own_flush(move |c| seen.lock().unwrap().push(c));
