@@ -1,13 +1,24 @@
 //! Test support shared by the crates' tests (a dev-dependency only; no
-//! library crate depends on it): kernel loop mounts, images the kernel
-//! wrote extended attributes on, and damaged images mount must refuse
-//! ([`damaged`]).
+//! library crate depends on it), each helper defined once here: scratch
+//! directories beside the build ([`scratch`]), fresh images from our mkfs
+//! or mke2fs ([`fresh_image`], [`mkfs`], [`mke2fs`]), e2fsck as the
+//! outside judge ([`e2fsck`], [`assert_e2fsck_clean`]), kernel loop
+//! mounts, images the kernel wrote extended attributes on, and damaged
+//! images mount must refuse ([`damaged`]).
 //!
-//! Invariant: a [`LoopMount`] is unmounted when dropped, or the test fails
+//! Invariants: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
-//! and fail far from the cause.
+//! and fail far from the cause. The damaged images are made by e2fsprogs
+//! alone, never by stitch code (see [`damaged`]).
 
 pub mod damaged;
+mod e2fsck;
+mod image;
+mod scratch;
+
+pub use e2fsck::{assert_e2fsck_clean, e2fsck, e2fsck_image, E2fsck};
+pub use image::{fresh_image, mke2fs, mkfs, JournalSize};
+pub use scratch::{scratch, scratch_base};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -169,14 +180,12 @@ pub fn kernel_attribute_image(dir: &Path) -> std::path::PathBuf {
 /// A fresh 32 MiB `mke2fs -t ext` image at `path` (4 KiB blocks, inodes of
 /// `inode_size` bytes), mounted by the kernel at `mnt`.
 fn kernel_mount_new(path: &Path, ext: &str, inode_size: u16, mnt: &Path) -> LoopMount {
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I"])
-        .arg(inode_size.to_string())
-        .arg(path)
-        .arg("32M")
-        .output()
-        .expect("mke2fs runs");
-    assert!(out.status.success(), "mke2fs: {out:?}");
+    let inode_size = inode_size.to_string();
+    mke2fs(
+        path,
+        32 << 20,
+        &["-t", ext, "-b", "4096", "-I", &inode_size],
+    );
     LoopMount::new(path, mnt, "").unwrap_or_else(|e| panic!("{e}"))
 }
 
