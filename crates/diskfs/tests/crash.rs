@@ -13,17 +13,12 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::process::Command;
 use std::sync::Arc;
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
 
 mod common;
 use common::{byte_of, NOW};
-
-fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
-    common::fresh_image(dir, 16 << 20)
-}
 
 /// The directory among `dirs` that names `d`, and the name.
 fn parent_and_name(fs: &mut DiskFs, dirs: &[InodeNo], d: InodeNo) -> Option<(InodeNo, Vec<u8>)> {
@@ -266,8 +261,8 @@ struct Verdict {
 }
 
 fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Verdict {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = fresh_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = stitch_testkit::fresh_image(16 << 20, None);
     let path = tmp.path().join("crash.img");
     let mut v = Verdict {
         images: 0,
@@ -279,12 +274,8 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
         common::each_crash_image(&rec, from, 6, seed, |state, image| {
             std::fs::write(&path, &image).unwrap();
             let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
-            let e2 = Command::new("e2fsck")
-                .arg("-fn")
-                .arg(&path)
-                .output()
-                .unwrap();
-            let e2_code = e2.status.code().unwrap_or(-1);
+            let e2 = stitch_testkit::e2fsck(&path, &["-fn"]);
+            let e2_code = e2.code;
             v.images += 1;
             let corrupt = !report.is_clean() && !report.only_leaks();
             v.corrupt += usize::from(corrupt || !matches!(e2_code, 0 | 4));
@@ -297,10 +288,9 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
                 assert!(matches!(e2_code, 0 | 4), "{where_}: e2fsck exit {e2_code}");
                 if report.is_clean() {
                     assert_eq!(
-                        e2_code,
-                        0,
+                        e2_code, 0,
                         "{where_}: ours clean, e2fsck not:\n{}",
-                        String::from_utf8_lossy(&e2.stdout)
+                        e2.stdout
                     );
                 }
                 files_hold_only_their_own_bytes(image).unwrap_or_else(|e| panic!("{where_}: {e}"));

@@ -2,9 +2,10 @@
 //! library crate depends on it), each helper defined once here: scratch
 //! directories beside the build ([`scratch`]), fresh images from our mkfs
 //! or mke2fs ([`fresh_image`], [`mkfs`], [`mke2fs`]), e2fsck as the
-//! outside judge ([`e2fsck`], [`assert_e2fsck_clean`]), kernel loop
-//! mounts, images the kernel wrote extended attributes on, and damaged
-//! images mount must refuse ([`damaged`]).
+//! outside judge ([`e2fsck`], [`assert_e2fsck_clean`]), what is mounted
+//! where ([`mount_type`]), kernel loop mounts, images the kernel wrote
+//! extended attributes on, and damaged images mount must refuse
+//! ([`damaged`]).
 //!
 //! Invariants: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
@@ -31,6 +32,40 @@ pub fn is_root() -> bool {
         .output()
         .map(|o| o.stdout.starts_with(b"0\n"))
         .unwrap_or(false)
+}
+
+/// The type of the file system mounted at `mnt` now (`ext4`,
+/// `fuse.stitchfs`, ...; the last mount there if several are stacked), or
+/// `None` if nothing is, from `/proc/self/mounts`. `mnt` is compared as
+/// given: pass it canonical.
+pub fn mount_type(mnt: &Path) -> Option<String> {
+    let want = mnt.to_str()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("read /proc/self/mounts");
+    mounts.lines().rev().find_map(|l| {
+        let mut fields = l.split(' ');
+        let point = unescape_mount_field(fields.nth(1)?);
+        (point == want).then(|| fields.next().map(unescape_mount_field))?
+    })
+}
+
+/// `/proc/self/mounts` escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount_field(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(digits, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A kernel loop mount of an image file, unmounted on drop.

@@ -63,15 +63,7 @@ pub fn workload(image: Vec<u8>, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     rec
 }
 
-/// A fresh 16 MiB ext2 image from our mkfs, made in `dir`.
-pub fn fresh_ext2(dir: &std::path::Path) -> Vec<u8> {
-    let fresh = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(16 << 20),
-        journal: None,
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&fresh, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&fresh).unwrap()
+/// A fresh 16 MiB ext2 image from our mkfs.
+pub fn fresh_ext2() -> Vec<u8> {
+    stitch_testkit::fresh_image(16 << 20, None)
 }

@@ -17,14 +17,9 @@ pub const MODES: [Consistency; 3] = [
 /// modes), and the device, for its counters.
 pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, MemFs) {
     let path = dir.join(name);
-    let o = stitch_mkfs::MkfsOptions {
-        size: Some(1 << 30),
-        journal: matches!(mode, Consistency::Journal(_))
-            .then_some(stitch_mkfs::JournalSize::Default),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
+    let journal =
+        matches!(mode, Consistency::Journal(_)).then_some(stitch_testkit::JournalSize::Default);
+    stitch_testkit::mkfs(&path, 1 << 30, journal);
     let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
     let disk = DiskFs::mount(dev.clone(), mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
     let opts = Options {
