@@ -329,6 +329,33 @@ fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
     judge(&dev.snapshot());
 }
 
+/// Leaks are reclaimed in soft updates only: asked of another mode, the
+/// mount is refused before it reads or writes anything. (Reclaiming is
+/// tested through `stitchfs fsck --repair-leaks` in the cli's tests.)
+#[test]
+fn reclaiming_leaks_outside_soft_updates_is_refused_untouched() {
+    use stitch_diskfs::{DataMode, Leak, StackOptions};
+    let image = fresh_image();
+    let dev =
+        std::sync::Arc::new(stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap());
+    let leak = Leak::BlocksLeaked {
+        first: 100,
+        last: 100,
+    };
+    for mode in [Consistency::Async, Consistency::Journal(DataMode::Ordered)] {
+        let stack = StackOptions {
+            reclaim: vec![leak],
+            ..StackOptions::new(mode)
+        };
+        let err = stitch_diskfs::DiskFs::mount(dev.clone(), stack, NOW).err();
+        assert!(
+            matches!(err, Some(DiskError::Invalid(_))),
+            "{mode}: {err:?}"
+        );
+    }
+    assert!(dev.snapshot() == image, "the image changed");
+}
+
 /// Mount durably marks the file system in use (a crash then finds it not
 /// clean) and counts the mount; unmount marks it clean again.
 #[test]
