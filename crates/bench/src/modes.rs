@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use stitch_blockdev::{FileDevice, OpenOptions};
-use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo, JournalConfig};
+use stitch_diskfs::{Consistency, DataMode, DiskFs, InodeNo, StackOptions};
 use stitch_mkfs::{JournalSize, MkfsOptions};
-use stitch_patch::{Optimizations, PatchCache};
+use stitch_patch::Optimizations;
 
 mod report;
 
@@ -253,13 +253,8 @@ fn attempt(
 
 fn mount(img: &Path, mode: Consistency) -> anyhow::Result<DiskFs> {
     let dev = FileDevice::open(img, OpenOptions::default())?;
-    let cache = PatchCache::new(Arc::new(dev), tree::cache_config(Optimizations::default()));
-    Ok(DiskFs::mount_with(
-        cache,
-        mode,
-        JournalConfig::default(),
-        NOW,
-    )?)
+    let stack = StackOptions::new(mode).cache(tree::cache_config(Optimizations::default()));
+    Ok(DiskFs::mount(Arc::new(dev), stack, NOW)?)
 }
 
 /// Runs `load` (which returns the file bytes it wrote) and unmounts, timing

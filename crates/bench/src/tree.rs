@@ -10,8 +10,8 @@ use super::optimizations::{cpu_seconds, row, Row};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
-use stitch_diskfs::{Consistency, DiskFs, InodeNo, Timestamp};
-use stitch_patch::{CacheConfig, Optimizations, PatchCache};
+use stitch_diskfs::{Consistency, DiskFs, InodeNo, StackOptions, Timestamp};
+use stitch_patch::{CacheConfig, Optimizations};
 
 pub(super) const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
 const IMAGE: u64 = 256 << 20;
@@ -100,11 +100,8 @@ pub(super) fn cache_config(opts: Optimizations) -> CacheConfig {
 }
 
 fn mount(dev: &Arc<MemDevice>, opts: Optimizations) -> anyhow::Result<DiskFs> {
-    Ok(DiskFs::mount(
-        PatchCache::new(dev.clone(), cache_config(opts)),
-        Consistency::SoftUpdates,
-        NOW,
-    )?)
+    let stack = StackOptions::new(Consistency::SoftUpdates).cache(cache_config(opts));
+    Ok(DiskFs::mount(dev.clone(), stack, NOW)?)
 }
 
 /// The periodic write-back the loads do every 500 files, as a kernel's

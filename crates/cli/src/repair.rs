@@ -1,7 +1,7 @@
 //! Reclaiming soft-updates leaks: our checker finds them, diskfs repairs
-//! them (`DiskFs::mount_reclaiming`, which sets the group summaries before
-//! anything else moves them), the checker looks again; repeated until the
-//! image is clean. Used by `stitchfs fsck --repair-leaks` and by `stitchfs
+//! them (`DiskFs::mount` with `StackOptions::reclaiming`, which sets the
+//! group summaries before anything else moves them), the checker looks
+//! again; repeated until the image is clean. Used by `stitchfs fsck --repair-leaks` and by `stitchfs
 //! mount` after an unclean shutdown. Corruption is never "repaired" here:
 //! the image is left as it is.
 
@@ -10,9 +10,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::{BlockDevice, FileDevice, OpenOptions};
-use stitch_diskfs::{DiskFs, InodeNo, Leak};
+use stitch_diskfs::{DiskFs, InodeNo, Leak, StackOptions};
 use stitch_fsck::{CheckOptions, FindingKind, Phase, Report};
-use stitch_patch::{CacheConfig, PatchCache};
 
 const MAX_PASSES: usize = 5;
 
@@ -111,8 +110,7 @@ pub fn reclaim(
         let leaks = leaks_of(&report);
         done.add(&report, &leaks);
         let now = stitch_diskfs::Timestamp::now();
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        DiskFs::mount_reclaiming(cache, &leaks, now)?.unmount(now)?;
+        DiskFs::mount(dev.clone(), StackOptions::reclaiming(&leaks), now)?.unmount(now)?;
     }
     let report = check(image, progress)?;
     if report.findings.is_empty() {

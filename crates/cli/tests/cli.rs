@@ -1,20 +1,11 @@
 //! The `stitchfs` binary end to end: each subcommand a user runs today,
 //! through the real executable, checking exit codes and output.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod mount_support;
 
-fn stitchfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stitchfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn scratch() -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tempfile::tempdir_in(base).unwrap()
-}
+use mount_support::stitchfs;
+use std::process::Command;
+use stitch_testkit::{assert_e2fsck_clean, scratch};
 
 #[test]
 fn mkfs_then_fsck_is_clean_and_e2fsck_agrees() {
@@ -40,16 +31,7 @@ fn mkfs_then_fsck_is_clean_and_e2fsck_agrees() {
             "fsck: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let e2 = Command::new("e2fsck")
-            .args(["-fn", img_s])
-            .output()
-            .unwrap();
-        assert_eq!(
-            e2.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&e2.stdout)
-        );
+        assert_e2fsck_clean(&img);
     }
 }
 

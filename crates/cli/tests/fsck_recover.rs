@@ -4,15 +4,10 @@
 //! clears the flag, says so in its JSON, and a second check has nothing to
 //! recover. The replayed-transaction case is `crates/fsck/tests/recovery.rs`.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod mount_support;
 
-fn stitchfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stitchfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use mount_support::stitchfs;
+use std::process::{Command, Output};
 
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
@@ -21,7 +16,7 @@ fn json(out: &Output) -> serde_json::Value {
 
 #[test]
 fn recover_refuses_n_and_clears_a_needs_recovery_flag() {
-    let dir = tempfile::tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap();
+    let dir = stitch_testkit::scratch();
     let img = dir.path().join("ext3.img");
     let img_s = img.to_str().unwrap();
     let out = stitchfs(&["mkfs", "--size", "64M", "--journal", img_s]);

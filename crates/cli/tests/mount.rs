@@ -18,6 +18,7 @@ use std::time::Duration;
 mod mount_support;
 
 use mount_support::*;
+use stitch_testkit::e2fsck;
 
 fn ino(p: &Path) -> u64 {
     fs::symlink_metadata(p).unwrap().ino()
@@ -1061,11 +1062,7 @@ fn stitchfs_sync_makes_the_mount_durable() {
     fs::write(m.path("f"), b"written, not fsynced").unwrap();
     let cat = |copy: &Path| -> String {
         // Replay the journal as a recovery would, then read the file.
-        Command::new("e2fsck")
-            .arg("-fy")
-            .arg(copy)
-            .output()
-            .unwrap();
+        e2fsck(copy, &["-fy"]);
         let out = Command::new("debugfs")
             .args(["-R", "cat /f"])
             .arg(copy)
@@ -1689,28 +1686,27 @@ fn a_failing_backing_store_turns_the_mount_read_only() {
 
         // The store grows again; the image is a crash image now.
         tmpfs("remount,size=400M");
-        let e2fsck = |args: &[&str]| {
-            let out = Command::new("e2fsck")
-                .args(args)
-                .arg(&img)
-                .output()
-                .unwrap();
-            (out.status.code(), text(&out.stdout))
-        };
         if journal {
-            let (code, out) = e2fsck(&["-E", "journal_only", "-y"]);
-            assert!(matches!(code, Some(0 | 1)), "replay {code:?}\n{out}");
+            let r = e2fsck(&img, &["-E", "journal_only", "-y"]);
+            assert!(matches!(r.code, 0 | 1), "replay {}\n{}", r.code, r.stdout);
         }
         // Soft updates may leak what was in flight (exit 4, blocks or
         // inodes marked used that nothing reaches); nothing else.
-        let (code, out) = e2fsck(&["-fn"]);
+        let r = e2fsck(&img, &["-fn"]);
         assert!(
-            code == Some(0) || (!journal && code == Some(4)),
-            "journal {journal}: e2fsck -fn {code:?}\n{out}"
+            r.code == 0 || (!journal && r.code == 4),
+            "journal {journal}: e2fsck -fn {}\n{}",
+            r.code,
+            r.stdout
         );
-        if code == Some(4) {
-            let (code, out) = e2fsck(&["-fy"]);
-            assert!(matches!(code, Some(0 | 1)), "e2fsck -fy {code:?}\n{out}");
+        if r.code == 4 {
+            let r = e2fsck(&img, &["-fy"]);
+            assert!(
+                matches!(r.code, 0 | 1),
+                "e2fsck -fy {}\n{}",
+                r.code,
+                r.stdout
+            );
         }
         let m = Mounted::start(&img, &mnt, &[]);
         assert!(

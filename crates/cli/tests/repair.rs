@@ -14,7 +14,6 @@ use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// `stitchfs fsck --repair-leaks` on `img` must succeed and leave it clean
 /// to `e2fsck -fn`.
@@ -31,21 +30,16 @@ fn repair_to_clean(img: &std::path::Path, what: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let e2 = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert_eq!(
-        e2.status.code(),
-        Some(0),
-        "{what}: after repair:\n{}",
-        String::from_utf8_lossy(&e2.stdout)
-    );
+    let e2 = stitch_testkit::e2fsck(img, &["-fn"]);
+    assert!(e2.clean(), "{what}: after repair:\n{}", e2.stdout);
     let ours = stitch_fsck::check(img, &Default::default(), &mut |_, _, _| {}).unwrap();
     assert!(ours.findings.is_empty(), "{what}: after repair:\n{ours}");
 }
 
 #[test]
 fn every_leaking_crash_image_is_repaired_until_e2fsck_is_clean() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = fresh_ext2(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = fresh_ext2();
     let img = tmp.path().join("crash.img");
     let (mut images, mut repaired) = (0, 0);
     for seed in 0..3 {
@@ -89,15 +83,9 @@ fn every_leaking_crash_image_is_repaired_until_e2fsck_is_clean() {
 
 #[test]
 fn repair_refuses_corruption_and_changes_nothing() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let img = tmp.path().join("bad.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(16 << 20),
-        journal: None,
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&img, &opts, &mut |_, _| {}).unwrap();
+    stitch_testkit::mkfs(&img, 16 << 20, None);
     // A directory entry naming a free inode: corruption, not a leak.
     let dbg = Command::new("debugfs")
         .args(["-w", "-R", "ln <20> /dangling"])
@@ -128,12 +116,11 @@ fn an_attribute_count_left_too_high_is_repaired() {
         println!("SKIPPED: needs root for mount -o loop");
         return;
     }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let base = stitch_testkit::kernel_xattr_image(tmp.path(), "ext2");
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let root = fs.root();
     for n in ["a", "b"] {
         fs.unlink(root, n.as_bytes(), NOW).unwrap();
@@ -173,16 +160,11 @@ fn an_attribute_count_left_too_high_is_repaired() {
 /// (the size extended over the block, as e2fsck would).
 #[test]
 fn a_directory_grown_through_its_indirect_block_is_repaired() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = fresh_ext2(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = fresh_ext2();
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(rec.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
     // 36-byte names, 44 bytes an entry: the twelfth block fills at about

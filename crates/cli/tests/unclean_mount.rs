@@ -94,7 +94,7 @@ fn a_soft_updates_crash_on_ext3_is_checked_by_a_journal_mount() {
 /// Up to `n` crash images of seed `seed`'s workload that our checker finds
 /// leaking, spread over the recording.
 fn leaking_images(dir: &Path, seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let base = crash_support::fresh_ext2(dir);
+    let base = crash_support::fresh_ext2();
     let rec = crash_support::workload(base, seed);
     let (log, start) = (rec.log(), rec.base());
     let mut builder = ImageBuilder::new(&start, &log).unwrap();

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use stitch_blockdev::{BlockDevice, BlockNo, BlockWrite, DevError, Geometry};
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// Our fsck's verdict.
 #[derive(Clone, Debug)]
@@ -414,8 +413,7 @@ fn recover(
 ) -> (Result<Found, String>, u32, Arc<Overlay>) {
     let dev = Arc::new(Overlay::new(base, blocks));
     let run = || -> Result<(Found, u32), String> {
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
+        let mut fs = DiskFs::mount(dev.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
         let replayed = fs.replayed().map_or(0, |r| r.transactions);
         let found = read_tree(&mut fs)?;
         if unmount {

@@ -19,7 +19,6 @@ use stitch_memfs::{
     FlushCause, Kind, MemError, MemFs, Options, Order, RenameFlags, SetAttrs, XattrSet,
 };
 use stitch_model::{Errno, Fd, Limits, Model, Op, Outcome, Owner, Path};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// The clock every change is stamped with.
 pub const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
@@ -137,8 +136,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
         Consistency::SoftUpdates
     };
     let dev = Arc::new(MemDevice::from_image(BS, image).map_err(|e| e.to_string())?);
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let mut disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
+    let mut disk = DiskFs::mount(dev.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let empty = read_tree(&mut disk)?.state;
     let fs = MemFs::mount(disk, opts(Memfs::default())).map_err(|e| e.to_string())?;
     let mut d = Driver::new(&fs, Order::default(), empty, 0, None);
@@ -151,8 +149,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
     let image = dev.snapshot();
     // The setup must be on the image as the oracle says.
     let dev2 = Arc::new(MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?);
-    let mut check = DiskFs::mount(PatchCache::new(dev2, CacheConfig::default()), mode, NOW)
-        .map_err(|e| e.to_string())?;
+    let mut check = DiskFs::mount(dev2, mode, NOW).map_err(|e| e.to_string())?;
     let on_disk = read_tree(&mut check)?.state;
     let journal = if journal {
         let mut at = Vec::new();
@@ -955,7 +952,6 @@ pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording
     let mem = MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?;
     let rec = Arc::new(RecordingDevice::with_base(mem, image).map_err(|e| e.to_string())?);
     let len = || rec.log_len();
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
     let still = |label: &str, start: usize, end: usize, s: &State| FlushRec {
         label: label.to_string(),
         start,
@@ -967,7 +963,7 @@ pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording
             ops: Vec::new(),
         },
     };
-    let disk = DiskFs::mount(cache, mode, NOW).map_err(|e| format!("mount: {e}"))?;
+    let disk = DiskFs::mount(rec.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
     let mut flushes = vec![still("mount", 0, len(), &base.state)];
     let mut problems = Vec::new();
     let fs = MemFs::mount(disk, opts(memfs)).map_err(|e| e.to_string())?;

@@ -48,7 +48,8 @@
 //! group holds is damage, never a wrapped number. After a soft-updates
 //! crash the descriptors may lag their bitmaps (a count is no dependency
 //! of anything), so the mount that follows brings them in step first
-//! (`stitchfs mount` runs the checker and `DiskFs::mount_reclaiming`);
+//! (`stitchfs mount` runs the checker and reclaims its leaks at mount,
+//! `StackOptions::reclaiming`);
 //! a count out of bounds after that stops every write.
 
 use crate::diff;

@@ -18,15 +18,17 @@
 use crate::alloc::Allocator;
 use crate::diff;
 use crate::dir::{Indexes, NameAdds};
-use crate::error::{Damage, Result};
+use crate::error::{Damage, DiskError, Result};
 use crate::inode::InodeTable;
 use crate::journal::Replayed;
 use crate::orphan::Orphans;
+use crate::stack::StackOptions;
+use std::sync::Arc;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
 use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
 use stitch_modes::{Consistency, JournalConfig, Modes};
-use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId};
+use stitch_patch::{BlockDevice, BlockNo, PatchCache, PatchFlags, PatchId};
 
 /// ext2's `s_state` bit meaning "cleanly unmounted".
 const STATE_VALID: u16 = 1;
@@ -63,44 +65,35 @@ pub struct DiskFs {
 }
 
 impl DiskFs {
-    /// Mounts the file system on `cache`: reads and checks everything it
-    /// relies on (see `validate`), refusing a damaged image before writing
-    /// a byte; replays the journal if it holds transactions; durably marks
-    /// the file system in use; frees the orphans a crash left.
-    pub fn mount(cache: PatchCache, consistency: Consistency, now: Timestamp) -> Result<DiskFs> {
-        Self::mount_with(cache, consistency, JournalConfig::default(), now)
-    }
-
-    /// [`DiskFs::mount`] with the journal's commit policy.
-    pub fn mount_with(
-        cache: PatchCache,
-        consistency: Consistency,
-        jcfg: JournalConfig,
+    /// Opens the stack on `dev` (a patch cache, the consistency mode,
+    /// diskfs; each set as `opts` says) and mounts the file system: reads
+    /// and checks everything it relies on (see `validate`), refusing a
+    /// damaged image before writing a byte; replays the journal if it holds
+    /// transactions; durably marks the file system in use; reclaims the
+    /// leaks `opts` names; frees the orphans a crash left.
+    pub fn mount(
+        dev: Arc<dyn BlockDevice>,
+        opts: impl Into<StackOptions>,
         now: Timestamp,
     ) -> Result<DiskFs> {
-        Self::read_and_check(cache, consistency)?.mount(jcfg, now, &[])
-    }
-
-    /// Mounts in soft updates after an unclean shutdown, reclaiming `leaks`
-    /// (what a checker found; see `repair`): the group summaries are set to
-    /// what the bitmaps say right after the file system is marked in use
-    /// and before anything else moves them (the orphans' frees first of
-    /// all), then the rest are repaired.
-    pub fn mount_reclaiming(
-        cache: PatchCache,
-        leaks: &[crate::Leak],
-        now: Timestamp,
-    ) -> Result<DiskFs> {
-        let opened = Self::read_and_check(cache, Consistency::SoftUpdates)?;
-        opened.mount(JournalConfig::default(), now, leaks)
+        let opts = opts.into();
+        if !opts.reclaim.is_empty() && opts.consistency != Consistency::SoftUpdates {
+            return Err(DiskError::Invalid(
+                "leaks are reclaimed in soft updates only",
+            ));
+        }
+        let cache = PatchCache::new(dev, opts.cache);
+        Self::read_and_check(cache, opts.consistency)?.mount(opts.journal, now, &opts.reclaim)
     }
 
     /// Everything [`DiskFs::mount`] checks before its first write, and
-    /// nothing more: the cache (with a journal replay staged in it, if
-    /// any) is dropped unwritten. For a caller that must refuse a damaged
-    /// image before it does anything else with it.
-    pub fn check_mountable(cache: PatchCache, consistency: Consistency) -> Result<()> {
-        Self::read_and_check(cache, consistency).map(drop)
+    /// nothing more: the stack (with a journal replay staged in its cache,
+    /// if any) is dropped unwritten. For a caller that must refuse a
+    /// damaged image before it does anything else with it.
+    pub fn check_mountable(dev: Arc<dyn BlockDevice>, opts: impl Into<StackOptions>) -> Result<()> {
+        let opts = opts.into();
+        let cache = PatchCache::new(dev, opts.cache);
+        Self::read_and_check(cache, opts.consistency).map(drop)
     }
 
     /// Reads the superblock and descriptors and checks them and the rest

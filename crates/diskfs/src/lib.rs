@@ -23,7 +23,8 @@
 //! (write, read), `truncate`, `attr` (getattr, setattr, readlink),
 //! `xattr`; `repair` (leak reclaiming), `batch` (operations as data),
 //! `shared` (the handle the layer above uses: reads, batches,
-//! durability).
+//! durability), `stack` (what [`DiskFs::mount`] opens each layer below
+//! with).
 
 mod alloc;
 mod attr;
@@ -45,6 +46,7 @@ mod orphan;
 mod rename;
 mod repair;
 mod shared;
+mod stack;
 mod truncate;
 mod unlink;
 mod validate;
@@ -61,8 +63,10 @@ pub use journal::Replayed;
 pub use rename::RenameFlags;
 pub use repair::Leak;
 pub use shared::{Batch, Counts, Disk, Durability, Shape};
+pub use stack::StackOptions;
 pub use stitch_format::inode::TimeField;
 pub use stitch_format::symlink::FAST_MAX as FAST_SYMLINK_MAX;
 pub use stitch_format::xattr::{fits_block as xattrs_fit_block, Xattr};
 pub use stitch_format::{FileType, InodeNo, TimeRange, Timestamp};
 pub use stitch_modes::{Consistency, DataMode, JournalConfig};
+pub use stitch_patch::{BlockDevice, CacheConfig};

@@ -13,7 +13,10 @@ use common::NOW;
 /// A fresh image holding `/d` and `/f`, with `set_bg 0 FIELD VALUE`
 /// applied by debugfs after a clean unmount.
 fn image_with(dir: &std::path::Path, field: &str, value: u32) -> Vec<u8> {
-    let (dev, mut fs) = common::mount(common::fresh_image(dir, 16 << 20), Consistency::SoftUpdates);
+    let (dev, mut fs) = common::mount(
+        stitch_testkit::fresh_image(16 << 20, None),
+        Consistency::SoftUpdates,
+    );
     let root = fs.root();
     fs.mkdir(root, b"d", 0o755, 0, 0, NOW).unwrap();
     fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
@@ -53,7 +56,7 @@ fn fails_and_stops(
 
 #[test]
 fn a_directory_count_never_goes_below_zero() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let image = image_with(tmp.path(), "used_dirs_count", 0);
     fails_and_stops(
         image,
@@ -64,9 +67,9 @@ fn a_directory_count_never_goes_below_zero() {
 
 #[test]
 fn a_free_count_never_passes_what_the_group_holds() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let ipg = {
-        let image = common::fresh_image(tmp.path(), 16 << 20);
+        let image = stitch_testkit::fresh_image(16 << 20, None);
         stitch_format::Superblock::decode(&image[1024..2048])
             .unwrap()
             .inodes_per_group

@@ -13,18 +13,12 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::process::Command;
 use std::sync::Arc;
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, FileType, InodeNo};
-use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
 use common::{byte_of, NOW};
-
-fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
-    common::fresh_image(dir, 16 << 20)
-}
 
 /// The directory among `dirs` that names `d`, and the name.
 fn parent_and_name(fs: &mut DiskFs, dirs: &[InodeNo], d: InodeNo) -> Option<(InodeNo, Vec<u8>)> {
@@ -41,8 +35,7 @@ fn parent_and_name(fs: &mut DiskFs, dirs: &[InodeNo], d: InodeNo) -> Option<(Ino
 fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, mode, NOW).unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), mode, NOW).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let root = fs.root();
     let mut files: Vec<(InodeNo, InodeNo, String, u32, u64)> = Vec::new();
@@ -224,12 +217,8 @@ fn record(image: Vec<u8>, mode: Consistency, seed: u64) -> Arc<RecordingDevice<M
 /// Every regular file's bytes are its own pattern or zero.
 fn files_hold_only_their_own_bytes(image: Vec<u8>) -> Result<(), String> {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev, CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .map_err(|e| format!("mount: {e}"))?;
+    let mut fs =
+        DiskFs::mount(dev, Consistency::SoftUpdates, NOW).map_err(|e| format!("mount: {e}"))?;
     let mut stack = vec![fs.root()];
     while let Some(d) = stack.pop() {
         for e in fs.readdir(d).map_err(|e| e.to_string())? {
@@ -272,8 +261,8 @@ struct Verdict {
 }
 
 fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Verdict {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = fresh_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = stitch_testkit::fresh_image(16 << 20, None);
     let path = tmp.path().join("crash.img");
     let mut v = Verdict {
         images: 0,
@@ -285,12 +274,8 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
         common::each_crash_image(&rec, from, 6, seed, |state, image| {
             std::fs::write(&path, &image).unwrap();
             let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
-            let e2 = Command::new("e2fsck")
-                .arg("-fn")
-                .arg(&path)
-                .output()
-                .unwrap();
-            let e2_code = e2.status.code().unwrap_or(-1);
+            let e2 = stitch_testkit::e2fsck(&path, &["-fn"]);
+            let e2_code = e2.code;
             v.images += 1;
             let corrupt = !report.is_clean() && !report.only_leaks();
             v.corrupt += usize::from(corrupt || !matches!(e2_code, 0 | 4));
@@ -303,10 +288,9 @@ fn judge_all(mode: Consistency, seeds: std::ops::Range<u64>, strict: bool) -> Ve
                 assert!(matches!(e2_code, 0 | 4), "{where_}: e2fsck exit {e2_code}");
                 if report.is_clean() {
                     assert_eq!(
-                        e2_code,
-                        0,
+                        e2_code, 0,
                         "{where_}: ours clean, e2fsck not:\n{}",
-                        String::from_utf8_lossy(&e2.stdout)
+                        e2.stdout
                     );
                 }
                 files_hold_only_their_own_bytes(image).unwrap_or_else(|e| panic!("{where_}: {e}"));

@@ -13,7 +13,6 @@ use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::{FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 use stitch_testkit::damaged::{self, Damage};
 
 const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
@@ -28,11 +27,7 @@ fn modes(journal: bool) -> Vec<Consistency> {
 
 fn mount(img: &Path, mode: Consistency) -> stitch_diskfs::Result<DiskFs> {
     let dev = FileDevice::open(img, OpenOptions::default()).unwrap();
-    DiskFs::mount(
-        PatchCache::new(Arc::new(dev), CacheConfig::default()),
-        mode,
-        NOW,
-    )
+    DiskFs::mount(Arc::new(dev), mode, NOW)
 }
 
 /// Mounts the damaged image in each of `modes`: every mount must be
@@ -74,7 +69,7 @@ fn refused_unchanged(dir: &Path, d: &Damage, modes: &[Consistency]) {
 
 #[test]
 fn every_damaged_image_is_refused_and_left_unchanged() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let corpus = damaged::corpus();
     for d in &corpus {
         refused_unchanged(tmp.path(), d, &modes(d.journal));
@@ -85,23 +80,15 @@ fn every_damaged_image_is_refused_and_left_unchanged() {
 /// The control: the bases themselves mount in every mode and unmount clean.
 #[test]
 fn the_undamaged_bases_mount() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let img = tmp.path().join("base.img");
     for journal in [false, true] {
         for mode in modes(journal) {
             damaged::base_image(&img, journal);
             let fs = mount(&img, mode).unwrap_or_else(|e| panic!("{mode}: {e}"));
             fs.unmount(NOW).unwrap();
-            let e2 = std::process::Command::new("e2fsck")
-                .arg("-fn")
-                .arg(&img)
-                .output()
-                .unwrap();
-            assert!(
-                e2.status.success(),
-                "{mode}: {}",
-                String::from_utf8_lossy(&e2.stdout)
-            );
+            let e2 = stitch_testkit::e2fsck(&img, &["-fn"]);
+            assert!(e2.clean(), "{mode}: {}", e2.stdout);
         }
     }
 }

@@ -26,8 +26,8 @@ const QUIET: usize = 80;
 
 #[test]
 fn a_directory_growing_a_block_shows_only_leaks_after_any_crash() {
-    let tmp = tempfile::tempdir().unwrap();
-    let image = common::fresh_image(tmp.path(), 16 << 20);
+    let tmp = stitch_testkit::scratch();
+    let image = stitch_testkit::fresh_image(16 << 20, None);
     let path = tmp.path().join("crash.img");
     let mut judged = 0;
     for seed in 0..2u64 {

@@ -26,23 +26,18 @@ use std::process::Command;
 use std::sync::Arc;
 use stitch_blockdev::record::{crash_states, Enumerate, ImageBuilder, TornModel};
 use stitch_blockdev::{MemDevice, RecordingDevice};
-use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo, JournalConfig};
-use stitch_patch::{CacheConfig, PatchCache, PatchId};
+use stitch_diskfs::{
+    Consistency, DataMode, DiskFs, FileType, InodeNo, JournalConfig, StackOptions,
+};
+use stitch_patch::PatchId;
+use stitch_testkit::{e2fsck, E2fsck, JournalSize};
 
 mod common;
 use common::{byte_of, NOW};
 
 /// A 16 MiB ext3 image with the smallest journal e2fsck accepts (4 MiB).
-fn journaled_image(dir: &Path) -> Vec<u8> {
-    let path = dir.join("fresh3.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(16 << 20),
-        journal: Some(stitch_mkfs::JournalSize::Bytes(4 << 20)),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
+fn journaled_image() -> Vec<u8> {
+    stitch_testkit::fresh_image(16 << 20, Some(JournalSize::Bytes(4 << 20)))
 }
 
 /// One name in the tree, as the judge compares it.
@@ -118,9 +113,12 @@ fn journal_config() -> JournalConfig {
 fn record(image: Vec<u8>, data: DataMode, seed: u64, steps: u32) -> Run {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    let mut fs =
-        DiskFs::mount_with(cache, Consistency::Journal(data), journal_config(), NOW).unwrap();
+    let mut fs = DiskFs::mount(
+        rec.clone(),
+        StackOptions::new(Consistency::Journal(data)).journal(journal_config()),
+        NOW,
+    )
+    .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let root = fs.root();
     let mut run = Run {
@@ -353,9 +351,8 @@ fn judge(
     dir: &Path,
 ) -> Result<(Vec<u8>, u32), String> {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let mut fs =
-        DiskFs::mount(cache, Consistency::SoftUpdates, NOW).map_err(|e| format!("mount: {e}"))?;
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::SoftUpdates, NOW)
+        .map_err(|e| format!("mount: {e}"))?;
     let replayed = fs.replayed().map_or(0, |r| r.transactions);
     let tree = snapshot(&mut fs)?;
     fs.unmount(NOW).map_err(|e| format!("unmount: {e}"))?;
@@ -406,17 +403,9 @@ fn judge(
     if !report.is_clean() {
         return Err(format!("stitchfs fsck:\n{report}"));
     }
-    let e2 = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(&path)
-        .output()
-        .unwrap();
-    if e2.status.code() != Some(0) {
-        return Err(format!(
-            "e2fsck -fn exit {:?}:\n{}",
-            e2.status.code(),
-            String::from_utf8_lossy(&e2.stdout)
-        ));
+    let e2 = e2fsck(&path, &["-fn"]);
+    if !e2.clean() {
+        return Err(format!("e2fsck -fn exit {}:\n{}", e2.code, e2.stdout));
     }
     Ok((recovered, replayed))
 }
@@ -428,8 +417,8 @@ struct Tally {
 }
 
 fn crash_all(data: DataMode, seeds: std::ops::Range<u64>, torn: Option<TornModel>) -> Tally {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = journaled_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = journaled_image();
     let mut t = Tally {
         images: 0,
         torn: 0,
@@ -511,15 +500,14 @@ fn torn_writes_never_replay_an_inconsistency() {
 /// The tree of an image mounted by stitchfs (replaying if needed).
 fn tree_of(image: Vec<u8>) -> Tree {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev, CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+    let mut fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
     snapshot(&mut fs).unwrap()
 }
 
 /// Crash images of a journaled run that hold transactions to replay (one
 /// in `every`), each with the tree stitchfs recovers from it.
-fn replayable(data: DataMode, seed: u64, every: usize, dir: &Path) -> Vec<(Vec<u8>, Tree)> {
-    let base = journaled_image(dir);
+fn replayable(data: DataMode, seed: u64, every: usize) -> Vec<(Vec<u8>, Tree)> {
+    let base = journaled_image();
     let run = record(base, data, seed, 40);
     let (log, start) = (run.rec.log(), run.rec.base());
     let mut builder = ImageBuilder::new(&start, &log).unwrap();
@@ -533,8 +521,7 @@ fn replayable(data: DataMode, seed: u64, every: usize, dir: &Path) -> Vec<(Vec<u
     for state in crash_states(&log, &opts).unwrap() {
         let image = builder.build(&state).unwrap();
         let dev = Arc::new(MemDevice::from_image(4096, image.clone()).unwrap());
-        let cache = PatchCache::new(dev, CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::SoftUpdates, NOW).unwrap();
+        let mut fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
         if fs.replayed().is_some_and(|r| r.transactions > 0) {
             n += 1;
             if n % every == 0 {
@@ -545,35 +532,27 @@ fn replayable(data: DataMode, seed: u64, every: usize, dir: &Path) -> Vec<(Vec<u
     out
 }
 
-fn e2fsck(args: &[&str], path: &Path) -> (i32, String) {
-    let o = Command::new("e2fsck")
-        .args(args)
-        .arg(path)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-    )
-}
-
 /// Compatibility one way: `e2fsck -fy` replays a log stitchfs wrote to the
 /// same tree, contents and inode numbers as stitchfs's own replay.
 #[test]
 fn e2fsck_replays_our_journal_as_we_do() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let path = tmp.path().join("e2.img");
     let mut checked = 0;
     for data in [DataMode::Ordered, DataMode::Journal] {
-        for (image, ours) in replayable(data, 7, 4, tmp.path()) {
+        for (image, ours) in replayable(data, 7, 4) {
             std::fs::write(&path, &image).unwrap();
-            let (code, out) = e2fsck(&["-fy"], &path);
+            let E2fsck {
+                code, stdout: out, ..
+            } = e2fsck(&path, &["-fy"]);
             assert!(code <= 1, "e2fsck -fy exit {code}:\n{out}");
             assert!(
                 out.contains("recovering journal"),
                 "e2fsck did not replay:\n{out}"
             );
-            let (code, out) = e2fsck(&["-fn"], &path);
+            let E2fsck {
+                code, stdout: out, ..
+            } = e2fsck(&path, &["-fn"]);
             assert_eq!(code, 0, "not clean after e2fsck's replay:\n{out}");
             assert_eq!(tree_of(std::fs::read(&path).unwrap()), ours, "data={data}");
             checked += 1;
@@ -592,16 +571,18 @@ fn the_kernel_replays_our_journal_as_we_do() {
         println!("SKIPPED: needs root for mount -o loop");
         return;
     }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let path = tmp.path().join("k.img");
     let mnt = tmp.path().join("mnt");
     let mut checked = 0;
-    for (image, ours) in replayable(DataMode::Ordered, 3, 8, tmp.path()) {
+    for (image, ours) in replayable(DataMode::Ordered, 3, 8) {
         std::fs::write(&path, &image).unwrap();
         let m = stitch_testkit::LoopMount::new(&path, &mnt, "")
             .unwrap_or_else(|e| panic!("kernel mount of a crash image: {e}"));
         m.unmount();
-        let (code, out) = e2fsck(&["-fn"], &path);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck(&path, &["-fn"]);
         assert_eq!(code, 0, "not clean after the kernel's replay:\n{out}");
         assert_eq!(tree_of(std::fs::read(&path).unwrap()), ours);
         checked += 1;
@@ -620,9 +601,9 @@ fn we_replay_what_the_kernel_left() {
         println!("SKIPPED: needs root for mount -o loop");
         return;
     }
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tmp = stitch_testkit::scratch();
     let path = tmp.path().join("kernel.img");
-    std::fs::write(&path, journaled_image(tmp.path())).unwrap();
+    std::fs::write(&path, journaled_image()).unwrap();
     let mnt = tmp.path().join("mnt");
     let m =
         stitch_testkit::LoopMount::new(&path, &mnt, "commit=60").unwrap_or_else(|e| panic!("{e}"));
@@ -642,12 +623,7 @@ fn we_replay_what_the_kernel_left() {
     let sb = stitch_format::Superblock::decode(&copy[1024..2048]).unwrap();
     assert!(sb.needs_recovery(), "the copy should need recovery");
     let dev = Arc::new(MemDevice::from_image(4096, copy.clone()).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let replayed = fs.replayed().cloned().unwrap_or_default();
     println!("replayed the kernel's log: {replayed:?}");
     assert!(replayed.transactions > 0, "the kernel left no transaction");
@@ -658,12 +634,16 @@ fn we_replay_what_the_kernel_left() {
     fs.unmount(NOW).unwrap();
     let recovered = tmp.path().join("recovered.img");
     std::fs::write(&recovered, dev.snapshot()).unwrap();
-    let (code, out) = e2fsck(&["-fn"], &recovered);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&recovered, &["-fn"]);
     assert_eq!(code, 0, "not clean after our replay:\n{out}");
     // e2fsck's replay of the same copy gives the same tree.
     let theirs = tmp.path().join("theirs.img");
     std::fs::write(&theirs, &copy).unwrap();
-    let (code, out) = e2fsck(&["-fy"], &theirs);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&theirs, &["-fy"]);
     assert!(code <= 1, "e2fsck -fy exit {code}:\n{out}");
     assert_eq!(tree_of(std::fs::read(&theirs).unwrap()), ours);
 }
@@ -679,8 +659,8 @@ fn we_replay_what_the_kernel_left() {
 fn a_commit_without_its_log_blocks_is_not_replayed() {
     use stitch_blockdev::record::{CrashPoint, CrashState, LogEntry};
     use stitch_format::jbd2::{BlockHeader, BlockType};
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = journaled_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = journaled_image();
     let run = record(base, DataMode::Journal, 11, 50);
     let (log, start) = (run.rec.log(), run.rec.base());
     let mut builder = ImageBuilder::new(&start, &log).unwrap();
@@ -710,12 +690,7 @@ fn a_commit_without_its_log_blocks_is_not_replayed() {
         // That block as it was before this transaction wrote it.
         image[at..at + 4096].copy_from_slice(&start[at..at + 4096]);
         let dev = Arc::new(MemDevice::from_image(4096, image.clone()).unwrap());
-        let fs = DiskFs::mount(
-            PatchCache::new(dev, CacheConfig::default()),
-            Consistency::SoftUpdates,
-            NOW,
-        )
-        .unwrap();
+        let fs = DiskFs::mount(dev, Consistency::SoftUpdates, NOW).unwrap();
         drop(fs);
         // The crash "happened" just before the commit block was written.
         judge(&run, DataMode::Journal, image, c, tmp.path())
@@ -730,8 +705,8 @@ fn a_commit_without_its_log_blocks_is_not_replayed() {
 /// keeps up, and sampled crash images late in the run still recover.
 #[test]
 fn a_long_run_wraps_the_log() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = journaled_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = journaled_image();
     let run = record(base, DataMode::Journal, 5, 400);
     let (log, start) = (run.rec.log(), run.rec.base());
     let mut builder = ImageBuilder::new(&start, &log).unwrap();
@@ -779,10 +754,9 @@ fn a_long_run_wraps_the_log() {
 /// after the journal commits, instead of ENOSPC.
 #[test]
 fn freed_blocks_come_back_after_a_commit_on_a_full_disk() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let dev = Arc::new(MemDevice::from_image(4096, journaled_image(tmp.path())).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let mut fs = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), NOW).unwrap();
+    let tmp = stitch_testkit::scratch();
+    let dev = Arc::new(MemDevice::from_image(4096, journaled_image()).unwrap());
+    let mut fs = DiskFs::mount(dev.clone(), Consistency::Journal(DataMode::Ordered), NOW).unwrap();
     let root = fs.root();
     let chunk = vec![5u8; 256 << 10];
     // One file takes every free block.
@@ -806,7 +780,9 @@ fn freed_blocks_come_back_after_a_commit_on_a_full_disk() {
     fs.unmount(NOW).unwrap();
     let path = tmp.path().join("full.img");
     std::fs::write(&path, dev.snapshot()).unwrap();
-    let (code, out) = e2fsck(&["-fn"], &path);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&path, &["-fn"]);
     assert_eq!(code, 0, "{out}");
 }
 
@@ -816,13 +792,13 @@ fn freed_blocks_come_back_after_a_commit_on_a_full_disk() {
 #[test]
 fn a_failing_device_loses_nothing_silently() {
     use stitch_blockdev::{FaultDevice, FaultKind};
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = journaled_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = journaled_image();
     for (n, flush) in [(5, false), (40, false), (3, true), (12, true)] {
         let mem = MemDevice::from_image(4096, base.clone()).unwrap();
         let dev = Arc::new(FaultDevice::new(mem).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::Journal(DataMode::Ordered), NOW).unwrap();
+        let mut fs =
+            DiskFs::mount(dev.clone(), Consistency::Journal(DataMode::Ordered), NOW).unwrap();
         let (w, f, _) = dev.counts();
         if flush {
             dev.fail_nth_flush(f + n, FaultKind::Io);
@@ -862,12 +838,7 @@ fn a_failing_device_loses_nothing_silently() {
         let image = dev.inner().snapshot();
         let (recovered, _) = {
             let d = Arc::new(MemDevice::from_image(4096, image).unwrap());
-            let mut fs = DiskFs::mount(
-                PatchCache::new(d.clone(), CacheConfig::default()),
-                Consistency::SoftUpdates,
-                NOW,
-            )
-            .unwrap();
+            let mut fs = DiskFs::mount(d.clone(), Consistency::SoftUpdates, NOW).unwrap();
             let tree = snapshot(&mut fs).unwrap();
             for i in &synced {
                 let n = tree.get(&format!("/f{i}"));
@@ -882,7 +853,9 @@ fn a_failing_device_loses_nothing_silently() {
         };
         let path = tmp.path().join("failed.img");
         std::fs::write(&path, recovered).unwrap();
-        let (code, out) = e2fsck(&["-fn"], &path);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck(&path, &["-fn"]);
         assert_eq!(code, 0, "fault {n} (flush {flush}):\n{out}");
     }
 }
@@ -892,12 +865,11 @@ fn a_failing_device_loses_nothing_silently() {
 /// data that the commit would wait on while it waits on the commit.
 #[test]
 fn a_growing_directory_commits_in_every_data_mode() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let base = journaled_image(tmp.path());
+    let tmp = stitch_testkit::scratch();
+    let base = journaled_image();
     for data in [DataMode::Writeback, DataMode::Ordered, DataMode::Journal] {
         let dev = Arc::new(MemDevice::from_image(4096, base.clone()).unwrap());
-        let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-        let mut fs = DiskFs::mount(cache, Consistency::Journal(data), NOW).unwrap();
+        let mut fs = DiskFs::mount(dev.clone(), Consistency::Journal(data), NOW).unwrap();
         let (d, _) = fs.mkdir(fs.root(), b"d", 0o755, 0, 0, NOW).unwrap();
         for i in 0..200 {
             let name = format!("{i:054}");
@@ -908,7 +880,9 @@ fn a_growing_directory_commits_in_every_data_mode() {
         fs.unmount(NOW).unwrap();
         let path = tmp.path().join("dir.img");
         std::fs::write(&path, dev.snapshot()).unwrap();
-        let (code, out) = e2fsck(&["-fn"], &path);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck(&path, &["-fn"]);
         assert_eq!(code, 0, "data={data}: {out}");
     }
 }
@@ -920,15 +894,10 @@ fn a_growing_directory_commits_in_every_data_mode() {
 /// and unmount writes the totals exact.
 #[test]
 fn the_superblock_totals_stay_out_of_small_commits() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let dev = Arc::new(MemDevice::from_image(4096, journaled_image(tmp.path())).unwrap());
+    let tmp = stitch_testkit::scratch();
+    let dev = Arc::new(MemDevice::from_image(4096, journaled_image()).unwrap());
     let mode = Consistency::Journal(DataMode::Ordered);
-    let mut fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        mode,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
     let root = fs.root();
     let (ino, _) = fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
     let (_, p) = fs.write(ino, 0, &[7u8; 1000], NOW).unwrap();
@@ -961,9 +930,13 @@ fn the_superblock_totals_stay_out_of_small_commits() {
     );
     assert!(!logged.contains(&0), "the superblock is not:\n{dump}");
 
-    let (code, out) = e2fsck(&["-E", "journal_only", "-y"], &crashed);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&crashed, &["-E", "journal_only", "-y"]);
     assert!(matches!(code, 0 | 1), "replay exit {code}:\n{out}");
-    let (code, out) = e2fsck(&["-fn"], &crashed);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&crashed, &["-fn"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("Free inodes count wrong ("), "{out}");
     let ours = stitch_fsck::check(&crashed, &Default::default(), &mut |_, _, _| {}).unwrap();
@@ -976,12 +949,7 @@ fn the_superblock_totals_stay_out_of_small_commits() {
     );
 
     let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&crashed).unwrap()).unwrap());
-    let fs = DiskFs::mount(
-        PatchCache::new(dev.clone(), CacheConfig::default()),
-        mode,
-        NOW,
-    )
-    .unwrap();
+    let fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
     let (sb, counted) = (fs.superblock(), &ours.summary);
     assert_eq!(
         (sb.free_blocks_count_lo, sb.free_inodes_count),
@@ -994,7 +962,9 @@ fn the_superblock_totals_stay_out_of_small_commits() {
     fs.unmount(NOW).unwrap();
     let clean = tmp.path().join("clean.img");
     std::fs::write(&clean, dev.snapshot()).unwrap();
-    let (code, out) = e2fsck(&["-fn"], &clean);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck(&clean, &["-fn"]);
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("count wrong"), "{out}");
     let ours = stitch_fsck::check(&clean, &Default::default(), &mut |_, _, _| {}).unwrap();

@@ -16,8 +16,8 @@ const FILES: usize = 40;
 
 #[test]
 fn a_file_linked_then_unlinked_keeps_a_name_at_every_crash() {
-    let tmp = tempfile::tempdir().unwrap();
-    let image = common::fresh_image(tmp.path(), 16 << 20);
+    let tmp = stitch_testkit::scratch();
+    let image = stitch_testkit::fresh_image(16 << 20, None);
     let path = tmp.path().join("crash.img");
     let mut judged = 0;
     for seed in 0..3u64 {

@@ -19,8 +19,8 @@ use stitch_model::view::{self, InodeView};
 mod common;
 use common::NOW;
 
-fn image(dir: &std::path::Path) -> Vec<u8> {
-    common::fresh_image(dir, 64 << 20)
+fn image() -> Vec<u8> {
+    stitch_testkit::fresh_image(64 << 20, None)
 }
 
 fn mount(image: Vec<u8>) -> (std::sync::Arc<stitch_blockdev::MemDevice>, DiskFs) {
@@ -248,8 +248,8 @@ fn tree(fs: &mut DiskFs) -> Tree {
 }
 
 fn run(seed: u64, n: usize) {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(image(tmp.path()));
+    let tmp = stitch_testkit::scratch();
+    let (dev, mut fs) = mount(image());
     let mut model = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
     model.set_now(stitch_model::Time::from_secs(NOW.secs()));
     let cfg = GenConfig {
@@ -279,17 +279,8 @@ fn run(seed: u64, n: usize) {
     let img = dev.snapshot();
     let path = tmp.path().join("after.img");
     std::fs::write(&path, &img).unwrap();
-    let e2 = std::process::Command::new("e2fsck")
-        .arg("-fn")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        e2.status.code(),
-        Some(0),
-        "seed {seed}: {}",
-        String::from_utf8_lossy(&e2.stdout)
-    );
+    let e2 = stitch_testkit::e2fsck(&path, &["-fn"]);
+    assert_eq!(e2.code, 0, "seed {seed}: {}", e2.stdout);
     let ours = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
     assert!(ours.is_clean(), "seed {seed}: stitchfs fsck:\n{ours}");
     let (_, mut fs) = mount(img);
@@ -354,8 +345,8 @@ fn the_kernel_reads_what_diskfs_wrote() {
         return;
     }
     for seed in 100..104 {
-        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let (dev, mut fs) = mount(image(tmp.path()));
+        let tmp = stitch_testkit::scratch();
+        let (dev, mut fs) = mount(image());
         let (model, ops) = model_after(seed, 250);
         for op in &ops {
             let _ = apply(&mut fs, op);
@@ -384,7 +375,7 @@ fn diskfs_reads_what_the_kernel_wrote() {
         return;
     }
     for seed in 200..204 {
-        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let tmp = stitch_testkit::scratch();
         let img = tmp.path().join("kernel.img");
         let out = std::process::Command::new("mke2fs")
             .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-I", "256"])

@@ -2,31 +2,23 @@
 //! `e2fsck -fn` and `stitchfs fsck` must find the image clean, and a fresh
 //! mount must read back exactly what was written.
 
-use std::process::Command;
 use stitch_diskfs::{Consistency, DiskError, FileType, InodeNo, Pages};
+use stitch_testkit::JournalSize;
 
 mod common;
 use common::{mount, NOW};
 
-fn fresh_image(dir: &std::path::Path) -> Vec<u8> {
-    common::fresh_image(dir, 64 << 20)
+/// A fresh 64 MiB ext2 image.
+fn fresh_image() -> Vec<u8> {
+    stitch_testkit::fresh_image(64 << 20, None)
 }
 
 /// Writes the image out and runs both checkers on it.
-fn judge(dir: &std::path::Path, image: &[u8]) {
-    let path = dir.join("judge.img");
+fn judge(image: &[u8]) {
+    let dir = stitch_testkit::scratch();
+    let path = dir.path().join("judge.img");
     std::fs::write(&path, image).unwrap();
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "e2fsck:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    stitch_testkit::assert_e2fsck_clean(&path);
     let report = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {}).unwrap();
     assert!(report.is_clean(), "stitchfs fsck:\n{report}");
 }
@@ -39,8 +31,7 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn files_and_directories_survive_unmount_and_remount() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (docs, _) = fs.mkdir(root, b"docs", 0o755, 1000, 1000, NOW).unwrap();
     let (deep, _) = fs.mkdir(docs, b"deep", 0o700, 0, 0, NOW).unwrap();
@@ -95,7 +86,7 @@ fn files_and_directories_survive_unmount_and_remount() {
         .unwrap();
     drop(cache);
     let image = dev.snapshot();
-    judge(tmp.path(), &image);
+    judge(&image);
 
     let (_, mut fs) = mount(image, Consistency::SoftUpdates);
     for (parent, name, ino, data) in &files {
@@ -121,8 +112,7 @@ fn files_and_directories_survive_unmount_and_remount() {
 
 #[test]
 fn bad_requests_are_refused_and_change_nothing() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (f, _) = fs.create(root, b"file", 0o644, 0, 0, NOW).unwrap();
     assert!(matches!(
@@ -159,13 +149,12 @@ fn bad_requests_are_refused_and_change_nothing() {
     ));
     assert!(fs.read_inode(InodeNo(u32::MAX)).is_err());
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 #[test]
 fn a_full_disk_says_enospc() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (f, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
     let chunk = vec![7u8; 1 << 20];
@@ -189,13 +178,12 @@ fn a_full_disk_says_enospc() {
     let (g, _) = fs.create(root, b"after", 0o644, 0, 0, NOW).unwrap();
     assert_eq!(fs.write(g, 0, &chunk, NOW).unwrap().0, chunk.len());
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 #[test]
 fn an_open_file_outlives_its_last_name_until_released() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (f, _) = fs.create(root, b"tmp", 0o600, 0, 0, NOW).unwrap();
     fs.write(f, 0, &pattern(9, 50_000), NOW).unwrap();
@@ -212,13 +200,12 @@ fn an_open_file_outlives_its_last_name_until_released() {
     assert_eq!(fs.superblock().last_orphan, 0);
     assert_eq!(fs.getattr(f).unwrap().nlink, 0);
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 #[test]
 fn orphans_left_by_a_crash_are_freed_at_mount() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let mut open = Vec::new();
     for i in 0..3 {
@@ -240,7 +227,7 @@ fn orphans_left_by_a_crash_are_freed_at_mount() {
         "mount emptied the orphan list"
     );
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 /// Featherstitch §4.5: a file created and removed before its entry reached
@@ -250,8 +237,7 @@ fn orphans_left_by_a_crash_are_freed_at_mount() {
 /// the unlink would wait for the merged add-and-remove patch.
 #[test]
 fn an_entry_that_never_reached_the_disk_is_not_waited_for() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (f, created) = fs.create(root, b"brief", 0o644, 0, 0, NOW).unwrap();
     fs.write(f, 0, b"short-lived", NOW).unwrap();
@@ -262,7 +248,7 @@ fn an_entry_that_never_reached_the_disk_is_not_waited_for() {
         "the directory block was written for nothing"
     );
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 /// §4.5: indirect blocks go away from the data, so a file's data blocks
@@ -270,8 +256,7 @@ fn an_entry_that_never_reached_the_disk_is_not_waited_for() {
 /// written in one request).
 #[test]
 fn data_blocks_stay_contiguous_across_the_indirect_boundary() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (_, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (_, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (f, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
     fs.write(f, 0, &pattern(1, 100 * 4096), NOW).unwrap();
@@ -288,8 +273,7 @@ fn data_blocks_stay_contiguous_across_the_indirect_boundary() {
 #[test]
 fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
     use stitch_diskfs::Op;
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let ops = vec![
         Op::Mkdir {
@@ -342,15 +326,41 @@ fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
     fs.sync_patch(err.applied[1].patch).unwrap();
     assert!(fs.modes().cache().is_committed(err.applied[1].patch));
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
+}
+
+/// Leaks are reclaimed in soft updates only: asked of another mode, the
+/// mount is refused before it reads or writes anything. (Reclaiming is
+/// tested through `stitchfs fsck --repair-leaks` in the cli's tests.)
+#[test]
+fn reclaiming_leaks_outside_soft_updates_is_refused_untouched() {
+    use stitch_diskfs::{DataMode, Leak, StackOptions};
+    let image = fresh_image();
+    let dev =
+        std::sync::Arc::new(stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap());
+    let leak = Leak::BlocksLeaked {
+        first: 100,
+        last: 100,
+    };
+    for mode in [Consistency::Async, Consistency::Journal(DataMode::Ordered)] {
+        let stack = StackOptions {
+            reclaim: vec![leak],
+            ..StackOptions::new(mode)
+        };
+        let err = stitch_diskfs::DiskFs::mount(dev.clone(), stack, NOW).err();
+        assert!(
+            matches!(err, Some(DiskError::Invalid(_))),
+            "{mode}: {err:?}"
+        );
+    }
+    assert!(dev.snapshot() == image, "the image changed");
 }
 
 /// Mount durably marks the file system in use (a crash then finds it not
 /// clean) and counts the mount; unmount marks it clean again.
 #[test]
 fn mount_marks_the_file_system_in_use_and_unmount_clean() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let image = fresh_image(tmp.path());
+    let image = fresh_image();
     let state_of = |img: &[u8]| u16::from_le_bytes([img[1024 + 0x3A], img[1024 + 0x3B]]);
     let count_of = |img: &[u8]| u16::from_le_bytes([img[1024 + 0x34], img[1024 + 0x35]]);
     assert_eq!(state_of(&image) & 1, 1, "mkfs leaves it clean");
@@ -374,8 +384,7 @@ fn mount_marks_the_file_system_in_use_and_unmount_clean() {
 /// clean, also after a remount (which reads the blocks afresh).
 #[test]
 fn a_large_directory_thinned_and_refilled_stays_exact() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let (big, _) = fs.mkdir(root, b"big", 0o755, 0, 0, NOW).unwrap();
     let n = 3000u32;
@@ -460,7 +469,7 @@ fn a_large_directory_thinned_and_refilled_stays_exact() {
             .unwrap(),
     );
     let image = dev.snapshot();
-    judge(tmp.path(), &image);
+    judge(&image);
     let (_, mut fs) = mount(image, Consistency::SoftUpdates);
     check(&mut fs, &inos);
 }
@@ -473,7 +482,7 @@ fn a_large_directory_thinned_and_refilled_stays_exact() {
 /// clean (a wrong `i_blocks` or a pointer past the size is an e2fsck error).
 #[test]
 fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
-    use stitch_diskfs::{DataMode, JournalConfig};
+    use stitch_diskfs::DataMode;
     let modes = [
         Consistency::SoftUpdates,
         Consistency::Async,
@@ -481,23 +490,9 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
         Consistency::Journal(DataMode::Journal),
     ];
     for mode in modes {
-        let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = tmp.path().join("fresh.img");
-        let journal = matches!(mode, Consistency::Journal(_))
-            .then_some(stitch_mkfs::JournalSize::Bytes(4 << 20));
-        let opts = stitch_mkfs::MkfsOptions {
-            size: Some(64 << 20),
-            journal,
-            force: true,
-            ..Default::default()
-        };
-        stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-        let dev = std::sync::Arc::new(
-            stitch_blockdev::MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap(),
-        );
-        let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
-        let mut fs =
-            stitch_diskfs::DiskFs::mount_with(cache, mode, JournalConfig::default(), NOW).unwrap();
+        let journal =
+            matches!(mode, Consistency::Journal(_)).then_some(JournalSize::Bytes(4 << 20));
+        let (dev, mut fs) = mount(stitch_testkit::fresh_image(64 << 20, journal), mode);
         let root = fs.root();
         let (f, _) = fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
         let bs = 4096u64;
@@ -521,7 +516,7 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
         assert_eq!(fs.read(f, 0, model.len() + 10).unwrap(), model, "{mode:?}");
         assert_eq!(fs.getattr(f).unwrap().size, model.len() as u64);
         fs.unmount(NOW).unwrap();
-        judge(tmp.path(), &dev.snapshot());
+        judge(&dev.snapshot());
     }
 }
 
@@ -531,8 +526,7 @@ fn a_large_write_over_holes_and_mapped_blocks_fills_each_run() {
 /// superblock free counts come out exact.
 #[test]
 fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let (dev, mut fs) = mount(fresh_image(tmp.path()), Consistency::SoftUpdates);
+    let (dev, mut fs) = mount(fresh_image(), Consistency::SoftUpdates);
     let root = fs.root();
     let block_of = |fs: &mut stitch_diskfs::DiskFs, name: &[u8], seed: u8| {
         let (f, _) = fs.create(root, name, 0o644, 0, 0, NOW).unwrap();
@@ -574,7 +568,7 @@ fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
         }
     }
     fs.unmount(NOW).unwrap();
-    judge(tmp.path(), &dev.snapshot());
+    judge(&dev.snapshot());
 }
 
 /// `write_pages`: whole pages become the blocks themselves, over mapped
@@ -584,22 +578,13 @@ fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
 #[test]
 fn written_pages_are_shared_and_read_back_after_remount() {
     use std::sync::Arc;
-    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for mode in [
         Consistency::SoftUpdates,
         Consistency::Journal(stitch_diskfs::DataMode::Ordered),
         Consistency::Journal(stitch_diskfs::DataMode::Journal),
     ] {
-        let path = tmp.path().join("pages.img");
-        let opts = stitch_mkfs::MkfsOptions {
-            size: Some(32 << 20),
-            journal: (mode != Consistency::SoftUpdates)
-                .then_some(stitch_mkfs::JournalSize::Bytes(4 << 20)),
-            force: true,
-            ..Default::default()
-        };
-        stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-        let (dev, mut fs) = mount(std::fs::read(&path).unwrap(), mode);
+        let journal = (mode != Consistency::SoftUpdates).then_some(JournalSize::Bytes(4 << 20));
+        let (dev, mut fs) = mount(stitch_testkit::fresh_image(32 << 20, journal), mode);
         let root = fs.root();
         let (ino, _) = fs.create(root, b"f", 0o644, 0, 0, NOW).unwrap();
         // Blocks 0 and 1 mapped already; 2.. new.
@@ -657,7 +642,7 @@ fn written_pages_are_shared_and_read_back_after_remount() {
         fs.unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))
             .unwrap();
         let image = dev.snapshot();
-        judge(tmp.path(), &image);
+        judge(&image);
         let (_, mut fs) = mount(image, mode);
         assert_eq!(
             fs.read(ino, 0, 1 << 20).unwrap(),
@@ -671,8 +656,7 @@ fn written_pages_are_shared_and_read_back_after_remount() {
 fn adds_that_reached_the_disk_are_not_remembered_forever() {
     // Each create is remembered for the §4.5 elision until its entry is on
     // disk; a long-running mount must not keep them all.
-    let dir = tempfile::tempdir().unwrap();
-    let image = common::fresh_image(dir.path(), 128 << 20);
+    let image = stitch_testkit::fresh_image(128 << 20, None);
     let (_dev, mut fs) = mount(image, Consistency::SoftUpdates);
     let root = fs.root();
     for i in 0..5000 {

@@ -14,7 +14,6 @@ use stitch_blockdev::record::{crash_states, CrashState, Enumerate, ImageBuilder}
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_format::xattr::{Xattr, XattrHeader};
-use stitch_patch::{CacheConfig, PatchCache};
 
 mod common;
 use common::NOW;
@@ -61,17 +60,9 @@ fn refcount(image: &[u8], b: u32) -> u32 {
 
 /// `e2fsck -fn`'s exit code and output, and whether our fsck is clean.
 fn judges(path: &Path) -> (i32, String, stitch_fsck::Report) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(path)
-        .output()
-        .unwrap();
+    let e2 = stitch_testkit::e2fsck(path, &["-fn"]);
     let report = stitch_fsck::check(path, &Default::default(), &mut |_, _, _| {}).unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        report,
-    )
+    (e2.code, e2.stdout, report)
 }
 
 /// A scratch directory, or None (and a note) when not root: the kernel
@@ -81,7 +72,7 @@ fn root_tmp() -> Option<tempfile::TempDir> {
         println!("SKIPPED: needs root for mount -o loop");
         return None;
     }
-    Some(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap())
+    Some(stitch_testkit::scratch())
 }
 
 /// Fails unless `e2fsck -fn` and our fsck both find `path` clean.
@@ -102,8 +93,7 @@ fn recorded(dir: &Path, mode: Consistency) -> (Arc<RecordingDevice<MemDevice>>, 
     let base = stitch_testkit::kernel_xattr_image(dir, ext);
     let mem = MemDevice::from_image(4096, base.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, base).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    (rec.clone(), DiskFs::mount(cache, mode, NOW).unwrap())
+    (rec.clone(), DiskFs::mount(rec.clone(), mode, NOW).unwrap())
 }
 
 /// Builds up to 64 crash images of what `rec` recorded in `mode`

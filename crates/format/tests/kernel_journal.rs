@@ -5,12 +5,13 @@
 
 mod common;
 
-use common::{block, mke2fs, read_at, scratch};
+use common::{block, read_at};
 use std::process::Command;
 use stitch_format::indirect::pointer;
 use stitch_format::jbd2::blocks::decode_descriptor;
 use stitch_format::jbd2::{BlockHeader, BlockType, CommitBlock, JournalSuperblock};
 use stitch_format::Superblock;
+use stitch_testkit::{mke2fs, scratch};
 
 #[test]
 fn kernel_written_log_decodes() {
@@ -24,12 +25,8 @@ fn kernel_written_log_decodes() {
         return;
     }
     let dir = scratch();
-    let path = mke2fs(
-        dir.path(),
-        "k.img",
-        64 << 20,
-        &["-t", "ext3", "-b", "4096", "-I", "256"],
-    );
+    let path = dir.path().join("k.img");
+    mke2fs(&path, 64 << 20, &["-t", "ext3", "-b", "4096", "-I", "256"]);
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let Ok(mount) = stitch_testkit::LoopMount::new(&path, &mnt, "") else {

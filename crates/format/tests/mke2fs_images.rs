@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{block, mke2fs, read_at, scratch};
+use common::{block, read_at};
 use std::path::Path;
 use stitch_format::dir;
 use stitch_format::error::FormatError;
@@ -11,6 +11,7 @@ use stitch_format::group_desc::{decode_table, encode_table};
 use stitch_format::indirect::{map_path, pointer};
 use stitch_format::inode::{JOURNAL_INO, ROOT_INO};
 use stitch_format::{BlockNo, FileType, Geometry, GroupNo, Inode, InodeNo, Superblock};
+use stitch_testkit::{mke2fs, scratch};
 
 struct Image {
     sb: Superblock,
@@ -97,12 +98,8 @@ fn check_layouts(img: &Image) {
 #[test]
 fn ext2_4k_with_resize_inode_and_dir_index() {
     let dir = scratch();
-    let path = mke2fs(
-        dir.path(),
-        "a.img",
-        300 << 20,
-        &["-t", "ext2", "-b", "4096", "-I", "256"],
-    );
+    let path = dir.path().join("a.img");
+    mke2fs(&path, 300 << 20, &["-t", "ext2", "-b", "4096", "-I", "256"]);
     let img = open(&path);
     assert_eq!(img.geo.group_count, 3);
     assert!(img.sb.reserved_gdt_blocks > 0);
@@ -120,9 +117,9 @@ fn ext2_4k_with_resize_inode_and_dir_index() {
 #[test]
 fn ext3_journal_inode_maps_its_blocks() {
     let dir = scratch();
-    let path = mke2fs(
-        dir.path(),
-        "j.img",
+    let path = dir.path().join("j.img");
+    mke2fs(
+        &path,
         200 << 20,
         &[
             "-t",
@@ -152,12 +149,8 @@ fn ext3_journal_inode_maps_its_blocks() {
 fn small_block_sizes_are_read() {
     let dir = scratch();
     for bs in ["1024", "2048"] {
-        let path = mke2fs(
-            dir.path(),
-            &format!("b{bs}.img"),
-            40 << 20,
-            &["-t", "ext3", "-b", bs, "-I", "128"],
-        );
+        let path = dir.path().join(format!("b{bs}.img"));
+        mke2fs(&path, 40 << 20, &["-t", "ext3", "-b", bs, "-I", "128"]);
         let img = open(&path);
         assert_eq!(img.geo.block_size.bytes().to_string(), bs);
         assert_eq!(img.sb.first_data_block, u32::from(bs == "1024"));
@@ -179,7 +172,8 @@ fn ext4_features_are_refused_by_name() {
         (&["-t", "ext2", "-O", "metadata_csum"], "metadata_csum"),
     ];
     for (i, (args, want)) in cases.iter().enumerate() {
-        let path = mke2fs(dir.path(), &format!("f{i}.img"), 64 << 20, args);
+        let path = dir.path().join(format!("f{i}.img"));
+        mke2fs(&path, 64 << 20, args);
         let err = Superblock::decode(&read_at(&path, 1024, 1024)).unwrap_err();
         assert!(
             matches!(err, FormatError::UnsupportedFeature { .. }),

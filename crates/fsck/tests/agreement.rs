@@ -16,6 +16,7 @@ use common::e2fsck as e2;
 use common::*;
 use std::path::{Path, PathBuf};
 use stitch_fsck::{Class, Report};
+use stitch_testkit::{is_root, mke2fs, mkfs, scratch, JournalSize};
 
 /// What a damaged image must show besides agreement.
 #[derive(Clone, Copy)]
@@ -39,7 +40,8 @@ const fn finds(kind: &'static str, class: Class) -> Expect {
 
 /// Runs both checkers on `img` and asserts agreement and `expect`.
 fn check(img: &Path, expect: Expect) -> Option<Report> {
-    let (code, out) = run("e2fsck", &["-fn", img.to_str().unwrap()]);
+    let r = stitch_testkit::e2fsck(img, &["-fn"]);
+    let (code, out) = (r.code, r.report());
     let ours = stitch_fsck::check(img, &Default::default(), &mut |_, _, _| {});
     if code == 8 {
         let err = ours.expect_err("e2fsck could not check it, neither should we");
@@ -128,18 +130,26 @@ fn corpus(dir: &Path, root: bool) -> Vec<PathBuf> {
         }
         out.push(p);
     };
-    add("ours-ext2-64m", &|p| our_mkfs(p, 64, false), true);
-    add("ours-ext2-300m", &|p| our_mkfs(p, 300, false), false);
-    add("ours-ext3-64m", &|p| our_mkfs(p, 64, true), true);
-    add("ours-ext3-200m", &|p| our_mkfs(p, 200, true), false);
+    add("ours-ext2-64m", &|p| mkfs(p, 64 << 20, None), true);
+    add("ours-ext2-300m", &|p| mkfs(p, 300 << 20, None), false);
+    add(
+        "ours-ext3-64m",
+        &|p| mkfs(p, 64 << 20, Some(JournalSize::Default)),
+        true,
+    );
+    add(
+        "ours-ext3-200m",
+        &|p| mkfs(p, 200 << 20, Some(JournalSize::Default)),
+        false,
+    );
     add(
         "mke2fs-ext2-64m",
-        &|p| mke2fs(p, 64, &["-t", "ext2", "-b", "4096"]),
+        &|p| mke2fs(p, 64 << 20, &["-t", "ext2", "-b", "4096"]),
         true,
     );
     add(
         "mke2fs-ext2-300m",
-        &|p| mke2fs(p, 300, &["-t", "ext2", "-b", "4096"]),
+        &|p| mke2fs(p, 300 << 20, &["-t", "ext2", "-b", "4096"]),
         true,
     );
     add(
@@ -147,7 +157,7 @@ fn corpus(dir: &Path, root: bool) -> Vec<PathBuf> {
         &|p| {
             mke2fs(
                 p,
-                96,
+                96 << 20,
                 &["-t", "ext2", "-b", "4096", "-O", "^resize_inode,^dir_index"],
             )
         },
@@ -155,12 +165,12 @@ fn corpus(dir: &Path, root: bool) -> Vec<PathBuf> {
     );
     add(
         "mke2fs-ext3-128m",
-        &|p| mke2fs(p, 128, &["-t", "ext3", "-b", "4096"]),
+        &|p| mke2fs(p, 128 << 20, &["-t", "ext3", "-b", "4096"]),
         true,
     );
     add(
         "mke2fs-ext2-1k",
-        &|p| mke2fs(p, 48, &["-t", "ext2", "-b", "1024"]),
+        &|p| mke2fs(p, 48 << 20, &["-t", "ext2", "-b", "1024"]),
         true,
     );
     out
@@ -391,7 +401,7 @@ fn damaged_ext2_agrees() {
     let root = is_root();
     let dir = scratch();
     let base = dir.path().join("base");
-    mke2fs(&base, 64, &["-t", "ext2", "-b", "4096"]);
+    mke2fs(&base, 64 << 20, &["-t", "ext2", "-b", "4096"]);
     if root {
         fill_with_kernel(&base, &dir.path().join("mnt"));
     } else {
@@ -420,7 +430,7 @@ fn damaged_ext2_agrees() {
 fn journal_needing_recovery_is_clean_but_flagged() {
     let dir = scratch();
     let img = dir.path().join("ext3");
-    mke2fs(&img, 64, &["-t", "ext3", "-b", "4096"]);
+    mke2fs(&img, 64 << 20, &["-t", "ext3", "-b", "4096"]);
     dbg(&img, &["feature needs_recovery"]);
     let expect = Expect {
         kind: None,
@@ -435,13 +445,13 @@ fn bad_magic_uses_backup_or_fails_like_e2fsck() {
     let dir = scratch();
     // Several groups: e2fsck and we fall back to group 1's copy.
     let multi = dir.path().join("multi");
-    mke2fs(&multi, 300, &["-t", "ext2", "-b", "4096"]);
+    mke2fs(&multi, 300 << 20, &["-t", "ext2", "-b", "4096"]);
     poke(&multi, 1024 + 0x38, &[0, 0]);
     let r = check(&multi, finds("superblock_corrupt", Class::Corruption)).unwrap();
     assert!(!r.is_clean());
     // One group: no backup, both give up with exit 8.
     let single = dir.path().join("single");
-    mke2fs(&single, 64, &["-t", "ext2", "-b", "4096"]);
+    mke2fs(&single, 64 << 20, &["-t", "ext2", "-b", "4096"]);
     poke(&single, 1024 + 0x38, &[0, 0]);
     assert!(
         check(&single, CLEAN).is_none(),
@@ -453,7 +463,7 @@ fn bad_magic_uses_backup_or_fails_like_e2fsck() {
 fn garbage_is_an_error_or_a_finding_never_a_panic() {
     let dir = scratch();
     let img = dir.path().join("img");
-    our_mkfs(&img, 64, false);
+    mkfs(&img, 64 << 20, None);
     // Scribble over the root directory's block and the first inode table block.
     let bs = block_size(&img);
     let root_blk = bmap(&img, "/", 0);

@@ -21,6 +21,7 @@ use stitch_format::jbd2::{CommitBlock, DescriptorTag, JournalSuperblock};
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
 use stitch_format::{Geometry, GroupDesc, Inode, InodeNo, Superblock};
 use stitch_fsck::{CheckOptions, Class, Report};
+use stitch_testkit::{mkfs, scratch, JournalSize};
 
 const MTIME: u32 = 1_234_567;
 
@@ -110,7 +111,7 @@ fn set_needs_recovery(img: &Path, on: bool) {
 /// The crash state described at the top, on a fresh ext3 image; returns
 /// the layout and the good root directory block.
 fn crashed_image(img: &Path) -> (Layout, Vec<u8>) {
-    our_mkfs(img, 64, true);
+    mkfs(img, 64 << 20, Some(JournalSize::Default));
     let l = layout(img);
     let bs = l.bs as usize;
     let good_root = read(img, l.root_dir * l.bs, bs);
@@ -217,7 +218,8 @@ fn recover_writes_the_replay_and_then_the_image_is_clean() {
         eprintln!("skipped the e2fsck -fn check: e2fsck is not installed");
         return;
     }
-    let (code, out) = run("e2fsck", &["-fn", img.to_str().unwrap()]);
+    let r = stitch_testkit::e2fsck(&img, &["-fn"]);
+    let (code, out) = (r.code, r.report());
     assert_eq!(code, 0, "e2fsck -fn after --recover:\n{out}");
 }
 
@@ -234,7 +236,8 @@ fn our_replay_writes_what_e2fsck_replay_writes() {
     copy(&ours, &theirs);
     assert!(check(&ours, true).is_clean());
     // e2fsck -fy replays the journal first, then finds nothing to fix.
-    let (code, out) = run("e2fsck", &["-fy", theirs.to_str().unwrap()]);
+    let r = stitch_testkit::e2fsck(&theirs, &["-fy"]);
+    let (code, out) = (r.code, r.report());
     assert_eq!(code, 0, "{out}");
     let (a, b) = (
         std::fs::read(&ours).unwrap(),
@@ -259,7 +262,7 @@ fn our_replay_writes_what_e2fsck_replay_writes() {
 fn a_transaction_outside_the_file_system_is_a_finding_and_never_written() {
     let dir = scratch();
     let img = dir.path().join("ext3");
-    our_mkfs(&img, 64, true);
+    mkfs(&img, 64 << 20, Some(JournalSize::Default));
     let l = layout(&img);
     let far = u64::from(l.blocks_count) + 5;
     journal_transaction(&img, &l, &[(far, vec![1; l.bs as usize])]);
@@ -289,7 +292,7 @@ fn a_transaction_outside_the_file_system_is_a_finding_and_never_written() {
 fn journal_data_without_the_needs_recovery_flag_is_named_not_replayed() {
     let dir = scratch();
     let img = dir.path().join("ext3");
-    our_mkfs(&img, 64, true);
+    mkfs(&img, 64 << 20, Some(JournalSize::Default));
     let l = layout(&img);
     let table = read(&img, l.root_inode.0 * l.bs, l.bs as usize);
     journal_transaction(&img, &l, &[(l.root_inode.0, table)]);
@@ -300,7 +303,8 @@ fn journal_data_without_the_needs_recovery_flag_is_named_not_replayed() {
     assert_eq!(kinds, ["journal_data_ignored"], "{r}");
     assert_eq!(r.exit_code(), 0);
     if have("e2fsck") {
-        let (code, out) = run("e2fsck", &["-fn", img.to_str().unwrap()]);
+        let r = stitch_testkit::e2fsck(&img, &["-fn"]);
+        let (code, out) = (r.code, r.report());
         assert_eq!(code, 0, "{out}");
         let problems = common::e2fsck::problems(&out).unwrap();
         assert_eq!(problems.len(), 1, "{out}");

@@ -6,25 +6,15 @@ use std::time::Instant;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_memfs::{Kind, MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
 
 fn main() {
     let n: usize = std::env::args()
         .nth(1)
         .map_or(20_000, |s| s.parse().unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("i.img");
-    let o = stitch_mkfs::MkfsOptions {
-        size: Some(512 << 20),
-        journal: Some(stitch_mkfs::JournalSize::Default),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
-    let dev = Arc::new(MemDevice::from_image(4096, std::fs::read(&path).unwrap()).unwrap());
-    let cache = PatchCache::new(dev, CacheConfig::default());
+    let image = stitch_testkit::fresh_image(512 << 20, Some(stitch_testkit::JournalSize::Default));
+    let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
     let disk = DiskFs::mount(
-        cache,
+        dev,
         Consistency::Journal(DataMode::Ordered),
         stitch_diskfs::Timestamp::from_secs(1),
     )

@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use stitch_diskfs::{
-    Counts, Disk, DiskFs, FileType, InodeNo, RenameFlags, Special, TimeRange, Timestamp,
+    BlockDevice, Counts, Disk, DiskFs, FileType, InodeNo, RenameFlags, Special, StackOptions,
+    TimeRange, Timestamp,
 };
 
 pub(crate) const ROOT: u64 = 2;
@@ -133,6 +134,19 @@ fn check_name(name: &[u8]) -> Result<()> {
 }
 
 impl MemFs {
+    /// Opens the whole stack on `dev` ([`DiskFs::mount`], with `stack`'s
+    /// settings for the layers below) and mounts memfs over it. The mount
+    /// is stamped with memfs's clock (`opts.fixed_time`, or now). memfs
+    /// hands the device to diskfs unopened and never uses it itself.
+    pub fn mount_device(
+        dev: Arc<dyn BlockDevice>,
+        stack: impl Into<StackOptions>,
+        opts: Options,
+    ) -> Result<MemFs> {
+        let now = opts.fixed_time.unwrap_or_else(Timestamp::now);
+        MemFs::mount(DiskFs::mount(dev, stack, now)?, opts)
+    }
+
     /// Puts memfs in front of a mounted diskfs and starts the background
     /// flusher (if `opts.flush_interval` is set).
     pub fn mount(disk: DiskFs, opts: Options) -> Result<MemFs> {

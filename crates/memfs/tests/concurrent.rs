@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stitch_diskfs::{Consistency, DataMode, DiskFs};
+use stitch_diskfs::{Consistency, DataMode};
 use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
 use stitch_model::tree::Content;
 
@@ -371,8 +371,7 @@ fn changes_and_syncs_now(mode: Consistency) {
     if let Err(report) = check_image(&dev.snapshot(), false) {
         panic!("{mode:?}: after unmount: {report}");
     }
-    let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
-    let fs = MemFs::mount(DiskFs::mount(cache, mode, NOW).unwrap(), opts).unwrap();
+    let fs = MemFs::mount_device(dev.clone(), mode, opts).unwrap();
     check(&fs, "after remount");
     fs.unmount().unwrap();
 }

@@ -8,10 +8,9 @@
 mod common;
 use common::*;
 use std::sync::Arc;
-use stitch_blockdev::{BlockDevice, FaultDevice, FaultKind, MemDevice};
-use stitch_diskfs::{Consistency, DiskFs};
+use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
+use stitch_diskfs::Consistency;
 use stitch_memfs::{Kind, MemError, MemFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 const MIB: usize = 1 << 20;
 
@@ -296,9 +295,7 @@ fn sparse_writes_reserve_their_indirect_blocks() {
 fn mount_faulty(mode: Consistency) -> (Arc<FaultDevice<MemDevice>>, MemFs) {
     let inner = MemDevice::from_image(4096, image_for(mode)).unwrap();
     let dev = Arc::new(FaultDevice::new(inner).unwrap());
-    let cache = PatchCache::new(dev.clone() as Arc<dyn BlockDevice>, CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
-    (dev, MemFs::mount(disk, opts()).unwrap())
+    (dev.clone(), MemFs::mount_device(dev, mode, opts()).unwrap())
 }
 
 /// A write that fails at the device: the fsync says `EIO`, the mount

@@ -55,7 +55,11 @@ fn names(fs: &MemFs, dir: u64) -> Vec<String> {
 #[test]
 fn fsync_of_a_file_writes_that_file_only() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
         let r = fs.root();
         let g = fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
         let f = fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
@@ -89,7 +93,11 @@ fn fsync_of_a_file_writes_that_file_only() {
 #[test]
 fn fsync_of_a_directory_brings_the_partner_of_a_rename() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
         let r = fs.root();
         let d1 = fs.mkdir(r, b"d1", 0o755, 0, 0).unwrap();
         let d2 = fs.mkdir(r, b"d2", 0o755, 0, 0).unwrap();
@@ -117,7 +125,11 @@ fn a_moved_subdirectory_never_makes_a_loop_on_disk() {
     // McoreFS Figure 4-3: root has A, B; B/C; C/D. mv B/C /C; mv A D/A
     // (i.e. A moves below D, which sits in C), then fsync(D).
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
         let r = fs.root();
         let a = fs.mkdir(r, b"A", 0o755, 0, 0).unwrap();
         let b = fs.mkdir(r, b"B", 0o755, 0, 0).unwrap();
@@ -143,7 +155,11 @@ fn a_moved_subdirectory_never_makes_a_loop_on_disk() {
 #[test]
 fn a_removed_tree_goes_whole_or_not_at_all() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
         let r = fs.root();
         let t = fs.mkdir(r, b"t", 0o755, 0, 0).unwrap();
         let s = fs.mkdir(t.ino, b"s", 0o755, 0, 0).unwrap();
@@ -187,7 +203,11 @@ fn fsync_of_a_file_makes_its_attributes_durable() {
     };
     let pair = |n: &str, v: &str| (n.to_string(), v.to_string());
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(64 << 20, true)), mode, precise());
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
         let r = fs.root();
         let f = fs
             .mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0)
@@ -426,15 +446,14 @@ fn a_delivered_file_is_durable_in_three_flushes() {
 #[test]
 fn journal_home_writes_wait_for_several_syncs() {
     let blocks_written = |every: u32| {
-        let dev = device(fresh_image(64 << 20, true));
-        let cache = stitch_patch::PatchCache::new(dev.clone(), Default::default());
+        let dev = device(fresh_image(64 << 20, Some(JournalSize::Default)));
         let jcfg = stitch_diskfs::JournalConfig {
             home_writes_every: every,
             ..Default::default()
         };
         let mode = Consistency::Journal(stitch_diskfs::DataMode::Ordered);
-        let disk = stitch_diskfs::DiskFs::mount_with(cache, mode, jcfg, NOW).unwrap();
-        let fs = stitch_memfs::MemFs::mount(disk, opts()).unwrap();
+        let stack = stitch_diskfs::StackOptions::new(mode).journal(jcfg);
+        let fs = stitch_memfs::MemFs::mount_device(dev.clone(), stack, opts()).unwrap();
         let r = fs.root();
         let mut written = 0;
         for i in 0..40 {
@@ -463,7 +482,11 @@ fn journal_home_writes_wait_for_several_syncs() {
 #[test]
 fn every_free_inode_can_be_created() {
     for mode in MODES {
-        let fs = mount_on(device(fresh_image(16 << 20, true)), mode, opts());
+        let fs = mount_on(
+            device(fresh_image(16 << 20, Some(JournalSize::Default))),
+            mode,
+            opts(),
+        );
         let r = fs.root();
         let free = fs.statfs().unwrap().ffree;
         let mut made = 0;
@@ -532,7 +555,11 @@ fn mount_writing_behind_in(mode: Consistency, order: Order) -> MemFs {
         order,
         ..opts()
     };
-    mount_on(device(fresh_image(64 << 20, true)), mode, o)
+    mount_on(
+        device(fresh_image(64 << 20, Some(JournalSize::Default))),
+        mode,
+        o,
+    )
 }
 
 /// A new file `name` in the root holding `n` copies of `chunk`.
@@ -653,7 +680,11 @@ fn write_behind_off_hands_nothing_to_the_flusher() {
         write_behind: 0,
         ..opts()
     };
-    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[1], o);
+    let fs = mount_on(
+        device(fresh_image(64 << 20, Some(JournalSize::Default))),
+        MODES[1],
+        o,
+    );
     let f = fs
         .mknod(fs.root(), b"f", Kind::File, 0o644, (0, 0), 0, 0)
         .unwrap();

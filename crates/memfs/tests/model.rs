@@ -530,8 +530,7 @@ impl Run {
     fn remount(&mut self) -> Checked {
         self.unmount()?;
         self.note("mount".into());
-        let cache = stitch_patch::PatchCache::new(self.dev.clone(), Default::default());
-        let disk = match DiskFs::mount(cache, self.mode, NOW) {
+        let disk = match DiskFs::mount(self.dev.clone(), self.mode, NOW) {
             Ok(d) => d,
             Err(e) => return self.fail(format!("remount: {e}")),
         };

@@ -27,7 +27,9 @@ fn files_survive_a_remount_with_their_inode_numbers() {
             .unwrap();
         fs.write(sparse.ino, 10 << 20, b"end", false).unwrap();
         fs.unmount().unwrap();
-        let (code, out) = e2fsck(&dev);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck_image(&dev.snapshot());
         assert_eq!(code, 0, "{mode:?}: {out}");
 
         let fs = mount_on(dev.clone(), mode, opts());
@@ -88,7 +90,7 @@ fn a_created_and_removed_file_never_reaches_the_disk() {
         .unwrap();
     assert!(g.ino == f.ino || g.ino == x.ino, "{} not recycled", g.ino);
     fs.unmount().unwrap();
-    assert_eq!(e2fsck(&dev).0, 0);
+    assert_eq!(e2fsck_image(&dev.snapshot()).code, 0);
 }
 
 #[test]
@@ -107,7 +109,9 @@ fn an_open_unlinked_file_keeps_its_data_until_release() {
         assert!(matches!(fs.lookup(r, b"f"), Err(MemError::NotFound)));
         fs.release(f.ino).unwrap();
         fs.unmount().unwrap();
-        let (code, out) = e2fsck(&dev);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck_image(&dev.snapshot());
         assert_eq!(code, 0, "{mode:?}: {out}");
     }
 }
@@ -140,7 +144,7 @@ fn truncate_then_grow_shows_zeros() {
     let fs = mount_on(dev.clone(), MODES[1], opts());
     assert_eq!(fs.read(f.ino, 0, 200_000).unwrap(), want);
     fs.unmount().unwrap();
-    assert_eq!(e2fsck(&dev).0, 0);
+    assert_eq!(e2fsck_image(&dev.snapshot()).code, 0);
 }
 
 #[test]
@@ -171,7 +175,12 @@ fn rename_refuses_a_loop_and_handles_flags() {
     assert_eq!(fs.lookup(r, b"f").unwrap().kind, Kind::Dir);
     assert_eq!(fs.parent(b.ino).unwrap(), r);
     fs.unmount().unwrap();
-    assert_eq!(e2fsck(&dev).0, 0, "{}", e2fsck(&dev).1);
+    assert_eq!(
+        e2fsck_image(&dev.snapshot()).code,
+        0,
+        "{}",
+        e2fsck_image(&dev.snapshot()).stdout
+    );
 }
 
 #[test]
@@ -199,14 +208,16 @@ fn a_file_replaced_by_rename_leaves_no_blocks_behind() {
                 .unwrap();
         }
         fs.unmount().unwrap();
-        let (code, out) = e2fsck(&dev);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck_image(&dev.snapshot());
         assert_eq!(code, 0, "{mode:?}: {out}");
     }
 }
 
 #[test]
 fn an_unlinked_open_file_keeps_unflushed_data_after_eviction() {
-    let dev = device(fresh_image(64 << 20, true));
+    let dev = device(fresh_image(64 << 20, Some(JournalSize::Default)));
     let mut o = opts();
     o.memory_limit = 64 << 10; // 16 pages: everything clean gets evicted
     let fs = mount_on(dev.clone(), MODES[1], o);
@@ -223,7 +234,9 @@ fn an_unlinked_open_file_keeps_unflushed_data_after_eviction() {
     assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), data);
     fs.release(f.ino).unwrap();
     fs.unmount().unwrap();
-    let (code, out) = e2fsck(&dev);
+    let E2fsck {
+        code, stdout: out, ..
+    } = e2fsck_image(&dev.snapshot());
     assert_eq!(code, 0, "{out}");
 }
 
@@ -253,7 +266,9 @@ fn a_replaced_file_that_was_open_during_an_fsync_is_freed() {
         fs.rename(d.ino, b"c", d.ino, b"b", RenameFlags::default())
             .unwrap();
         fs.unmount().unwrap();
-        let (code, out) = e2fsck(&dev);
+        let E2fsck {
+            code, stdout: out, ..
+        } = e2fsck_image(&dev.snapshot());
         assert_eq!(code, 0, "{mode:?}: {out}");
     }
 }
@@ -262,7 +277,7 @@ fn a_replaced_file_that_was_open_during_an_fsync_is_freed() {
 /// so), and nothing about the file changes.
 #[test]
 fn an_image_without_ext_attr_refuses_attributes() {
-    let mut image = fresh_image(64 << 20, false);
+    let mut image = fresh_image(64 << 20, None);
     // s_feature_compat, at byte 0x5C of the superblock (which starts at 1024).
     let at = 1024 + 0x5C;
     let compat = u32::from_le_bytes(image[at..at + 4].try_into().unwrap());
@@ -298,7 +313,11 @@ fn an_image_without_ext_attr_refuses_attributes() {
 /// `df` must not stall behind someone's 100 MB fsync.
 #[test]
 fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
-    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[0], opts());
+    let fs = mount_on(
+        device(fresh_image(64 << 20, Some(JournalSize::Default))),
+        MODES[0],
+        opts(),
+    );
     let r = fs.root();
     let empty = fs.statfs().unwrap();
     let f = fs.mknod(r, b"a", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
@@ -325,7 +344,11 @@ fn statfs_counts_unflushed_files_and_does_not_wait_for_the_disk() {
 /// flushes.)
 #[test]
 fn renames_in_place_reserve_no_space() {
-    let fs = mount_on(device(fresh_image(64 << 20, true)), MODES[0], opts());
+    let fs = mount_on(
+        device(fresh_image(64 << 20, Some(JournalSize::Default))),
+        MODES[0],
+        opts(),
+    );
     let r = fs.root();
     for n in [&b"a"[..], b"b", b"c"] {
         fs.mknod(r, n, Kind::File, 0o644, (0, 0), 0, 0).unwrap();
@@ -376,7 +399,7 @@ fn directory_size_follows_the_disk_after_a_flush() {
 fn a_write_that_drops_set_id_bits_tells_the_attribute_hook() {
     use std::sync::{Arc, Mutex};
     use stitch_memfs::DropSetId;
-    let dev = device(fresh_image(16 << 20, true));
+    let dev = device(fresh_image(16 << 20, Some(JournalSize::Default)));
     let fs = mount_on(dev, MODES[0], opts());
     let told = Arc::new(Mutex::new(Vec::new()));
     let t = told.clone();
@@ -417,7 +440,7 @@ fn a_write_that_drops_set_id_bits_tells_the_attribute_hook() {
 #[test]
 fn a_change_of_owner_drops_set_id_bits_of_every_type_but_a_directory() {
     use stitch_memfs::DropSetId;
-    let dev = device(fresh_image(16 << 20, true));
+    let dev = device(fresh_image(16 << 20, Some(JournalSize::Default)));
     let fs = mount_on(dev, MODES[0], opts());
     let r = fs.root();
     // (name, kind, mode made with, mode after the change of owner)

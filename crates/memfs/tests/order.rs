@@ -32,7 +32,7 @@ fn durable_file(fs: &MemFs, dir: u64, name: &[u8], data: &[u8]) -> u64 {
 /// Runs the shape in `mode` and `order` and returns memfs over the image a
 /// crash right after the last fsync leaves (nothing else was applied).
 fn crash_after_git_commit(mode: Consistency, order: Order) -> MemFs {
-    let dev = device(fresh_image(64 << 20, true));
+    let dev = device(fresh_image(64 << 20, Some(JournalSize::Default)));
     let fs = mount_on(dev.clone(), mode, Options { order, ..opts() });
     let r = fs.root();
     let objects = fs.mkdir(r, b"objects", 0o755, 0, 0).unwrap().ino;

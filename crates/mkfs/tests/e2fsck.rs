@@ -5,12 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use stitch_mkfs::{mkfs, JournalSize, MkfsError, MkfsOptions, Preallocate};
-
-fn scratch() -> tempfile::TempDir {
-    let base = Path::new("/work/tmp-tests");
-    std::fs::create_dir_all(base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
-}
+use stitch_testkit::{assert_e2fsck_clean, scratch};
 
 fn make(dir: &Path, name: &str, size: u64, journal: bool) -> PathBuf {
     make_with(dir, name, size, journal, Preallocate::default())
@@ -56,8 +51,7 @@ fn run(cmd: &str, args: &[&str], path: &Path) -> (i32, String) {
 }
 
 fn check_clean(path: &Path, journal: bool) {
-    let (code, text) = run("e2fsck", &["-fn"], path);
-    assert_eq!(code, 0, "e2fsck -fn {}:\n{text}", path.display());
+    assert_e2fsck_clean(path);
     let (code, text) = run("debugfs", &["-R", "ls -l /"], path);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("lost+found"), "debugfs ls:\n{text}");

@@ -18,7 +18,7 @@ use stitch_model::{ops, GenConfig, Limits, Model, Tree, TreeOptions};
 const OPS_PER_CASE: usize = 300;
 
 fn run(seed: u64) -> Result<(), TestCaseError> {
-    let dir = common::scratch();
+    let dir = stitch_testkit::scratch();
     common::set_root_perm(dir.path(), 0o755);
     let mut real = RealFs::new(dir.path());
     let mut model = Model::new(0o755, common::me(), Limits::default());

@@ -166,7 +166,7 @@ fn render(tree: &Tree) -> String {
 /// Runs `script` on the model and on a real directory; each line must give
 /// its expected result on both, and both must leave the tree `expect`.
 fn check(script: &str, expect: &str) {
-    let dir = common::scratch();
+    let dir = stitch_testkit::scratch();
     common::set_root_perm(dir.path(), 0o755);
     let mut real = RealFs::new(dir.path());
     let mut model = Model::new(0o755, common::me(), Limits::default());

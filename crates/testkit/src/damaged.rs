@@ -40,35 +40,18 @@ pub struct Damage {
 /// journal; two groups of [`BLOCKS_PER_GROUP`], 256-byte inodes, mke2fs's
 /// default features for the type (`resize_inode` among them).
 pub fn base_image(path: &Path, journal: bool) {
-    let f = std::fs::File::create(path).unwrap();
-    f.set_len(IMAGE_BYTES).unwrap();
-    drop(f);
     let kind = if journal { "ext3" } else { "ext2" };
-    let ipg = INODES_PER_GROUP * 2;
-    let mut args = vec![
-        "-q".to_string(),
-        "-F".into(),
-        "-t".into(),
-        kind.into(),
-        "-b".into(),
-        "4096".into(),
-        "-I".into(),
-        "256".into(),
-        "-g".into(),
+    let (bpg, ipg) = (
         BLOCKS_PER_GROUP.to_string(),
-        "-N".into(),
-        ipg.to_string(),
+        (INODES_PER_GROUP * 2).to_string(),
+    );
+    let mut args = vec![
+        "-t", kind, "-b", "4096", "-I", "256", "-g", &bpg, "-N", &ipg,
     ];
     if journal {
-        args.extend(["-J".into(), "size=4".into()]);
+        args.extend(["-J", "size=4"]);
     }
-    args.push(path.to_str().unwrap().into());
-    let out = Command::new("mke2fs").args(&args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "mke2fs {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::mke2fs(path, IMAGE_BYTES, &args);
 }
 
 /// A digest of the whole image, to compare before and after a refusal.

@@ -1,13 +1,25 @@
 //! Test support shared by the crates' tests (a dev-dependency only; no
-//! library crate depends on it): kernel loop mounts, images the kernel
-//! wrote extended attributes on, and damaged images mount must refuse
+//! library crate depends on it), each helper defined once here: scratch
+//! directories beside the build ([`scratch`]), fresh images from our mkfs
+//! or mke2fs ([`fresh_image`], [`mkfs`], [`mke2fs`]), e2fsck as the
+//! outside judge ([`e2fsck`], [`assert_e2fsck_clean`]), what is mounted
+//! where ([`mount_type`]), kernel loop mounts, images the kernel wrote
+//! extended attributes on, and damaged images mount must refuse
 //! ([`damaged`]).
 //!
-//! Invariant: a [`LoopMount`] is unmounted when dropped, or the test fails
+//! Invariants: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
-//! and fail far from the cause.
+//! and fail far from the cause. The damaged images are made by e2fsprogs
+//! alone, never by stitch code (see [`damaged`]).
 
 pub mod damaged;
+mod e2fsck;
+mod image;
+mod scratch;
+
+pub use e2fsck::{assert_e2fsck_clean, e2fsck, e2fsck_image, E2fsck};
+pub use image::{fresh_image, mke2fs, mkfs, JournalSize};
+pub use scratch::{scratch, scratch_base};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +32,40 @@ pub fn is_root() -> bool {
         .output()
         .map(|o| o.stdout.starts_with(b"0\n"))
         .unwrap_or(false)
+}
+
+/// The type of the file system mounted at `mnt` now (`ext4`,
+/// `fuse.stitchfs`, ...; the last mount there if several are stacked), or
+/// `None` if nothing is, from `/proc/self/mounts`. `mnt` is compared as
+/// given: pass it canonical.
+pub fn mount_type(mnt: &Path) -> Option<String> {
+    let want = mnt.to_str()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("read /proc/self/mounts");
+    mounts.lines().rev().find_map(|l| {
+        let mut fields = l.split(' ');
+        let point = unescape_mount_field(fields.nth(1)?);
+        (point == want).then(|| fields.next().map(unescape_mount_field))?
+    })
+}
+
+/// `/proc/self/mounts` escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount_field(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(digits, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A kernel loop mount of an image file, unmounted on drop.
@@ -169,14 +215,12 @@ pub fn kernel_attribute_image(dir: &Path) -> std::path::PathBuf {
 /// A fresh 32 MiB `mke2fs -t ext` image at `path` (4 KiB blocks, inodes of
 /// `inode_size` bytes), mounted by the kernel at `mnt`.
 fn kernel_mount_new(path: &Path, ext: &str, inode_size: u16, mnt: &Path) -> LoopMount {
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", ext, "-b", "4096", "-I"])
-        .arg(inode_size.to_string())
-        .arg(path)
-        .arg("32M")
-        .output()
-        .expect("mke2fs runs");
-    assert!(out.status.success(), "mke2fs: {out:?}");
+    let inode_size = inode_size.to_string();
+    mke2fs(
+        path,
+        32 << 20,
+        &["-t", ext, "-b", "4096", "-I", &inode_size],
+    );
     LoopMount::new(path, mnt, "").unwrap_or_else(|e| panic!("{e}"))
 }
 

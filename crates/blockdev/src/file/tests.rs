@@ -3,15 +3,7 @@
 
 use super::*;
 use crate::{FaultDevice, FaultKind, MemDevice};
-
-fn scratch() -> tempfile::TempDir {
-    let base = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"))
-        .join("tmp");
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
-}
+use stitch_testkit::scratch;
 
 fn block(bs: usize, seed: u64) -> Vec<u8> {
     (0..bs)

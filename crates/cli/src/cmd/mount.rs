@@ -32,7 +32,6 @@ use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_format::superblock::EXT2_MAGIC;
 use stitch_format::Superblock;
 use stitch_memfs::{MemFs, Order};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// The image used when none is named, in the current directory.
 const DEFAULT_IMAGE: &str = "stitchfs.img";
@@ -529,13 +528,12 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
 /// group summaries may lag its bitmaps, and it may leak), the checker,
 /// whose leaks are reclaimed and whose corruption is refused (`repair`).
 fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
-    let cache = || PatchCache::new(dev.clone(), CacheConfig::default());
-    DiskFs::check_mountable(cache(), plan.mode).map_err(|e| refusal(&plan.image, e))?;
+    DiskFs::check_mountable(dev.clone(), plan.mode).map_err(|e| refusal(&plan.image, e))?;
     let sb = read_superblock(&plan.image)?;
     if !sb.cleanly_unmounted() && !sb.needs_recovery() {
         reclaim(&plan.image, dev.clone())?;
     }
-    DiskFs::mount(cache(), plan.mode, stitch_diskfs::Timestamp::now())
+    DiskFs::mount(dev, plan.mode, stitch_diskfs::Timestamp::now())
         .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
 }
 

@@ -9,7 +9,6 @@ use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DiskFs, RenameFlags};
-use stitch_patch::{CacheConfig, PatchCache};
 
 pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
 
@@ -20,12 +19,7 @@ pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_
 pub fn workload(image: Vec<u8>, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(RecordingDevice::with_base(mem, image).unwrap());
-    let mut fs = DiskFs::mount(
-        PatchCache::new(rec.clone(), CacheConfig::default()),
-        Consistency::SoftUpdates,
-        NOW,
-    )
-    .unwrap();
+    let mut fs = DiskFs::mount(rec.clone(), Consistency::SoftUpdates, NOW).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let root = fs.root();
     let (a, _) = fs.mkdir(root, b"a", 0o755, 0, 0, NOW).unwrap();
@@ -69,15 +63,7 @@ pub fn workload(image: Vec<u8>, seed: u64) -> Arc<RecordingDevice<MemDevice>> {
     rec
 }
 
-/// A fresh 16 MiB ext2 image from our mkfs, made in `dir`.
-pub fn fresh_ext2(dir: &std::path::Path) -> Vec<u8> {
-    let fresh = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(16 << 20),
-        journal: None,
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&fresh, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&fresh).unwrap()
+/// A fresh 16 MiB ext2 image from our mkfs.
+pub fn fresh_ext2() -> Vec<u8> {
+    stitch_testkit::fresh_image(16 << 20, None)
 }

@@ -11,11 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
+pub use stitch_testkit::{assert_e2fsck_clean, scratch};
 
-pub fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(Path::new(env!("CARGO_TARGET_TMPDIR"))).unwrap()
-}
+pub const BIN: &str = env!("CARGO_BIN_EXE_stitchfs");
 
 pub fn stitchfs(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
@@ -52,27 +50,10 @@ pub fn mountpoint(dir: &Path, name: &str) -> PathBuf {
     m.canonicalize().unwrap()
 }
 
-/// Whether a stitchfs FUSE mount sits on `mnt` (from /proc/self/mountinfo).
+/// Whether a stitchfs FUSE mount sits on `mnt` (another file system
+/// mounted there does not count).
 pub fn is_mounted(mnt: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines().any(|l| {
-        let fields: Vec<&str> = l.split(' ').collect();
-        let fstype = l.split(" - ").nth(1).and_then(|r| r.split(' ').next());
-        fields.get(4) == Some(&mnt.to_str().unwrap()) && fstype == Some("fuse.stitchfs")
-    })
-}
-
-/// Fails the test with `e2fsck -fn`'s report unless the image is clean.
-pub fn assert_e2fsck_clean(img: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(img).output().unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn {}: {}\n{}{}",
-        img.display(),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    stitch_testkit::mount_type(mnt).as_deref() == Some("fuse.stitchfs")
 }
 
 /// `fusermount3 -u`. Another test's fork may hold a descriptor of ours for

@@ -243,36 +243,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Is `mnt` a mount point now (per /proc/self/mounts)?
+/// Is `mnt` a mount point now (of any file system)?
 pub fn is_mounted(mnt: &Path) -> bool {
-    let want = mnt.to_str().unwrap();
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
-    mounts.lines().any(|l| {
-        l.split(' ')
-            .nth(1)
-            .map(|m| unescape_mount_field(m) == want)
-            .unwrap_or(false)
-    })
-}
-
-/// /proc/self/mounts escapes space, tab, newline and backslash as \ooo.
-fn unescape_mount_field(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            let digits = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(digits, 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    stitch_testkit::mount_type(mnt).is_some()
 }
 
 /// A mounted image; unmounts on drop if `unmount` was not called.
@@ -506,16 +479,12 @@ pub fn check_image(image: &Path, mode: Mode) {
         "stitchfs fsck found corruption in {img} after a clean unmount ({}):\n{text}",
         mode.name()
     );
-    let e2 = Command::new("e2fsck").args(["-fn", img]).output().unwrap();
-    let e2text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&e2.stdout),
-        String::from_utf8_lossy(&e2.stderr)
-    );
+    let e2 = stitch_testkit::e2fsck(image, &["-fn"]);
+    let e2text = e2.report();
     if mode.journal() {
         assert_eq!(
-            e2.status.code(),
-            Some(0),
+            e2.code,
+            0,
             "e2fsck -fn {img} after a clean unmount ({}):\n{e2text}",
             mode.name()
         );

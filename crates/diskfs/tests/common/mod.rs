@@ -1,32 +1,20 @@
-//! Helpers shared by the diskfs tests: fresh images and mounts in memory.
+//! Helpers shared by the diskfs tests: mounts in memory, crash images and
+//! their verdict (fresh images, scratch directories and e2fsck come from
+//! stitch-testkit).
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_patch::{CacheConfig, PatchCache};
 
 pub const NOW: stitch_diskfs::Timestamp = stitch_diskfs::Timestamp::from_secs(1_700_000_000);
-
-/// A fresh ext2 image of `size` bytes from our mkfs, in memory.
-pub fn fresh_image(dir: &Path, size: u64) -> Vec<u8> {
-    let path = dir.join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(size),
-        journal: None,
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
-}
 
 /// Mounts `image` on a memory device; the device holds what reached "disk".
 pub fn mount(image: Vec<u8>, mode: Consistency) -> (Arc<MemDevice>, DiskFs) {
     let dev = Arc::new(MemDevice::from_image(4096, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    (dev, DiskFs::mount(cache, mode, NOW).unwrap())
+    let fs = DiskFs::mount(dev.clone(), mode, NOW).unwrap();
+    (dev, fs)
 }
 
 /// Byte `i` of the file made as inode `f`: never zero, different per file,
@@ -52,8 +40,8 @@ pub fn mount_recorded(
 ) -> (Arc<stitch_blockdev::RecordingDevice<MemDevice>>, DiskFs) {
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let rec = Arc::new(stitch_blockdev::RecordingDevice::with_base(mem, image).unwrap());
-    let cache = PatchCache::new(rec.clone(), CacheConfig::default());
-    (rec, DiskFs::mount(cache, mode, NOW).unwrap())
+    let fs = DiskFs::mount(rec.clone(), mode, NOW).unwrap();
+    (rec, fs)
 }
 
 /// Every crash image `rec`'s log allows whose committed prefix reaches
@@ -90,18 +78,13 @@ pub fn soft_updates_verdict(path: &Path) -> Result<(), String> {
     if !report.is_clean() && !report.only_leaks() {
         return Err(format!("corruption:\n{report}"));
     }
-    let e2 = std::process::Command::new("e2fsck")
-        .arg("-fn")
-        .arg(path)
-        .output()
-        .expect("e2fsck (apt-get install e2fsprogs)");
-    let code = e2.status.code().unwrap_or(-1);
-    let clean = report.is_clean();
+    let e2 = stitch_testkit::e2fsck(path, &["-fn"]);
+    let (code, clean) = (e2.code, report.is_clean());
     if (clean && code != 0) || !matches!(code, 0 | 4) {
         return Err(format!(
             "e2fsck exit {code} (ours: {}):\n{}",
             if clean { "clean" } else { "leaks only" },
-            String::from_utf8_lossy(&e2.stdout)
+            e2.stdout
         ));
     }
     Ok(())

@@ -1,6 +1,7 @@
-//! Shared helpers of the agreement tests: making images (our mkfs, mke2fs),
-//! filling them through the kernel, damaging them with debugfs or byte
-//! edits, and running both checkers.
+//! Shared helpers of the agreement tests: filling images through the
+//! kernel, damaging them with debugfs or byte edits, and running both
+//! checkers. Scratch directories, fresh images and e2fsck come from
+//! stitch-testkit.
 
 #![allow(dead_code)]
 
@@ -9,20 +10,6 @@ pub mod e2fsck;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
-
-pub fn scratch() -> tempfile::TempDir {
-    let base = Path::new("/work/tmp-tests");
-    std::fs::create_dir_all(base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
-}
-
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
 
 pub fn run(cmd: &str, args: &[&str]) -> (i32, String) {
     let out = Command::new(cmd)
@@ -35,27 +22,6 @@ pub fn run(cmd: &str, args: &[&str]) -> (i32, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code().unwrap_or(-1), text)
-}
-
-pub fn mke2fs(path: &Path, size_mb: u64, args: &[&str]) {
-    let f = std::fs::File::create(path).unwrap();
-    f.set_len(size_mb << 20).unwrap();
-    let mut all = vec!["-q", "-F"];
-    all.extend_from_slice(args);
-    let p = path.to_str().unwrap();
-    all.push(p);
-    let (code, text) = run("mke2fs", &all);
-    assert_eq!(code, 0, "mke2fs {all:?}: {text}");
-}
-
-pub fn our_mkfs(path: &Path, size_mb: u64, journal: bool) {
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(size_mb << 20),
-        journal: journal.then_some(stitch_mkfs::JournalSize::Default),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(path, &opts, &mut |_, _| {}).unwrap();
 }
 
 /// Fills `img` through a kernel loop mount: nested directories, small,

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use stitch_blockdev::{FileDevice, OpenOptions};
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
 use stitch_memfs::{MemFs, Options};
-use stitch_patch::{CacheConfig, PatchCache};
 
 /// Soft updates and the journal's ordered and journal data modes.
 pub const MODES: [Consistency; 3] = [
@@ -18,17 +17,11 @@ pub const MODES: [Consistency; 3] = [
 /// modes), and the device, for its counters.
 pub fn mount(dir: &Path, name: &str, mode: Consistency) -> (Arc<FileDevice>, MemFs) {
     let path = dir.join(name);
-    let o = stitch_mkfs::MkfsOptions {
-        size: Some(1 << 30),
-        journal: matches!(mode, Consistency::Journal(_))
-            .then_some(stitch_mkfs::JournalSize::Default),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &o, &mut |_, _| {}).unwrap();
+    let journal =
+        matches!(mode, Consistency::Journal(_)).then_some(stitch_testkit::JournalSize::Default);
+    stitch_testkit::mkfs(&path, 1 << 30, journal);
     let dev = Arc::new(FileDevice::open(&path, OpenOptions::default()).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
+    let disk = DiskFs::mount(dev.clone(), mode, stitch_diskfs::Timestamp::from_secs(1)).unwrap();
     let opts = Options {
         flush_interval: None,
         ..Options::default()

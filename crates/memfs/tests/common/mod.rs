@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
-use stitch_diskfs::{Consistency, DiskFs};
+use stitch_diskfs::Consistency;
 use stitch_memfs::{Attr, Kind as MemKind, MemError, MemFs, Options};
 use stitch_model::types::{Kind, Meta, Name, Rdev, Special};
 use stitch_model::view::{self, InodeView};
 use stitch_model::Errno;
-use stitch_patch::{CacheConfig, PatchCache};
+#[allow(unused_imports)] // each test binary uses some
+pub use stitch_testkit::{e2fsck, e2fsck_image, fresh_image, E2fsck, JournalSize};
 
 /// A time as the model keeps it.
 pub fn model_time(t: stitch_memfs::Timestamp) -> stitch_model::Time {
@@ -25,20 +26,6 @@ pub fn mem_time(t: stitch_model::Time) -> stitch_memfs::Timestamp {
 }
 
 pub const NOW: stitch_memfs::Timestamp = stitch_memfs::Timestamp::from_secs(1_700_000_000);
-
-/// A fresh image from our mkfs (ext3 with a journal when `journal`).
-pub fn fresh_image(size: u64, journal: bool) -> Vec<u8> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fresh.img");
-    let opts = stitch_mkfs::MkfsOptions {
-        size: Some(size),
-        journal: journal.then_some(stitch_mkfs::JournalSize::Default),
-        force: true,
-        ..Default::default()
-    };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).unwrap();
-    std::fs::read(&path).unwrap()
-}
 
 pub fn opts() -> Options {
     Options {
@@ -58,37 +45,19 @@ pub fn precise() -> Options {
 
 /// memfs over diskfs over a memory device holding `image`.
 pub fn mount_on(dev: Arc<MemDevice>, mode: Consistency, opts: Options) -> MemFs {
-    let cache = PatchCache::new(dev, CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
-    MemFs::mount(disk, opts).unwrap()
+    MemFs::mount_device(dev, mode, opts).unwrap()
 }
 
 /// A fresh 64 MiB ext3 image on a memory device, mounted in `mode` with
 /// the tests' options; the device too, for its statistics and snapshots.
 pub fn mount_fresh(mode: Consistency) -> (Arc<MemDevice>, MemFs) {
-    let dev = device(fresh_image(64 << 20, true));
+    let dev = device(fresh_image(64 << 20, Some(JournalSize::Default)));
     let fs = mount_on(dev.clone(), mode, opts());
     (dev, fs)
 }
 
 pub fn device(image: Vec<u8>) -> Arc<MemDevice> {
     Arc::new(MemDevice::from_image(4096, image).unwrap())
-}
-
-/// The device's contents as an image file, judged by e2fsck -fn.
-pub fn e2fsck(dev: &MemDevice) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("check.img");
-    std::fs::write(&path, dev.snapshot()).unwrap();
-    let out = std::process::Command::new("e2fsck")
-        .args(["-fn"])
-        .arg(&path)
-        .output()
-        .expect("e2fsck (apt-get install e2fsprogs)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
 }
 
 pub const MODES: [Consistency; 3] = [
@@ -100,7 +69,8 @@ pub const MODES: [Consistency; 3] = [
 /// A fresh 32 MiB image for `mode`: ext3 with a journal for the journal modes,
 /// plain ext2 for soft updates.
 pub fn image_for(mode: Consistency) -> Vec<u8> {
-    fresh_image(32 << 20, matches!(mode, Consistency::Journal(_)))
+    let journal = matches!(mode, Consistency::Journal(_)).then_some(JournalSize::Default);
+    fresh_image(32 << 20, journal)
 }
 
 /// The verdicts of e2fsck -fn and of our fsck on `image`: `Err` with both
@@ -110,41 +80,34 @@ pub fn image_for(mode: Consistency) -> Vec<u8> {
 /// e2fsck itself first (`-E journal_only`), so its recovery, not ours,
 /// decides what the log holds; ours checks the image as it would replay it.
 pub fn check_image(image: &[u8], leaks_ok: bool) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = stitch_testkit::scratch();
     let path = dir.path().join("check.img");
     std::fs::write(&path, image).unwrap();
     let ours = stitch_fsck::check(&path, &Default::default(), &mut |_, _, _| {})
         .map_err(|e| format!("stitch fsck failed: {e}"))?;
     let ours_ok = ours.is_clean() || (leaks_ok && ours.only_leaks());
-    let e2fsck = |args: &[&str]| {
-        std::process::Command::new("e2fsck")
-            .args(args)
-            .arg(&path)
-            .output()
-            .expect("e2fsck (apt-get install e2fsprogs)")
-    };
     let mut replay = String::new();
     if ours.needs_recovery {
-        let out = e2fsck(&["-E", "journal_only", "-y"]);
-        replay = String::from_utf8_lossy(&out.stdout).into_owned();
+        let out = e2fsck(&path, &["-E", "journal_only", "-y"]);
+        replay = out.stdout.clone();
         // 0 or 1 (the journal replayed); anything else is a complaint.
-        if !matches!(out.status.code(), Some(0 | 1)) {
+        if !matches!(out.code, 0 | 1) {
             return Err(format!(
-                "e2fsck's journal replay exit {:?}:\n{replay}{}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr)
+                "e2fsck's journal replay exit {}:\n{}",
+                out.code,
+                out.report()
             ));
         }
     }
-    let out = e2fsck(&["-fn"]);
-    let code = out.status.code().unwrap_or(-1);
+    let out = e2fsck(&path, &["-fn"]);
+    let code = out.code;
     let e2_ok = code == 0 || (leaks_ok && code == 4);
     if ours_ok && e2_ok {
         return Ok(());
     }
     Err(format!(
         "e2fsck exit {code}:\n{replay}{}\nstitch fsck:\n{ours}",
-        String::from_utf8_lossy(&out.stdout)
+        out.stdout
     ))
 }
 
@@ -319,15 +282,13 @@ pub fn recorded_mount(
     MemFs,
     Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>>,
 ) {
-    let image = fresh_image(16 << 20, true);
+    let image = fresh_image(16 << 20, Some(JournalSize::Default));
     let mem = MemDevice::from_image(4096, image.clone()).unwrap();
     let slow = SlowFlush {
         inner: mem,
         delay: flush_delay,
     };
     let dev = Arc::new(stitch_blockdev::record::RecordingDevice::with_base(slow, image).unwrap());
-    let cache = PatchCache::new(dev.clone(), CacheConfig::default());
-    let disk = DiskFs::mount(cache, mode, NOW).unwrap();
     let o = match pages {
         Some(pages) => Options {
             flush_interval: Some(std::time::Duration::from_millis(2)),
@@ -336,7 +297,7 @@ pub fn recorded_mount(
         },
         None => opts(),
     };
-    let fs = MemFs::mount(disk, o).unwrap();
+    let fs = MemFs::mount_device(dev.clone(), mode, o).unwrap();
     let causes: Arc<std::sync::Mutex<Vec<stitch_memfs::FlushCause>>> = Arc::default();
     let seen = causes.clone();
     fs.on_own_flush(move |c| seen.lock().unwrap().push(c));

@@ -1,19 +1,8 @@
-//! Shared by the test files: a fresh real directory to replay ops on, and
-//! the credentials the model should use to match it.
-
-use std::path::PathBuf;
+//! Shared by the test files: the credentials the model should use to match
+//! a real directory (stitch-testkit's scratch directories, on an ordinary
+//! disk file system), and the permissions its root starts with.
 
 use stitch_model::Owner;
-
-/// Where real directories for tests live (beside the crate's build dir,
-/// on an ordinary disk file system).
-pub fn scratch() -> tempfile::TempDir {
-    let base = PathBuf::from(
-        std::env::var("STITCH_MODEL_TMP").unwrap_or_else(|_| "/work/target-model/tmp".into()),
-    );
-    std::fs::create_dir_all(&base).expect("scratch base");
-    tempfile::tempdir_in(base).expect("scratch dir")
-}
 
 /// The effective uid and gid, which own what the real runner creates.
 pub fn me() -> Owner {
