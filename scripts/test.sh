@@ -22,9 +22,9 @@ echo "== cargo test"
 # checks themselves. Use memory when there is room (Docker's default
 # /dev/shm of 64 MiB is too small, so it is not taken then).
 shm_gib=$(df --output=avail -B1G /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ' || true)
-if [ -z "${TMPDIR:-}" ] && [ "${shm_gib:-0}" -ge 8 ] 2>/dev/null; then
-    export TMPDIR=/dev/shm
-    echo "(test scratch files in $TMPDIR: ${shm_gib} GiB free)"
+if [ -z "${STITCH_TEST_TMP:-}" ] && [ "${shm_gib:-0}" -ge 8 ] 2>/dev/null; then
+    export STITCH_TEST_TMP=/dev/shm/stitchfs-tests TMPDIR=/dev/shm
+    echo "(test scratch files in $STITCH_TEST_TMP: ${shm_gib} GiB free)"
 fi
 status=0
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
