@@ -40,7 +40,7 @@ mod xattr;
 
 pub use batch::{BatchError, Done, Op};
 pub use dir::Entry;
-pub use error::{Damage, DiskError, Result};
+pub use error::{Damage, DiskError, ErrorKind, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use more_ops::{SetAttr, Special};
