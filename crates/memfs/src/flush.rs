@@ -263,7 +263,7 @@ impl MemFs {
 
     fn flush(&self, scope: Scope) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
-            return Err(MemError::Io("an earlier device error is latched".into()));
+            return Err(MemError::Latched);
         }
         let mut merged = self.inner.merged.lock();
         let plan = self.cut(&mut merged, scope)?;
@@ -287,7 +287,7 @@ impl MemFs {
     /// (the device is latched then, and what they held may be lost).
     fn durable_so_far(&self) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
-            return Err(MemError::Io("an earlier device error is latched".into()));
+            return Err(MemError::Latched);
         }
         Ok(())
     }
@@ -556,13 +556,8 @@ impl MemFs {
                 // latches, a device's or not (a full disk should not get
                 // this far: writes and creates hold room for what they
                 // need), and later changes fail with EROFS.
-                let e = self.latch(e);
                 self.inner.read_only.store(true, Ordering::SeqCst);
-                return Err(match e {
-                    MemError::NoSpace => MemError::NoSpace,
-                    MemError::Io(m) => MemError::Io(m),
-                    other => MemError::Io(other.to_string()),
-                });
+                return Err(MemError::of_flush(e));
             }
         };
         self.durable_so_far()?;
