@@ -165,3 +165,38 @@ pub enum Damage {
 }
 
 pub type Result<T> = std::result::Result<T, DiskError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stopped cache's refusal is of its first failure's kind.
+    #[test]
+    fn errors_sort_by_kind() {
+        let stopped = |cause| {
+            DiskError::Patch(PatchError::Stopped {
+                cause,
+                why: "earlier".into(),
+            })
+        };
+        assert_eq!(stopped(Stop::Device).kind(), ErrorKind::Device);
+        assert_eq!(stopped(Stop::Halted).kind(), ErrorKind::Damage);
+        assert_eq!(stopped(Stop::Invariant).kind(), ErrorKind::Bug);
+        let io = std::io::Error::from_raw_os_error(libc::EIO);
+        let dev = DevError::Io {
+            what: "flush".into(),
+            source: io,
+        };
+        let e = DiskError::Journal(JournalError::Write(dev.into()));
+        assert_eq!(e.kind(), ErrorKind::Device);
+        assert_eq!(e.io_error().and_then(|e| e.raw_os_error()), Some(libc::EIO));
+        let bug = DiskError::Patch(PatchError::Invariant("in-flight safety".into()));
+        assert_eq!(bug.kind(), ErrorKind::Bug);
+        assert_eq!(DiskError::NotFound.kind(), ErrorKind::Refused);
+        assert_eq!(DiskError::NoSpace("blocks").kind(), ErrorKind::NoSpace);
+        let extents = stitch_format::Structure::Inode;
+        let unsupported = DiskError::Format(FormatError::unsupported(extents, "extents"));
+        assert_eq!(unsupported.kind(), ErrorKind::Unsupported);
+        assert!(DiskError::Corrupt("a loop".into()).is_damage());
+    }
+}

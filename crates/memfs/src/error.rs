@@ -115,8 +115,9 @@ impl MemError {
         }
     }
 
-    /// The operating system's error a failed device gave, when this error
-    /// is that failure (later calls only repeat its text).
+    /// The operating system's error behind this one: a failed device's,
+    /// when this error is that failure (later calls only repeat its
+    /// text), or the one that kept the flush thread from starting.
     pub fn io_error(&self) -> Option<&std::io::Error> {
         match self {
             MemError::Device(e) => e.io_error(),
