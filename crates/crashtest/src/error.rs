@@ -8,6 +8,10 @@
 //! what crashtest is for. An error that stops one workload or one image
 //! becomes a finding too (of kind harness, semantics or recovery), with
 //! the error's text as its message; one that stops the run is returned.
+//!
+//! A variant's text names the error it carries, which is not also its
+//! `source`: the CLI prints an error with its chain, and would say it
+//! twice.
 
 use crate::workload::Action;
 use std::sync::Arc;
@@ -33,10 +37,10 @@ pub enum SpecError {
     MissingField { step: String, index: usize },
     #[error("{step}: missing path")]
     MissingPath { step: String },
-    #[error("{step}: {source}")]
+    #[error("{step}: {error}")]
     Number {
         step: String,
-        source: std::num::ParseIntError,
+        error: std::num::ParseIntError,
     },
     #[error("{step}: mknod:PATH:p|s|c:MAJ:MIN|b:MAJ:MIN")]
     Mknod { step: String },
@@ -139,8 +143,8 @@ pub enum StepError {
         diff: Vec<String>,
     },
     /// A persistence point failed on memfs.
-    #[error("{point}: {source}")]
-    Persist { point: String, source: MemError },
+    #[error("{point}: {error}")]
+    Persist { point: String, error: MemError },
     /// An fsync of a descriptor slot that holds no handle.
     #[error("fsync(fd{0}): no handle")]
     NoHandle(u32),
@@ -168,12 +172,12 @@ impl StepError {
 
 /// A call that failed while a tree was read back through diskfs.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} {ino}: {source}")]
+#[error("{call} {ino}: {error}")]
 pub struct ReadError {
     /// `inode`, `read inode`, `readlink`, `readdir`, `extended attributes of`.
     pub call: &'static str,
     pub ino: u64,
-    pub source: DiskError,
+    pub error: DiskError,
 }
 
 /// Why stitchfs did not recover a crash image (a recovery finding).

@@ -791,7 +791,7 @@ impl<'a> Driver<'a> {
 
     /// A persistence point on memfs and in the oracle.
     fn persist(&mut self, p: &Persist) -> Result<Option<Flush>, StepError> {
-        let failed = |point: String| move |source| StepError::Persist { point, source };
+        let failed = |point: String| move |error| StepError::Persist { point, error };
         let scope = match p {
             Persist::None => return Ok(None),
             Persist::Sync => {

@@ -308,7 +308,7 @@ struct TreeReader<'a> {
 
 /// The error of a failed diskfs `call` on `ino`.
 fn failed(call: &'static str, ino: u64) -> impl FnOnce(stitch_diskfs::DiskError) -> ReadError {
-    move |source| ReadError { call, ino, source }
+    move |error| ReadError { call, ino, error }
 }
 
 impl TreeReader<'_> {

@@ -234,10 +234,10 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
-    fn number(&self, source: std::num::ParseIntError) -> SpecError {
+    fn number(&self, error: std::num::ParseIntError) -> SpecError {
         SpecError::Number {
             step: self.step.to_string(),
-            source,
+            error,
         }
     }
 
@@ -362,9 +362,9 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         Some("sync") => Persist::Sync,
         Some(p) => match (p.strip_prefix("fsync:"), p.strip_prefix("fsyncfd:")) {
             (Some(path), _) => Persist::Fsync(path.to_string()),
-            (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|source| SpecError::Number {
+            (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|error| SpecError::Number {
                 step: p.to_string(),
-                source,
+                error,
             })?),
             _ => return Err(SpecError::UnknownPoint(p.to_string())),
         },
