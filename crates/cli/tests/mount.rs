@@ -1683,6 +1683,12 @@ fn a_failing_backing_store_turns_the_mount_read_only() {
         let log = m.stderr();
         assert!(!status.success(), "journal {journal}: exit {status}: {log}");
         assert!(log.contains("stitchfs fsck"), "journal {journal}: {log}");
+        // The request that met the failure is logged as a device error,
+        // with the device's own (the errno the kernel got is EIO).
+        assert!(
+            log.contains("device error") && log.contains("No space left on device"),
+            "journal {journal}: {log}"
+        );
 
         // The store grows again; the image is a crash image now.
         tmpfs("remount,size=400M");

@@ -13,6 +13,7 @@
 //! same file system. That key leaves out the log blocks of a journal
 //! recovery left empty (`s_start` 0): neither checker reads them.
 
+use crate::error::{CheckError, RecoverError};
 use crate::run::{journaled, Base, BS, NOW};
 use crate::state::{read_tree, Found};
 use std::collections::hash_map::DefaultHasher;
@@ -37,19 +38,22 @@ pub struct Verdict {
 #[derive(Clone, Debug)]
 pub struct Facts {
     /// The tree after recovery.
-    pub tree: Result<Found, String>,
+    pub tree: Result<Found, RecoverError>,
     /// Journal transactions the recovery replayed.
     pub replayed: u32,
-    pub fsck: Result<Verdict, String>,
+    pub fsck: Result<Verdict, CheckError>,
     /// e2fsck's exit code and output.
-    pub e2fsck: Result<(i32, String), String>,
+    pub e2fsck: Result<(i32, String), CheckError>,
     /// Whether the checkers ran on this image (rather than their verdict
     /// on the same recovered file system being reused).
     pub checked: bool,
 }
 
 /// Both checkers' verdicts on one image.
-type Verdicts = (Result<Verdict, String>, Result<(i32, String), String>);
+type Verdicts = (
+    Result<Verdict, CheckError>,
+    Result<(i32, String), CheckError>,
+);
 
 impl Facts {
     /// The checkers' output, for reports.
@@ -353,7 +357,10 @@ impl Checker {
             .put(base, blocks.iter().copied())
         {
             Ok(path) => (fsck(&path), e2fsck(&path)),
-            Err(e) => (Err(e.to_string()), Err(e.to_string())),
+            Err(e) => {
+                let e = CheckError::Scratch(Arc::new(e));
+                (Err(e.clone()), Err(e))
+            }
         };
         if !journaled(mode) {
             // Judged as the crash left it: mounting frees orphans.
@@ -410,14 +417,16 @@ fn recover(
     base: &Base,
     blocks: &[(usize, &[u8])],
     unmount: bool,
-) -> (Result<Found, String>, u32, Arc<Overlay>) {
+) -> (Result<Found, RecoverError>, u32, Arc<Overlay>) {
     let dev = Arc::new(Overlay::new(base, blocks));
-    let run = || -> Result<(Found, u32), String> {
-        let mut fs = DiskFs::mount(dev.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
+    let run = || -> Result<(Found, u32), RecoverError> {
+        let mut fs =
+            DiskFs::mount(dev.clone(), mode, NOW).map_err(|e| RecoverError::Mount(Arc::new(e)))?;
         let replayed = fs.replayed().map_or(0, |r| r.transactions);
-        let found = read_tree(&mut fs)?;
+        let found = read_tree(&mut fs).map_err(|e| RecoverError::Read(Arc::new(e)))?;
         if unmount {
-            fs.unmount(NOW).map_err(|e| format!("unmount: {e}"))?;
+            fs.unmount(NOW)
+                .map_err(|e| RecoverError::Unmount(Arc::new(e)))?;
         }
         Ok((found, replayed))
     };
@@ -430,7 +439,7 @@ fn recover(
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            (Err(format!("stitchfs panicked: {msg}")), 0, dev)
+            (Err(RecoverError::Panicked(msg)), 0, dev)
         }
     }
 }
@@ -457,10 +466,10 @@ fn catching<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     r
 }
 
-fn fsck(path: &Path) -> Result<Verdict, String> {
+fn fsck(path: &Path) -> Result<Verdict, CheckError> {
     let r = catching(|| stitch_fsck::check(path, &Default::default(), &mut |_, _, _| {}))
-        .map_err(|_| "stitchfs fsck panicked".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| CheckError::FsckPanicked)?
+        .map_err(|e| CheckError::Fsck(Arc::new(e)))?;
     // A clean report says nothing worth its memory in the cache.
     let text = if r.is_clean() {
         "clean\n".to_string()
@@ -474,12 +483,12 @@ fn fsck(path: &Path) -> Result<Verdict, String> {
     })
 }
 
-fn e2fsck(path: &Path) -> Result<(i32, String), String> {
+fn e2fsck(path: &Path) -> Result<(i32, String), CheckError> {
     let out = std::process::Command::new("e2fsck")
         .arg("-fn")
         .arg(path)
         .output()
-        .map_err(|e| format!("e2fsck: {e} (install e2fsprogs)"))?;
+        .map_err(|e| CheckError::E2fsck(Arc::new(e)))?;
     let code = out.status.code().unwrap_or(-1);
     let text = if code == 0 {
         "clean\n".to_string()

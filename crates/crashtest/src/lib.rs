@@ -31,6 +31,7 @@
 //! crash tests' business).
 
 pub mod check;
+pub mod error;
 pub mod judge;
 pub mod oracle;
 pub mod report;
@@ -38,6 +39,7 @@ pub mod run;
 pub mod state;
 pub mod workload;
 
+pub use error::{RunError, SpecError};
 pub use report::{Finding, Kind, ModeSummary, Summary, Violation};
 pub use stitch_diskfs::{Consistency, DataMode};
 pub use stitch_memfs::Order;
@@ -47,7 +49,7 @@ use check::{Cache, Checker};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use stitch_blockdev::record::{build_image, crash_states, Enumerate};
+use stitch_blockdev::record::{build_image, crash_states, CrashState, Enumerate};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -128,9 +130,9 @@ pub enum Event {
 }
 
 /// Runs every workload in every mode and judges every crash image.
-pub fn run(cfg: &Config, progress: &(dyn Fn(&Event) + Sync)) -> Result<Summary, String> {
+pub fn run(cfg: &Config, progress: &(dyn Fn(&Event) + Sync)) -> Result<Summary, RunError> {
     if !check::have_e2fsck() {
-        return Err("e2fsck is not installed (apt-get install e2fsprogs)".into());
+        return Err(RunError::NoE2fsck);
     }
     let jobs: Vec<(Consistency, &Workload)> = cfg
         .modes
@@ -142,14 +144,14 @@ pub fn run(cfg: &Config, progress: &(dyn Fn(&Event) + Sync)) -> Result<Summary, 
     let next = AtomicUsize::new(0);
     let saved = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, ModeSummary, Vec<Violation>)>> = Mutex::new(Vec::new());
-    let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let errors: Mutex<Vec<RunError>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..cfg.jobs.max(1) {
             s.spawn(|| {
                 let mut checker = match Checker::new() {
                     Ok(c) => c,
                     Err(e) => {
-                        errors.lock().unwrap().push(format!("scratch file: {e}"));
+                        errors.lock().unwrap().push(RunError::Scratch(e));
                         return;
                     }
                 };
@@ -312,7 +314,7 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
     };
     let rec = match run::record(mode, w, memfs) {
         Ok(r) => r,
-        Err(e) => return job.problem(Kind::Harness, e, None),
+        Err(e) => return job.problem(Kind::Harness, e.to_string(), None),
     };
     job.ms.own_flushes += rec.own_flushes;
     for (kind, message) in &rec.problems {
@@ -327,78 +329,89 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
         Ok(s) => s,
         Err(e) => return job.problem(Kind::Harness, format!("crash states: {e}"), None),
     };
-    let base = rec.base.image.clone();
     for (idx, state) in states.enumerate() {
-        if cfg.only_state.is_some_and(|o| o != idx) {
-            continue;
+        if cfg.only_state.is_none_or(|o| o == idx) {
+            judge_state(job, cache, checker, &rec, idx, &state);
         }
-        let sits = judge::situations(&rec, *state.points.start(), *state.points.end());
-        // The blocks that may differ from the base (tests/images.rs holds
-        // them to the built image), laid over it: no image is copied.
-        let blocks = rec.blocks(&state);
-        let (facts, fresh) = checker.facts(cache, mode, &rec.base, &blocks);
-        let points = format!("points {:?}", state.points);
-        job.ms.states += 1;
-        job.ms.images += usize::from(fresh);
-        job.ms.checked += usize::from(fresh && facts.checked);
-        job.ms.replayed += usize::from(facts.replayed > 0);
-        let mut findings = judge::judge(mode, &facts, &sits);
-        if findings.is_empty() {
-            continue;
-        }
-        findings.truncate(30);
-        if cfg.out.is_none() || job.saved.load(Ordering::SeqCst) >= cfg.keep {
-            job.add(findings, Some((idx, points)), None);
-            continue;
-        }
-        let state_text = format!(
-            "crash state {idx} of the enumeration (max_states {}, seed {}):\n{state:#?}\n\nsituations: {}\n",
-            cfg.max_states,
-            cfg.seed,
-            sits.iter()
-                .map(|s| match s {
-                    judge::Situation::Quiet { after, .. } => format!("after \"{after}\""),
-                    judge::Situation::Busy(f) => format!("during \"{}\"", f.label),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let image = build_image(&base, &rec.log, &state).ok();
-        let expected: Vec<String> = sits.iter().map(|s| s.expected()).collect();
-        let found = match &facts.tree {
-            Ok(f) => {
-                let mut s = f.state.show(Some(&f.links));
-                for p in &f.problems {
-                    s.push_str(&format!("problem: {p}\n"));
-                }
-                s
-            }
-            Err(e) => format!("not recovered: {e}\n"),
-        };
-        let mut desc = w.describe();
-        desc.push_str("\npersistence points in the log:\n");
-        for f in &rec.flushes {
-            desc.push_str(&format!("  entries {}..{}: {}\n", f.start, f.end, f.label));
-        }
-        let checkers = facts.checkers();
-        let diff: String = match &facts.tree {
-            Ok(f) => sits.iter().map(|s| s.diffs(f)).collect(),
-            Err(_) => String::new(),
-        };
-        let shown = findings.clone();
-        let files = report::Saved {
-            image: image.as_deref(),
-            workload: &desc,
-            state: &state_text,
-            findings: &shown,
-            expected: &expected.join("\n"),
-            found: &found,
-            diff: &diff,
-            checkers: &checkers,
-            reproduce: "",
-        };
-        job.add(findings, Some((idx, points)), Some(files));
     }
+}
+
+/// Judges crash state `idx` of a recording, and adds a violation if it
+/// shows one (with the files that tell it, while the run saves more).
+fn judge_state(
+    job: &mut Job<'_>,
+    cache: &Cache,
+    checker: &mut Checker,
+    rec: &run::Recording,
+    idx: usize,
+    state: &CrashState,
+) {
+    let (cfg, mode) = (job.cfg, job.mode);
+    let sits = judge::situations(rec, *state.points.start(), *state.points.end());
+    // The blocks that may differ from the base (tests/images.rs holds
+    // them to the built image), laid over it: no image is copied.
+    let blocks = rec.blocks(state);
+    let (facts, fresh) = checker.facts(cache, mode, &rec.base, &blocks);
+    let points = format!("points {:?}", state.points);
+    job.ms.states += 1;
+    job.ms.images += usize::from(fresh);
+    job.ms.checked += usize::from(fresh && facts.checked);
+    job.ms.replayed += usize::from(facts.replayed > 0);
+    let mut findings = judge::judge(mode, &facts, &sits);
+    if findings.is_empty() {
+        return;
+    }
+    findings.truncate(30);
+    if cfg.out.is_none() || job.saved.load(Ordering::SeqCst) >= cfg.keep {
+        return job.add(findings, Some((idx, points)), None);
+    }
+    let state_text = format!(
+        "crash state {idx} of the enumeration (max_states {}, seed {}):\n{state:#?}\n\nsituations: {}\n",
+        cfg.max_states,
+        cfg.seed,
+        sits.iter()
+            .map(|s| match s {
+                judge::Situation::Quiet { after, .. } => format!("after \"{after}\""),
+                judge::Situation::Busy(f) => format!("during \"{}\"", f.label),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let image = build_image(&rec.base.image, &rec.log, state).ok();
+    let expected: Vec<String> = sits.iter().map(|s| s.expected()).collect();
+    let found = match &facts.tree {
+        Ok(f) => {
+            let mut s = f.state.show(Some(&f.links));
+            for p in &f.problems {
+                s.push_str(&format!("problem: {p}\n"));
+            }
+            s
+        }
+        Err(e) => format!("not recovered: {e}\n"),
+    };
+    let mut desc = job.w.describe();
+    desc.push_str("\npersistence points in the log:\n");
+    for f in &rec.flushes {
+        desc.push_str(&format!("  entries {}..{}: {}\n", f.start, f.end, f.label));
+    }
+    let checkers = facts.checkers();
+    let diff: String = match &facts.tree {
+        Ok(f) => sits.iter().map(|s| s.diffs(f)).collect(),
+        Err(_) => String::new(),
+    };
+    let shown = findings.clone();
+    let files = report::Saved {
+        image: image.as_deref(),
+        workload: &desc,
+        state: &state_text,
+        findings: &shown,
+        expected: &expected.join("\n"),
+        found: &found,
+        diff: &diff,
+        checkers: &checkers,
+        reproduce: "",
+    };
+    job.add(findings, Some((idx, points)), Some(files));
 }
 
 /// A workload name fit for a directory name.

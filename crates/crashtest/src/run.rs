@@ -7,6 +7,7 @@
 //! durable. The setup runs the same way on a fresh image, once per setup
 //! and image kind, and is unmounted: recording starts from a clean image.
 
+use crate::error::{Answer, SetupError, StepError};
 use crate::oracle::{fsync_scope, Flush, LOp, Oracle, Scope};
 use crate::state::{read_tree, FileKind, Inode, State, ROOT};
 use crate::workload::{Action, Persist, Workload};
@@ -67,7 +68,7 @@ pub struct Base {
 type BaseKey = (bool, Vec<Action>);
 
 /// The base for `setup` on ext2 or ext3, made once per process.
-pub fn base(journal: bool, setup: &[Action]) -> Result<Arc<Base>, String> {
+pub fn base(journal: bool, setup: &[Action]) -> Result<Arc<Base>, SetupError> {
     static BASES: OnceLock<Mutex<HashMap<BaseKey, Arc<Base>>>> = OnceLock::new();
     let bases = BASES.get_or_init(Default::default);
     let key = (journal, setup.to_vec());
@@ -85,8 +86,8 @@ pub fn base(journal: bool, setup: &[Action]) -> Result<Arc<Base>, String> {
     Ok(b.clone())
 }
 
-fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+fn fresh_image(journal: bool) -> Result<Vec<u8>, SetupError> {
+    let dir = tempfile::tempdir().map_err(SetupError::Scratch)?;
     let path = dir.path().join("fresh.img");
     let opts = stitch_mkfs::MkfsOptions {
         size: Some(if journal { EXT3_BYTES } else { EXT2_BYTES }),
@@ -94,8 +95,8 @@ fn fresh_image(journal: bool) -> Result<Vec<u8>, String> {
         force: true,
         ..Default::default()
     };
-    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {}).map_err(|e| format!("mkfs: {e}"))?;
-    std::fs::read(&path).map_err(|e| e.to_string())
+    stitch_mkfs::mkfs(&path, &opts, &mut |_, _| {})?;
+    std::fs::read(&path).map_err(SetupError::ReadImage)
 }
 
 /// What a crash test may set of memfs.
@@ -123,11 +124,9 @@ fn opts(m: Memfs) -> Options {
     }
 }
 
-fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
+fn make_base(journal: bool, setup: &[Action]) -> Result<Base, SetupError> {
     if setup.iter().any(|a| matches!(a, Action::Fill(_))) {
-        return Err(
-            "fill is a step, not part of a setup: its length is known only as it runs".into(),
-        );
+        return Err(SetupError::FillInSetup);
     }
     let image = fresh_image(journal)?;
     let mode = if journal {
@@ -135,28 +134,36 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
     } else {
         Consistency::SoftUpdates
     };
-    let dev = Arc::new(MemDevice::from_image(BS, image).map_err(|e| e.to_string())?);
-    let mut disk = DiskFs::mount(dev.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
-    let empty = read_tree(&mut disk)?.state;
-    let fs = MemFs::mount(disk, opts(Memfs::default())).map_err(|e| e.to_string())?;
+    let dev = Arc::new(MemDevice::from_image(BS, image)?);
+    let mut disk = DiskFs::mount(dev.clone(), mode, NOW).map_err(SetupError::Mount)?;
+    let empty = read_tree(&mut disk).map_err(SetupError::Read)?.state;
+    let fs = MemFs::mount(disk, opts(Memfs::default())).map_err(SetupError::Memfs)?;
     let mut d = Driver::new(&fs, Order::default(), empty, 0, None);
     for a in setup {
-        d.act(a).map_err(|e| format!("setup: {a}: {e}"))?;
+        d.act(a).map_err(|error| SetupError::Step {
+            action: a.clone(),
+            error: Box::new(error),
+        })?;
     }
-    fs.sync().map_err(|e| format!("setup sync: {e}"))?;
+    fs.sync().map_err(SetupError::Sync)?;
     d.oracle.flush(Scope::All);
-    fs.unmount().map_err(|e| format!("setup unmount: {e}"))?;
+    fs.unmount().map_err(SetupError::Unmount)?;
     let image = dev.snapshot();
     // The setup must be on the image as the oracle says.
-    let dev2 = Arc::new(MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?);
-    let mut check = DiskFs::mount(dev2, mode, NOW).map_err(|e| e.to_string())?;
-    let on_disk = read_tree(&mut check)?.state;
+    let dev2 = Arc::new(MemDevice::from_image(BS, image.clone())?);
+    let mut check = DiskFs::mount(dev2, mode, NOW).map_err(SetupError::Mount)?;
+    let on_disk = read_tree(&mut check).map_err(SetupError::Read)?.state;
     let journal = if journal {
         let mut at = Vec::new();
         for l in 0..JOURNAL_BYTES / BS as u64 {
             match check.physical_block(InodeNo(8), l) {
                 Ok(Some(b)) => at.push(b as usize),
-                other => return Err(format!("journal block {l}: {other:?}")),
+                found => {
+                    return Err(SetupError::JournalBlock {
+                        logical: l,
+                        error: found.err(),
+                    })
+                }
             }
         }
         Some((at[0], at[1..].into()))
@@ -164,11 +171,10 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, String> {
         None
     };
     if on_disk != *d.oracle.disk() {
-        return Err(format!(
-            "the setup image differs from the oracle:\n{}\nexpected:\n{}",
-            on_disk.show(None),
-            d.oracle.disk().show(None)
-        ));
+        return Err(SetupError::Differs {
+            found: on_disk.show(None),
+            expected: d.oracle.disk().show(None),
+        });
     }
     Ok(Base {
         image: image.into(),
@@ -280,6 +286,12 @@ fn split(path: &str) -> (&str, &str) {
     }
 }
 
+/// The directory of `path` in memfs, and its last name.
+fn parent_of(fs: &MemFs, path: &str) -> Result<(u64, Vec<u8>), MemError> {
+    let (d, n) = split(path);
+    Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
+}
+
 /// The inode `path` names in memfs (`/` or empty: the root).
 fn resolve(fs: &MemFs, path: &str) -> Result<u64, MemError> {
     let mut at = ROOT;
@@ -315,6 +327,15 @@ struct Driver<'a> {
     inside: Vec<Inside>,
     /// memfs's order, which says what its fsyncs cover.
     order: Order,
+}
+
+/// How a write names its file: by path at an offset, by path at its end,
+/// or by an open handle.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Name,
+    Append,
+    Handle,
 }
 
 /// A flush memfs made on its own inside an operation.
@@ -382,12 +403,12 @@ impl<'a> Driver<'a> {
     }
 
     /// Closes every handle still open, as a program's are when it exits.
-    fn close_all(&mut self) -> Result<(), String> {
+    fn close_all(&mut self) -> Result<(), StepError> {
         for slot in 0..self.handles.len() {
             if self.handles[slot].is_some() {
                 let close = Action::Close(slot as u32);
                 if !self.act(&close)? {
-                    return Err(format!("{close} failed"));
+                    return Err(StepError::Refused(close));
                 }
             }
         }
@@ -396,24 +417,9 @@ impl<'a> Driver<'a> {
 
     /// One operation on all three; `Err` if memfs and the model disagree.
     /// Returns whether it succeeded.
-    fn act(&mut self, a: &Action) -> Result<bool, String> {
+    fn act(&mut self, a: &Action) -> Result<bool, StepError> {
         if let Action::Fill(path) = a {
-            // memfs first: the model then appends what it took.
-            let got = self.fill(path);
-            let len = *got.as_ref().unwrap_or(&0);
-            let append = Action::Append {
-                path: path.clone(),
-                len,
-            };
-            let expected = model_apply(&mut self.model, &append, &mut self.model_writes);
-            return match (&expected, got) {
-                (Ok(_), Ok(_)) => Ok(true),
-                (Err(e), Err(g)) if e.raw() == g.errno() => Ok(false),
-                (_, got) => Err(format!(
-                    "{a}: the model says {:?} to {append}, memfs {got:?}",
-                    expected.map(|_| ())
-                )),
-            };
+            return self.act_fill(a, path);
         }
         let expected = model_apply(&mut self.model, a, &mut self.model_writes);
         let got = match a {
@@ -425,231 +431,262 @@ impl<'a> Driver<'a> {
                 if matches!(a, Action::WriteFd { .. }) {
                     self.writes += 1; // as the model counts a failed write
                 }
-                Err((Errno::Ebadf.raw(), "no handle in that slot".to_string()))
+                Answer::NoHandle
             }
             _ => {
                 let r = self.memfs(a);
                 self.caught_up(); // a flush before a change that then failed
                 self.settled(); // one after the change
-                r.map_err(|e| (e.errno(), e.to_string()))
+                r.map_or_else(Answer::Failed, |()| Answer::Done)
             }
         };
-        match (&expected, &got) {
-            (Ok(_), Ok(())) => Ok(true),
-            (Err(e), Err((g, _))) if e.raw() == *g => Ok(false),
-            _ => Err(format!(
-                "{a}: the model says {:?}, memfs {:?}",
-                expected.map(|_| ()),
-                got
-            )),
-        }
+        agree(a.to_string(), expected, got)
+    }
+
+    /// A fill: memfs first, then the model appends what it took.
+    fn act_fill(&mut self, a: &Action, path: &str) -> Result<bool, StepError> {
+        let got = self.fill(path);
+        let len = *got.as_ref().unwrap_or(&0);
+        let append = Action::Append {
+            path: path.to_string(),
+            len,
+        };
+        let expected = model_apply(&mut self.model, &append, &mut self.model_writes);
+        let got = got.map_or_else(Answer::Failed, Answer::Took);
+        agree(format!("{a} (on the model: {append})"), expected, got)
     }
 
     /// The operation on memfs, logged in the oracle if it succeeded.
     fn memfs(&mut self, a: &Action) -> Result<(), MemError> {
         self.mark();
-        let fs = self.fs;
-        let parent_of = |path: &str| -> Result<(u64, Vec<u8>), MemError> {
-            let (d, n) = split(path);
-            Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
-        };
         match a {
             Action::Creat(path)
             | Action::Mkdir(path)
             | Action::Symlink { path, .. }
-            | Action::Mknod { path, .. } => {
-                let (parent, name) = parent_of(path)?;
-                let (attr, init) = match a {
-                    Action::Creat(_) => (
-                        fs.mknod(parent, &name, Kind::File, 0o644, (0, 0), 0, 0)?,
-                        Inode::new(FileKind::File, 0o644, 0, 0),
-                    ),
-                    Action::Mkdir(_) => (
-                        fs.mkdir(parent, &name, 0o755, 0, 0)?,
-                        Inode::new(FileKind::Dir, 0o755, 0, 0),
-                    ),
-                    Action::Symlink { target, .. } => {
-                        let mut i = Inode::new(FileKind::Symlink, 0o777, 0, 0);
-                        i.bytes = target.as_bytes().to_vec();
-                        (fs.symlink(parent, &name, target.as_bytes(), 0, 0)?, i)
-                    }
-                    Action::Mknod { kind, .. } => {
-                        use stitch_model::Special as S;
-                        let (k, rdev) = match *kind {
-                            S::Fifo => (Kind::Fifo, (0, 0)),
-                            S::Socket => (Kind::Socket, (0, 0)),
-                            S::Char(r) => (Kind::CharDev, (r.major, r.minor)),
-                            S::Block(r) => (Kind::BlockDev, (r.major, r.minor)),
-                        };
-                        (
-                            fs.mknod(parent, &name, k, 0o644, rdev, 0, 0)?,
-                            Inode::new(FileKind::Special(*kind), 0o644, 0, 0),
-                        )
-                    }
-                    _ => unreachable!(),
-                };
-                self.caught_up().log(LOp::Create {
-                    parent,
-                    name,
-                    ino: attr.ino,
-                    init,
-                });
-            }
+            | Action::Mknod { path, .. } => self.create(a, path),
+            // Each write takes the next pattern, as the model counts them,
+            // whether or not it gets as far as memfs.
             Action::Write { path, offset, len } => {
                 self.writes += 1;
-                let ino = resolve(fs, path)?;
-                let bytes = data(self.writes, *offset, *len);
-                fs.write(ino, *offset, &bytes, false)?;
-                self.caught_up()
-                    .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
+                let ino = resolve(self.fs, path)?;
+                self.write(ino, *offset, *len, Via::Name)
             }
             Action::Append { path, len } => {
                 self.writes += 1;
-                let ino = resolve(fs, path)?;
-                let size = fs.getattr(ino)?.size;
-                let bytes = data(self.writes, size, *len);
-                fs.write(ino, 0, &bytes, true)?;
-                self.caught_up()
-                    .change(ino, |i| put(&mut i.bytes, size, &bytes));
-            }
-            Action::Fill(path) => {
-                self.fill(path)?;
-            }
-            Action::Truncate { path, size } => {
-                let ino = resolve(fs, path)?;
-                fs.setattr(
-                    ino,
-                    SetAttrs {
-                        size: Some(*size),
-                        ..Default::default()
-                    },
-                )?;
-                self.caught_up()
-                    .change(ino, |i| i.bytes.resize(*size as usize, 0));
-            }
-            Action::Setxattr { path, name, value } => {
-                let ino = resolve(fs, path)?;
-                fs.set_xattr(
-                    ino,
-                    name.as_bytes(),
-                    Some(value.as_bytes()),
-                    XattrSet::Either,
-                )?;
-                self.caught_up().change(ino, |i| {
-                    i.xattrs
-                        .insert(name.as_bytes().to_vec(), value.as_bytes().to_vec());
-                });
-            }
-            Action::Chmod { path, perm } => {
-                let ino = resolve(fs, path)?;
-                fs.setattr(
-                    ino,
-                    SetAttrs {
-                        perm: Some(*perm),
-                        ..Default::default()
-                    },
-                )?;
-                self.caught_up().change(ino, |i| i.perm = *perm & 0o7777);
-            }
-            Action::Link { from, to } => {
-                let ino = resolve(fs, from)?;
-                let (parent, name) = parent_of(to)?;
-                fs.link(ino, parent, &name)?;
-                self.caught_up().log(LOp::Link { ino, parent, name });
-            }
-            Action::Unlink(path) | Action::Rmdir(path) => {
-                let (parent, name) = parent_of(path)?;
-                let ino = self
-                    .oracle
-                    .mem()
-                    .inodes
-                    .get(&parent)
-                    .and_then(|d| d.entries.get(&name).copied());
-                if matches!(a, Action::Rmdir(_)) {
-                    fs.rmdir(parent, &name)?;
-                } else {
-                    fs.unlink(parent, &name)?;
-                }
-                let ino = ino.expect("memfs removed a name the oracle lacks");
-                self.caught_up().log(LOp::Unlink { parent, name, ino });
-            }
-            // Handles change nothing the disk shows: an orphan is freed at
-            // mount after a crash and at its last close otherwise, so the
-            // oracle drops an inode with its last name either way.
-            Action::Open(path) => {
-                let ino = resolve(fs, path)?;
-                match fs.getattr(ino)?.kind {
-                    Kind::File => {}
-                    Kind::Dir => return Err(MemError::IsDir),
-                    // O_NOFOLLOW and special files: not generated.
-                    _ => return Err(MemError::Invalid("open of a symlink or special file")),
-                }
-                fs.open(ino)?;
-                let slot = stitch_model::op::free_slot(&self.handles)
-                    .map_err(|_| MemError::Invalid("too many handles"))?;
-                if slot == self.handles.len() {
-                    self.handles.push(None);
-                }
-                self.handles[slot] = Some(ino);
+                let ino = resolve(self.fs, path)?;
+                let size = self.fs.getattr(ino)?.size;
+                self.write(ino, size, *len, Via::Append)
             }
             Action::WriteFd { fd, offset, len } => {
                 self.writes += 1;
                 let ino = self.handles[*fd as usize].expect("act checked the slot");
-                let bytes = data(self.writes, *offset, *len);
-                fs.write(ino, *offset, &bytes, false)?;
-                // An orphan's bytes are on no name: nothing to expect.
-                if self.oracle.mem().inodes.contains_key(&ino) {
-                    self.caught_up()
-                        .change(ino, |i| put(&mut i.bytes, *offset, &bytes));
-                }
+                self.write(ino, *offset, *len, Via::Handle)
             }
+            Action::Fill(path) => self.fill(path).map(drop),
+            Action::Truncate { path, .. }
+            | Action::Chmod { path, .. }
+            | Action::Setxattr { path, .. } => self.set(a, path),
+            Action::Link { from, to } => {
+                let ino = resolve(self.fs, from)?;
+                let (parent, name) = parent_of(self.fs, to)?;
+                self.fs.link(ino, parent, &name)?;
+                self.caught_up().log(LOp::Link { ino, parent, name });
+                Ok(())
+            }
+            Action::Unlink(path) | Action::Rmdir(path) => self.remove(a, path),
+            Action::Open(path) => self.open(path),
             Action::Close(fd) => {
                 let slot = self.handles.get_mut(*fd as usize);
                 let ino = slot.and_then(Option::take).expect("act checked the slot");
-                fs.release(ino)?;
+                self.fs.release(ino)
             }
-            Action::Rename { from, to } => {
-                let (fd, fname) = parent_of(from)?;
-                let (td, tname) = parent_of(to)?;
-                let mem = self.oracle.mem();
-                let entry =
-                    |d: u64, n: &[u8]| mem.inodes.get(&d).and_then(|i| i.entries.get(n).copied());
-                let moved = entry(fd, &fname);
-                let other = entry(td, &tname);
-                let is_dir = |i: Option<u64>| {
-                    i.and_then(|i| mem.inodes.get(&i))
-                        .is_some_and(|i| i.kind == FileKind::Dir)
+            Action::Rename { from, to } => self.rename(from, to),
+        }
+    }
+
+    /// A new file, directory, symlink or special file at `path`.
+    fn create(&mut self, a: &Action, path: &str) -> Result<(), MemError> {
+        let fs = self.fs;
+        let (parent, name) = parent_of(fs, path)?;
+        let (attr, init) = match a {
+            Action::Creat(_) => (
+                fs.mknod(parent, &name, Kind::File, 0o644, (0, 0), 0, 0)?,
+                Inode::new(FileKind::File, 0o644, 0, 0),
+            ),
+            Action::Mkdir(_) => (
+                fs.mkdir(parent, &name, 0o755, 0, 0)?,
+                Inode::new(FileKind::Dir, 0o755, 0, 0),
+            ),
+            Action::Symlink { target, .. } => {
+                let mut i = Inode::new(FileKind::Symlink, 0o777, 0, 0);
+                i.bytes = target.as_bytes().to_vec();
+                (fs.symlink(parent, &name, target.as_bytes(), 0, 0)?, i)
+            }
+            Action::Mknod { kind, .. } => {
+                use stitch_model::Special as S;
+                let (k, rdev) = match *kind {
+                    S::Fifo => (Kind::Fifo, (0, 0)),
+                    S::Socket => (Kind::Socket, (0, 0)),
+                    S::Char(r) => (Kind::CharDev, (r.major, r.minor)),
+                    S::Block(r) => (Kind::BlockDev, (r.major, r.minor)),
                 };
-                // McoreFS §4.3: a directory changing parent records the
-                // ancestors of where it goes (and, if it replaces a
-                // directory, of where that one was).
-                let mut ancestors = Vec::new();
-                if fd != td {
-                    if is_dir(moved) {
-                        ancestors.extend(self.oracle.ancestors(td));
-                    }
-                    if is_dir(other) {
-                        ancestors.extend(self.oracle.ancestors(fd));
-                    }
-                }
-                ancestors.sort_unstable();
-                ancestors.dedup();
-                fs.rename(fd, &fname, td, &tname, RenameFlags::default())?;
-                let moved = moved.expect("memfs renamed a name the oracle lacks");
-                if other == Some(moved) {
-                    return Ok(()); // two names of one file: nothing happens
-                }
-                self.caught_up().log(LOp::Rename {
-                    from_dir: fd,
-                    from: fname,
-                    to_dir: td,
-                    to: tname,
-                    moved,
-                    other,
-                    ancestors,
+                (
+                    fs.mknod(parent, &name, k, 0o644, rdev, 0, 0)?,
+                    Inode::new(FileKind::Special(*kind), 0o644, 0, 0),
+                )
+            }
+            _ => unreachable!("memfs sends only creations here"),
+        };
+        self.caught_up().log(LOp::Create {
+            parent,
+            name,
+            ino: attr.ino,
+            init,
+        });
+        Ok(())
+    }
+
+    /// The current write's pattern, `len` bytes at `offset` of `ino` (its
+    /// size, when appending). Bytes written through a handle to an orphan
+    /// are on no name: the oracle expects nothing of them.
+    fn write(&mut self, ino: u64, offset: u64, len: u64, via: Via) -> Result<(), MemError> {
+        let bytes = data(self.writes, offset, len);
+        let append = via == Via::Append;
+        self.fs
+            .write(ino, if append { 0 } else { offset }, &bytes, append)?;
+        if via != Via::Handle || self.oracle.mem().inodes.contains_key(&ino) {
+            self.caught_up()
+                .change(ino, |i| put(&mut i.bytes, offset, &bytes));
+        }
+        Ok(())
+    }
+
+    /// A change of attributes: size, permissions, an extended attribute.
+    fn set(&mut self, a: &Action, path: &str) -> Result<(), MemError> {
+        let ino = resolve(self.fs, path)?;
+        match a {
+            Action::Truncate { size, .. } => {
+                let size = *size;
+                let attrs = SetAttrs {
+                    size: Some(size),
+                    ..Default::default()
+                };
+                self.setattr(ino, attrs, |i| i.bytes.resize(size as usize, 0))
+            }
+            Action::Chmod { perm, .. } => {
+                let perm = *perm;
+                let attrs = SetAttrs {
+                    perm: Some(perm),
+                    ..Default::default()
+                };
+                self.setattr(ino, attrs, |i| i.perm = perm & 0o7777)
+            }
+            Action::Setxattr { name, value, .. } => {
+                let (name, value) = (name.as_bytes(), value.as_bytes());
+                self.fs
+                    .set_xattr(ino, name, Some(value), XattrSet::Either)?;
+                self.caught_up().change(ino, |i| {
+                    i.xattrs.insert(name.to_vec(), value.to_vec());
                 });
+                Ok(())
+            }
+            _ => unreachable!("memfs sends only attribute changes here"),
+        }
+    }
+
+    /// `attrs` set on memfs, and `change` on the oracle's inode.
+    fn setattr(
+        &mut self,
+        ino: u64,
+        attrs: SetAttrs,
+        change: impl FnOnce(&mut Inode),
+    ) -> Result<(), MemError> {
+        self.fs.setattr(ino, attrs)?;
+        self.caught_up().change(ino, change);
+        Ok(())
+    }
+
+    /// An unlink or rmdir of `path`.
+    fn remove(&mut self, a: &Action, path: &str) -> Result<(), MemError> {
+        let (parent, name) = parent_of(self.fs, path)?;
+        let ino = self
+            .oracle
+            .mem()
+            .inodes
+            .get(&parent)
+            .and_then(|d| d.entries.get(&name).copied());
+        if matches!(a, Action::Rmdir(_)) {
+            self.fs.rmdir(parent, &name)?;
+        } else {
+            self.fs.unlink(parent, &name)?;
+        }
+        let ino = ino.expect("memfs removed a name the oracle lacks");
+        self.caught_up().log(LOp::Unlink { parent, name, ino });
+        Ok(())
+    }
+
+    /// A handle on the file at `path`, in the lowest free slot. Handles
+    /// change nothing the disk shows: an orphan is freed at mount after a
+    /// crash and at its last close otherwise, so the oracle drops an inode
+    /// with its last name either way.
+    fn open(&mut self, path: &str) -> Result<(), MemError> {
+        let ino = resolve(self.fs, path)?;
+        match self.fs.getattr(ino)?.kind {
+            Kind::File => {}
+            Kind::Dir => return Err(MemError::IsDir),
+            // O_NOFOLLOW and special files: not generated.
+            _ => return Err(MemError::Invalid("open of a symlink or special file")),
+        }
+        self.fs.open(ino)?;
+        let slot = stitch_model::op::free_slot(&self.handles)
+            .map_err(|_| MemError::Invalid("too many handles"))?;
+        if slot == self.handles.len() {
+            self.handles.push(None);
+        }
+        self.handles[slot] = Some(ino);
+        Ok(())
+    }
+
+    /// A rename, with what McoreFS §4.3 records of it: a directory
+    /// changing parent records the ancestors of where it goes (and, if it
+    /// replaces a directory, of where that one was).
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), MemError> {
+        let (fd, fname) = parent_of(self.fs, from)?;
+        let (td, tname) = parent_of(self.fs, to)?;
+        let mem = self.oracle.mem();
+        let entry = |d: u64, n: &[u8]| mem.inodes.get(&d).and_then(|i| i.entries.get(n).copied());
+        let moved = entry(fd, &fname);
+        let other = entry(td, &tname);
+        let is_dir = |i: Option<u64>| {
+            i.and_then(|i| mem.inodes.get(&i))
+                .is_some_and(|i| i.kind == FileKind::Dir)
+        };
+        let mut ancestors = Vec::new();
+        if fd != td {
+            if is_dir(moved) {
+                ancestors.extend(self.oracle.ancestors(td));
+            }
+            if is_dir(other) {
+                ancestors.extend(self.oracle.ancestors(fd));
             }
         }
+        ancestors.sort_unstable();
+        ancestors.dedup();
+        self.fs
+            .rename(fd, &fname, td, &tname, RenameFlags::default())?;
+        let moved = moved.expect("memfs renamed a name the oracle lacks");
+        if other == Some(moved) {
+            return Ok(()); // two names of one file: nothing happens
+        }
+        self.caught_up().log(LOp::Rename {
+            from_dir: fd,
+            from: fname,
+            to_dir: td,
+            to: tname,
+            moved,
+            other,
+            ancestors,
+        });
         Ok(())
     }
 
@@ -750,26 +787,27 @@ impl<'a> Driver<'a> {
     }
 
     /// A persistence point on memfs and in the oracle.
-    fn persist(&mut self, p: &Persist) -> Result<Option<Flush>, String> {
+    fn persist(&mut self, p: &Persist) -> Result<Option<Flush>, StepError> {
+        let failed = |point: String| move |error| StepError::Persist { point, error };
         let scope = match p {
             Persist::None => return Ok(None),
             Persist::Sync => {
-                self.fs.sync().map_err(|e| format!("sync: {e}"))?;
+                self.fs.sync().map_err(failed("sync".into()))?;
                 Scope::All
             }
             Persist::FsyncFd(fd) => {
                 let ino = self.handles.get(*fd as usize).copied().flatten();
-                let ino = ino.ok_or_else(|| format!("fsync(fd{fd}): no handle"))?;
+                let ino = ino.ok_or(StepError::NoHandle(*fd))?;
                 self.fs
                     .fsync(ino, false)
-                    .map_err(|e| format!("fsync(fd{fd}): {e}"))?;
+                    .map_err(failed(format!("fsync(fd{fd})")))?;
                 fsync_scope(self.order, ino)
             }
             Persist::Fsync(path) => {
-                let ino = resolve(self.fs, path).map_err(|e| format!("fsync({path}): {e}"))?;
+                let ino = resolve(self.fs, path).map_err(failed(format!("fsync({path})")))?;
                 self.fs
                     .fsync(ino, false)
-                    .map_err(|e| format!("fsync({path}): {e}"))?;
+                    .map_err(failed(format!("fsync({path})")))?;
                 fsync_scope(self.order, ino)
             }
         };
@@ -777,21 +815,35 @@ impl<'a> Driver<'a> {
     }
 
     /// memfs's view, the oracle's memory and the model must be one tree.
-    fn compare_with_model(&self) -> Result<(), String> {
+    fn compare_with_model(&self) -> Result<(), StepError> {
         let want = self.model.snapshot();
         let mine = self.oracle.mem().to_tree(None);
         let diff = want.diff(&mine);
         if !diff.is_empty() {
-            return Err(format!(
-                "the oracle's memory differs from the model: {diff:?}"
-            ));
+            let what = "the oracle's memory";
+            return Err(StepError::Differs { what, diff });
         }
-        let (seen, links) = memfs_tree(self.fs).map_err(|e| format!("reading memfs: {e}"))?;
+        let (seen, links) = memfs_tree(self.fs).map_err(StepError::ReadBack)?;
         let diff = want.diff(&seen.to_tree(Some(&links)));
         if !diff.is_empty() {
-            return Err(format!("memfs shows another tree than the model: {diff:?}"));
+            let what = "the tree memfs shows";
+            return Err(StepError::Differs { what, diff });
         }
         Ok(())
+    }
+}
+
+/// Whether memfs answered as the model did: `Ok(true)` both succeeded,
+/// `Ok(false)` both refused with one errno.
+fn agree(action: String, model: Result<Outcome, Errno>, memfs: Answer) -> Result<bool, StepError> {
+    match (&model, memfs.errno()) {
+        (Ok(_), None) => Ok(true),
+        (Err(e), Some(g)) if e.raw() == g => Ok(false),
+        _ => Err(StepError::Disagree {
+            action,
+            model: model.map(drop),
+            memfs,
+        }),
     }
 }
 
@@ -945,122 +997,48 @@ impl Recording {
 }
 
 /// Runs `w` in `mode` on the recording device, memfs set as `memfs` says.
-pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording, String> {
-    use crate::report::Kind as K;
+pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording, SetupError> {
     let base = base(journaled(mode), &w.setup)?;
     let image = base.image.to_vec();
-    let mem = MemDevice::from_image(BS, image.clone()).map_err(|e| e.to_string())?;
-    let rec = Arc::new(RecordingDevice::with_base(mem, image).map_err(|e| e.to_string())?);
-    let len = || rec.log_len();
-    let still = |label: &str, start: usize, end: usize, s: &State| FlushRec {
-        label: label.to_string(),
-        start,
-        end,
-        commits: 0,
-        flush: Flush {
-            states: vec![s.clone(), s.clone()],
-            min_sizes: BTreeMap::new(),
-            ops: Vec::new(),
-        },
-    };
-    let disk = DiskFs::mount(rec.clone(), mode, NOW).map_err(|e| format!("mount: {e}"))?;
-    let mut flushes = vec![still("mount", 0, len(), &base.state)];
-    let mut problems = Vec::new();
-    let fs = MemFs::mount(disk, opts(memfs)).map_err(|e| e.to_string())?;
-    let mut d = Driver::new(
+    let mem = MemDevice::from_image(BS, image.clone())?;
+    let rec = Arc::new(RecordingDevice::with_base(mem, image)?);
+    let disk = DiskFs::mount(rec.clone(), mode, NOW).map_err(SetupError::Mount)?;
+    let mount = still("mount", 0, rec.log_len(), &base.state);
+    let fs = MemFs::mount(disk, opts(memfs)).map_err(SetupError::Memfs)?;
+    let d = Driver::new(
         &fs,
         memfs.order,
         base.state.clone(),
         base.writes,
         Some(rec.clone()),
     );
+    let mut r = Recorder {
+        d,
+        rec,
+        flushes: vec![mount],
+        problems: Vec::new(),
+    };
     let mut setup_writes = 0;
     for a in &w.setup {
         // The model replays the setup (the image already holds it).
-        model_apply(&mut d.model, a, &mut setup_writes).map_err(|e| format!("setup {a}: {e}"))?;
+        model_apply(&mut r.d.model, a, &mut setup_writes).map_err(|errno| SetupError::Model {
+            action: a.clone(),
+            errno,
+        })?;
     }
-    for (i, step) in w.steps.iter().enumerate() {
-        let mut before = len();
-        let acted = d.act(&step.action);
-        // Flushes memfs made on its own inside the operation (to find
-        // room, under memory pressure), in order and back to back with
-        // nothing written between them.
-        let what = format!("step {}: {}", i + 1, step.action);
-        inside_flushes(&mut d, &what, &mut before, &mut flushes, &mut problems);
-        if let Err(e) = acted {
-            problems.push((K::Semantics, format!("step {}: {e}", i + 1)));
-            break;
-        }
-        if len() != before {
-            problems.push((
-                K::Harness,
-                format!(
-                    "step {}: {} wrote to the device outside a persistence point",
-                    i + 1,
-                    step.action
-                ),
-            ));
-        }
-        let start = len();
-        let commits = d.commits();
-        match d.persist(&step.persist) {
-            Ok(Some(flush)) => flushes.push(FlushRec {
-                label: format!("step {}: {step}", i + 1),
-                start,
-                end: len(),
-                flush,
-                commits: d.commits() - commits,
-            }),
-            Ok(None) => {}
-            Err(e) => {
-                problems.push((K::Harness, format!("step {}: {e}", i + 1)));
-                break;
-            }
-        }
+    r.steps(w);
+    if r.problems.is_empty() {
+        r.read_back();
     }
-    if problems.is_empty() {
-        // Reading every file back may take memory past its bound, and
-        // memfs flushes then too.
-        let mut before = len();
-        d.mark();
-        let compared = d.compare_with_model();
-        d.settled();
-        let what = "reading the tree back";
-        inside_flushes(&mut d, what, &mut before, &mut flushes, &mut problems);
-        if let Err(e) = compared {
-            problems.push((K::Semantics, e));
-        } else if len() != before {
-            problems.push((K::Harness, format!("{what} wrote outside a flush")));
-        }
-    }
-    let mut before = len();
-    if let Err(e) = d.close_all() {
-        problems.push((K::Semantics, format!("closing handles at exit: {e}")));
-    }
-    let what = "closing handles at exit";
-    inside_flushes(&mut d, what, &mut before, &mut flushes, &mut problems);
-    if len() != before {
-        problems.push((K::Harness, format!("{what} wrote outside a flush")));
-    }
-    let start = len();
-    let commits = d.commits();
-    match d.persist(&Persist::Sync) {
-        Ok(Some(flush)) => flushes.push(FlushRec {
-            label: "final sync".into(),
-            start,
-            end: len(),
-            flush,
-            commits: d.commits() - commits,
-        }),
-        Ok(None) => {}
-        Err(e) => problems.push((K::Harness, format!("final {e}"))),
-    }
-    let start = len();
+    r.exit();
+    let start = r.len();
     if let Err(e) = fs.unmount() {
-        problems.push((K::Harness, format!("unmount: {e}")));
+        let e = StepError::Unmount(e);
+        r.problems.push((e.kind(), e.to_string()));
     }
-    flushes.push(still("unmount", start, len(), d.oracle.disk()));
-    let log = rec.log();
+    let unmount = still("unmount", start, r.len(), r.d.oracle.disk());
+    r.flushes.push(unmount);
+    let log = r.rec.log();
     let mut writes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (pos, e) in log.entries().iter().enumerate() {
         if let stitch_blockdev::record::LogEntry::Write { block, .. } = e {
@@ -1072,8 +1050,164 @@ pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording
         base,
         writes,
         log,
-        flushes,
-        problems,
-        own_flushes: d.own_flushes,
+        flushes: r.flushes,
+        problems: r.problems,
+        own_flushes: r.d.own_flushes,
     })
+}
+
+/// A persistence point that writes nothing the tree shows (mount,
+/// unmount): the state `s` before and after.
+fn still(label: &str, start: usize, end: usize, s: &State) -> FlushRec {
+    FlushRec {
+        label: label.to_string(),
+        start,
+        end,
+        commits: 0,
+        flush: Flush {
+            states: vec![s.clone(), s.clone()],
+            min_sizes: BTreeMap::new(),
+            ops: Vec::new(),
+        },
+    }
+}
+
+/// A workload being recorded: the driver, and the persistence points and
+/// problems found so far.
+struct Recorder<'a> {
+    d: Driver<'a>,
+    rec: Arc<RecordingDevice<MemDevice>>,
+    flushes: Vec<FlushRec>,
+    problems: Vec<(crate::report::Kind, String)>,
+}
+
+impl Recorder<'_> {
+    /// The device log's length.
+    fn len(&self) -> usize {
+        self.rec.log_len()
+    }
+
+    /// The flushes memfs made on its own inside `what` (to find room,
+    /// under memory pressure), in order and back to back with nothing
+    /// written between them.
+    fn inside(&mut self, what: &str, before: &mut usize) {
+        let (d, flushes, problems) = (&mut self.d, &mut self.flushes, &mut self.problems);
+        inside_flushes(d, what, before, flushes, problems);
+    }
+
+    /// Says so if something was written since `before` outside a flush.
+    fn nothing_written_since(&mut self, before: usize, what: &str) {
+        if self.len() != before {
+            let message = format!("{what} wrote to the device outside a persistence point");
+            self.problems.push((crate::report::Kind::Harness, message));
+        }
+    }
+
+    /// Each step's operation, the flushes inside it and its persistence
+    /// point; the first step that fails ends the workload.
+    fn steps(&mut self, w: &Workload) {
+        for (i, step) in w.steps.iter().enumerate() {
+            let mut before = self.len();
+            let acted = self.d.act(&step.action);
+            let what = format!("step {}: {}", i + 1, step.action);
+            self.inside(&what, &mut before);
+            let done = acted.and_then(|_| {
+                self.nothing_written_since(before, &what);
+                self.persist(format!("step {}: {step}", i + 1), &step.persist)
+            });
+            if let Err(e) = done {
+                self.problems
+                    .push((e.kind(), format!("step {}: {e}", i + 1)));
+                break;
+            }
+        }
+    }
+
+    /// A persistence point on memfs and in the oracle, recorded as
+    /// `label` with the span of the log it wrote.
+    fn persist(&mut self, label: String, p: &Persist) -> Result<(), StepError> {
+        let start = self.len();
+        let commits = self.d.commits();
+        if let Some(flush) = self.d.persist(p)? {
+            self.flushes.push(FlushRec {
+                label,
+                start,
+                end: self.len(),
+                flush,
+                commits: self.d.commits() - commits,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads the whole tree back and holds it to the model and the
+    /// oracle. Reading every file may take memory past its bound, and
+    /// memfs flushes then too.
+    fn read_back(&mut self) {
+        let mut before = self.len();
+        self.d.mark();
+        let compared = self.d.compare_with_model();
+        self.d.settled();
+        let what = "reading the tree back";
+        self.inside(what, &mut before);
+        match compared {
+            Err(e) => self.problems.push((e.kind(), e.to_string())),
+            Ok(()) => self.nothing_written_since(before, what),
+        }
+    }
+
+    /// The program exits: its handles close, and a final sync.
+    fn exit(&mut self) {
+        let what = "closing handles at exit";
+        let mut before = self.len();
+        if let Err(e) = self.d.close_all() {
+            self.problems.push((e.kind(), format!("{what}: {e}")));
+        }
+        self.inside(what, &mut before);
+        self.nothing_written_since(before, what);
+        if let Err(e) = self.persist("final sync".into(), &Persist::Sync) {
+            self.problems.push((e.kind(), format!("final {e}")));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Kind;
+
+    #[test]
+    fn a_fill_in_a_setup_is_a_setup_error() {
+        let e = make_base(false, &[Action::Fill("f".into())]).err();
+        assert!(matches!(e, Some(SetupError::FillInSetup)), "{e:?}");
+    }
+
+    /// memfs answering other than the model is a semantics finding; the
+    /// same refusal on both sides is agreement.
+    #[test]
+    fn answers_agree_by_errno() {
+        let done = || Ok(Outcome::Done);
+        assert!(matches!(agree("a".into(), done(), Answer::Done), Ok(true)));
+        let refused = agree(
+            "a".into(),
+            Err(Errno::Enoent),
+            Answer::Failed(MemError::NotFound),
+        );
+        assert!(matches!(refused, Ok(false)));
+        let no_handle = agree("a".into(), Err(Errno::Ebadf), Answer::NoHandle);
+        assert!(matches!(no_handle, Ok(false)));
+        let e = agree("a".into(), done(), Answer::Failed(MemError::NoSpace)).unwrap_err();
+        assert!(matches!(e, StepError::Disagree { .. }), "{e:?}");
+        assert_eq!(e.kind(), Kind::Semantics);
+    }
+
+    /// A persistence point that cannot run is the harness's problem, named
+    /// with its step, and ends the workload.
+    #[test]
+    fn a_failing_persistence_point_is_a_harness_problem() {
+        let w = crate::workload::parse("gen:creat:a+fsyncfd:3,creat:b+sync").unwrap();
+        let r = record(Consistency::SoftUpdates, &w, Memfs::default()).unwrap();
+        let said: Vec<(Kind, &str)> = r.problems.iter().map(|(k, m)| (*k, m.as_str())).collect();
+        assert_eq!(said, [(Kind::Harness, "step 1: fsync(fd3): no handle")]);
+    }
 }

@@ -9,6 +9,7 @@
 //! computed from its entries, a recovered state carries the counts the disk
 //! stores.
 
+use crate::error::ReadError;
 use std::collections::{BTreeMap, BTreeSet};
 use stitch_model::{Content, Meta, Node, Tree};
 
@@ -272,99 +273,139 @@ pub struct Found {
 }
 
 /// Reads the tree of a mounted diskfs from the root.
-pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, String> {
-    use stitch_diskfs::{FileType, InodeNo};
-    let mut found = Found::default();
-    let mut stack = vec![ROOT];
-    let mut named_dirs = BTreeSet::new();
-    let mut lost_found = 0;
-    while let Some(ino) = stack.pop() {
-        if found.state.inodes.contains_key(&ino) {
-            continue;
+pub fn read_tree(fs: &mut stitch_diskfs::DiskFs) -> Result<Found, ReadError> {
+    let mut r = TreeReader {
+        fs,
+        found: Found::default(),
+        stack: vec![ROOT],
+        named_dirs: BTreeSet::new(),
+        lost_found: 0,
+    };
+    while let Some(ino) = r.stack.pop() {
+        if !r.found.state.inodes.contains_key(&ino) {
+            r.inode(ino)?;
         }
-        let a = fs
+    }
+    let mut found = r.found;
+    if let Some(l) = found.links.get_mut(&ROOT) {
+        *l = l.saturating_sub(r.lost_found);
+    }
+    Ok(found)
+}
+
+/// A walk of the tree from the root, inode by inode.
+struct TreeReader<'a> {
+    fs: &'a mut stitch_diskfs::DiskFs,
+    found: Found,
+    /// Inodes named but not read yet.
+    stack: Vec<u64>,
+    /// Directories met so far by a name (a second name is a problem).
+    named_dirs: BTreeSet<u64>,
+    /// 1 once the root's lost+found is met: its ".." counts in the root's
+    /// links, and the state leaves it out, so the count does too.
+    lost_found: u32,
+}
+
+/// The error of a failed diskfs `call` on `ino`.
+fn failed(call: &'static str, ino: u64) -> impl FnOnce(stitch_diskfs::DiskError) -> ReadError {
+    move |error| ReadError { call, ino, error }
+}
+
+impl TreeReader<'_> {
+    /// Reads inode `ino` whole: attributes, contents, extended attributes.
+    fn inode(&mut self, ino: u64) -> Result<(), ReadError> {
+        use stitch_diskfs::{FileType, InodeNo};
+        let a = self
+            .fs
             .getattr(InodeNo(ino as u32))
-            .map_err(|e| format!("inode {ino}: {e}"))?;
+            .map_err(failed("inode", ino))?;
         let kind = match a.kind {
             Some(FileType::Regular) => FileKind::File,
             Some(FileType::Directory) => FileKind::Dir,
             Some(FileType::Symlink) => FileKind::Symlink,
             Some(t) => FileKind::Special(special(t, a.rdev.unwrap_or((0, 0)))),
             None => {
-                found.problems.push(format!(
-                    "an entry names inode {ino}, which has no file type"
-                ));
-                continue;
+                let problem = format!("an entry names inode {ino}, which has no file type");
+                self.found.problems.push(problem);
+                return Ok(());
             }
         };
         let mut inode = Inode::new(kind, a.perm, a.uid, a.gid);
         match kind {
+            FileKind::File if a.size > READ_LIMIT => {
+                let problem = format!("inode {ino} has size {}", a.size);
+                self.found.problems.push(problem);
+            }
             FileKind::File => {
-                if a.size > READ_LIMIT {
-                    found
-                        .problems
-                        .push(format!("inode {ino} has size {}", a.size));
-                } else {
-                    inode.bytes = fs
-                        .read(InodeNo(ino as u32), 0, a.size as usize)
-                        .map_err(|e| format!("read inode {ino}: {e}"))?;
-                }
+                inode.bytes = self
+                    .fs
+                    .read(InodeNo(ino as u32), 0, a.size as usize)
+                    .map_err(failed("read inode", ino))?;
             }
             FileKind::Symlink => {
-                inode.bytes = fs
+                inode.bytes = self
+                    .fs
                     .readlink(InodeNo(ino as u32))
-                    .map_err(|e| format!("readlink {ino}: {e}"))?;
+                    .map_err(failed("readlink", ino))?;
             }
-            FileKind::Dir => {
-                for e in fs
-                    .readdir(InodeNo(ino as u32))
-                    .map_err(|e| format!("readdir {ino}: {e}"))?
-                {
-                    if e.name == b"." || e.name == b".." {
-                        continue;
-                    }
-                    if ino == ROOT && e.name == b"lost+found" {
-                        // Its ".." counts in the root's links; the state
-                        // leaves it out, so the count does too.
-                        lost_found = 1;
-                        continue;
-                    }
-                    let child = u64::from(e.ino.0);
-                    let is_dir = e.kind == Some(FileType::Directory);
-                    if is_dir && (child == ROOT || !named_dirs.insert(child)) {
-                        found.problems.push(format!(
-                            "directory {child} is reachable twice (again as {} in {ino})",
-                            String::from_utf8_lossy(&e.name)
-                        ));
-                        continue;
-                    }
-                    inode.entries.insert(e.name, child);
-                    stack.push(child);
-                }
-            }
+            FileKind::Dir => self.entries(ino, &mut inode)?,
             FileKind::Special(_) => {}
         }
-        for x in fs
-            .xattrs(InodeNo(ino as u32))
-            .map_err(|e| format!("extended attributes of {ino}: {e}"))?
-        {
+        self.xattrs(ino, &mut inode)?;
+        self.found.links.insert(ino, u32::from(a.nlink));
+        self.found.state.inodes.insert(ino, inode);
+        Ok(())
+    }
+
+    /// The entries of directory `ino`, whose children join the walk.
+    fn entries(&mut self, ino: u64, inode: &mut Inode) -> Result<(), ReadError> {
+        use stitch_diskfs::{FileType, InodeNo};
+        let list = self
+            .fs
+            .readdir(InodeNo(ino as u32))
+            .map_err(failed("readdir", ino))?;
+        for e in list {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            if ino == ROOT && e.name == b"lost+found" {
+                self.lost_found = 1;
+                continue;
+            }
+            let child = u64::from(e.ino.0);
+            let is_dir = e.kind == Some(FileType::Directory);
+            if is_dir && (child == ROOT || !self.named_dirs.insert(child)) {
+                self.found.problems.push(format!(
+                    "directory {child} is reachable twice (again as {} in {ino})",
+                    String::from_utf8_lossy(&e.name)
+                ));
+                continue;
+            }
+            inode.entries.insert(e.name, child);
+            self.stack.push(child);
+        }
+        Ok(())
+    }
+
+    /// The extended attributes of `ino`.
+    fn xattrs(&mut self, ino: u64, inode: &mut Inode) -> Result<(), ReadError> {
+        let list = self
+            .fs
+            .xattrs(stitch_diskfs::InodeNo(ino as u32))
+            .map_err(failed("extended attributes of", ino))?;
+        for x in list {
             match x.full_name() {
                 Some(name) => {
                     inode.xattrs.insert(name, x.value);
                 }
-                None => found.problems.push(format!(
+                None => self.found.problems.push(format!(
                     "inode {ino} has an extended attribute of unknown index {}",
                     x.index
                 )),
             }
         }
-        found.links.insert(ino, u32::from(a.nlink));
-        found.state.inodes.insert(ino, inode);
+        Ok(())
     }
-    if let Some(l) = found.links.get_mut(&ROOT) {
-        *l = l.saturating_sub(lost_found);
-    }
-    Ok(found)
 }
 
 /// One independent fact of a state.

@@ -11,6 +11,7 @@
 //! is its name; a generated one is `gen:` and its steps, e.g.
 //! `gen:rename:A:D/A+fsync:D,unlink:B+sync`.
 
+use crate::error::SpecError;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -226,20 +227,68 @@ pub fn generated_spec(steps: &[Step]) -> String {
     format!("gen:{}", parts.join(","))
 }
 
-fn parse_action(s: &str) -> Result<Action, String> {
-    let f: Vec<&str> = s.split(':').collect();
-    let num = |i: usize| -> Result<u64, String> {
-        f.get(i)
-            .ok_or_else(|| format!("{s}: missing field {i}"))?
-            .parse()
-            .map_err(|e| format!("{s}: {e}"))
-    };
-    let path = |i: usize| -> Result<String, String> {
-        f.get(i)
+/// The `:`-separated fields of one step's operation.
+struct Fields<'a> {
+    step: &'a str,
+    f: Vec<&'a str>,
+}
+
+impl Fields<'_> {
+    fn number(&self, error: std::num::ParseIntError) -> SpecError {
+        SpecError::Number {
+            step: self.step.to_string(),
+            error,
+        }
+    }
+
+    fn num(&self, i: usize) -> Result<u64, SpecError> {
+        let field = self.f.get(i).ok_or_else(|| SpecError::MissingField {
+            step: self.step.to_string(),
+            index: i,
+        })?;
+        field.parse().map_err(|e| self.number(e))
+    }
+
+    fn path(&self, i: usize) -> Result<String, SpecError> {
+        self.f
+            .get(i)
             .map(|p| p.to_string())
-            .ok_or_else(|| format!("{s}: missing path"))
+            .ok_or_else(|| SpecError::MissingPath {
+                step: self.step.to_string(),
+            })
+    }
+
+    /// `mknod:PATH:p|s|c:MAJ:MIN|b:MAJ:MIN`'s kind.
+    fn special(&self) -> Result<Special, SpecError> {
+        let rdev = || -> Result<Rdev, SpecError> {
+            Ok(Rdev {
+                major: self.num(3)? as u32,
+                minor: self.num(4)? as u32,
+            })
+        };
+        Ok(match self.f.get(2).copied() {
+            Some("p") => Special::Fifo,
+            Some("s") => Special::Socket,
+            Some("c") => Special::Char(rdev()?),
+            Some("b") => Special::Block(rdev()?),
+            _ => {
+                return Err(SpecError::Mknod {
+                    step: self.step.to_string(),
+                })
+            }
+        })
+    }
+}
+
+/// One operation of a step spec: one arm per operation, as the table of
+/// them reads.
+fn parse_action(s: &str) -> Result<Action, SpecError> {
+    let f = Fields {
+        step: s,
+        f: s.split(':').collect(),
     };
-    Ok(match f[0] {
+    let (num, path) = (|i| f.num(i), |i| f.path(i));
+    Ok(match f.f[0] {
         "creat" => Action::Creat(path(1)?),
         "mkdir" => Action::Mkdir(path(1)?),
         "write" => Action::Write {
@@ -258,7 +307,7 @@ fn parse_action(s: &str) -> Result<Action, String> {
         },
         "chmod" => Action::Chmod {
             path: path(1)?,
-            perm: u16::from_str_radix(&path(2)?, 8).map_err(|e| format!("{s}: {e}"))?,
+            perm: u16::from_str_radix(&path(2)?, 8).map_err(|e| f.number(e))?,
         },
         "link" => Action::Link {
             from: path(1)?,
@@ -278,25 +327,10 @@ fn parse_action(s: &str) -> Result<Action, String> {
             path: path(1)?,
             kind: Special::Fifo,
         },
-        "mknod" => {
-            let rdev = || -> Result<Rdev, String> {
-                Ok(Rdev {
-                    major: num(3)? as u32,
-                    minor: num(4)? as u32,
-                })
-            };
-            let kind = match f.get(2).copied() {
-                Some("p") => Special::Fifo,
-                Some("s") => Special::Socket,
-                Some("c") => Special::Char(rdev()?),
-                Some("b") => Special::Block(rdev()?),
-                _ => return Err(format!("{s}: mknod:PATH:p|s|c:MAJ:MIN|b:MAJ:MIN")),
-            };
-            Action::Mknod {
-                path: path(1)?,
-                kind,
-            }
-        }
+        "mknod" => Action::Mknod {
+            path: path(1)?,
+            kind: f.special()?,
+        },
         "setxattr" => Action::Setxattr {
             path: path(1)?,
             name: path(2)?,
@@ -309,11 +343,16 @@ fn parse_action(s: &str) -> Result<Action, String> {
             len: num(3)?,
         },
         "close" => Action::Close(num(1)? as u32),
-        other => return Err(format!("unknown operation {other:?} in {s:?}")),
+        other => {
+            return Err(SpecError::UnknownOperation {
+                op: other.to_string(),
+                step: s.to_string(),
+            })
+        }
     })
 }
 
-fn parse_step(s: &str) -> Result<Step, String> {
+fn parse_step(s: &str) -> Result<Step, SpecError> {
     let (a, p) = match s.split_once('+') {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
@@ -323,8 +362,11 @@ fn parse_step(s: &str) -> Result<Step, String> {
         Some("sync") => Persist::Sync,
         Some(p) => match (p.strip_prefix("fsync:"), p.strip_prefix("fsyncfd:")) {
             (Some(path), _) => Persist::Fsync(path.to_string()),
-            (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|e| format!("{p}: {e}"))?),
-            _ => return Err(format!("unknown persistence point {p:?}")),
+            (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|error| SpecError::Number {
+                step: p.to_string(),
+                error,
+            })?),
+            _ => return Err(SpecError::UnknownPoint(p.to_string())),
         },
     };
     Ok(Step {
@@ -335,7 +377,7 @@ fn parse_step(s: &str) -> Result<Step, String> {
 
 /// The workload a spec names: a named workload, or `gen:` steps over the
 /// standard setup.
-pub fn parse(spec: &str) -> Result<Workload, String> {
+pub fn parse(spec: &str) -> Result<Workload, SpecError> {
     if let Some(steps) = spec.strip_prefix("gen:") {
         let steps = steps
             .split(',')
@@ -348,13 +390,13 @@ pub fn parse(spec: &str) -> Result<Workload, String> {
             steps,
         });
     }
-    named().into_iter().find(|w| w.name == spec).ok_or_else(|| {
-        let names: Vec<String> = named().into_iter().map(|w| w.name).collect();
-        format!(
-            "unknown workload {spec:?} (named: {}; or gen:STEPS)",
-            names.join(", ")
-        )
-    })
+    named()
+        .into_iter()
+        .find(|w| w.name == spec)
+        .ok_or_else(|| SpecError::UnknownWorkload {
+            spec: spec.to_string(),
+            named: named().into_iter().map(|w| w.name).collect(),
+        })
 }
 
 // ---- named workloads ---------------------------------------------------
@@ -1172,7 +1214,18 @@ mod tests {
             assert_eq!(w.name, generated_spec(&w.steps));
             assert!(valid(&w.steps), "{}", w.name);
         }
-        assert!(parse("nope").is_err());
+        assert!(matches!(
+            parse("nope"),
+            Err(SpecError::UnknownWorkload { .. })
+        ));
+        assert!(matches!(
+            parse("gen:write:a:x:1"),
+            Err(SpecError::Number { .. })
+        ));
+        assert!(matches!(
+            parse("gen:creat:a+flush"),
+            Err(SpecError::UnknownPoint(_))
+        ));
     }
 
     #[test]

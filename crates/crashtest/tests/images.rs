@@ -69,7 +69,12 @@ fn reused_verdicts_are_the_checkers_own() {
     let mut checker = Checker::new().unwrap();
     let said = |f: &Facts| {
         let fsck = f.fsck.clone().map(|v| (v.corruptions, v.leaks, v.text));
-        (fsck, f.e2fsck.clone(), f.replayed)
+        let fsck = fsck.map_err(|e| e.to_string());
+        (
+            fsck,
+            f.e2fsck.clone().map_err(|e| e.to_string()),
+            f.replayed,
+        )
     };
     let (mut images, mut checked, mut damaged) = (0, 0, 0);
     for st in crash_states(&rec.log, &opts).unwrap() {

@@ -46,7 +46,7 @@ fn fails_and_stops(
     assert!(err.is_damage());
     assert!(matches!(
         fs.sync(),
-        Err(DiskError::Patch(PatchError::Stopped(_)))
+        Err(DiskError::Patch(PatchError::Stopped { .. }))
     ));
     assert!(
         dev.snapshot() == mounted,

@@ -267,7 +267,7 @@ impl MemFs {
 
     fn flush(&self, scope: Scope) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
-            return Err(MemError::Io("an earlier device error is latched".into()));
+            return Err(MemError::Latched);
         }
         let mut merged = self.inner.merged.lock();
         let plan = self.cut(&mut merged, scope)?;
@@ -291,7 +291,7 @@ impl MemFs {
     /// (the device is latched then, and what they held may be lost).
     fn durable_so_far(&self) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
-            return Err(MemError::Io("an earlier device error is latched".into()));
+            return Err(MemError::Latched);
         }
         Ok(())
     }
@@ -601,13 +601,8 @@ impl MemFs {
     /// writes and creates hold room for what they need), and later changes
     /// fail with EROFS. Returns the error to report.
     fn failed_flush(&self, e: stitch_diskfs::DiskError) -> MemError {
-        let e = self.latch(e);
         self.inner.read_only.store(true, Ordering::SeqCst);
-        match e {
-            MemError::NoSpace => MemError::NoSpace,
-            MemError::Io(m) => MemError::Io(m),
-            other => MemError::Io(other.to_string()),
-        }
+        MemError::of_flush(e)
     }
 
     /// Takes in what diskfs says of the written files and edited

@@ -191,7 +191,7 @@ impl MemFs {
             let h = std::thread::Builder::new()
                 .name("stitch-flush".into())
                 .spawn(move || bg.background(every))
-                .map_err(|e| MemError::Io(e.to_string()))?;
+                .map_err(MemError::Thread)?;
             *fs.inner.flusher.lock() = Some(h);
         }
         Ok(fs)
@@ -336,7 +336,10 @@ impl MemFs {
         }
         let e = self
             .on_disk(self.inner.disk.lookup(InodeNo(dir as u32), b".."))?
-            .ok_or(MemError::Io("directory without ..".into()))?;
+            .ok_or_else(|| {
+                let why = format!("directory {dir} has no .. entry");
+                MemError::Corrupt(stitch_diskfs::DiskError::Corrupt(why))
+            })?;
         let p = u64::from(e.ino.0);
         // Only a rename (under the rename lock) sets a known parent.
         let _ = n

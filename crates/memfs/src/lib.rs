@@ -26,7 +26,7 @@ mod log;
 mod node;
 mod types;
 
-pub use error::{MemError, Result};
+pub use error::{MemError, Result, Trouble};
 pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::{RenameFlags, TimeRange, Timestamp};

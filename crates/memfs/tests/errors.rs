@@ -9,8 +9,8 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
-use stitch_diskfs::Consistency;
-use stitch_memfs::{Kind, MemError, MemFs};
+use stitch_diskfs::{Consistency, DiskFs};
+use stitch_memfs::{Kind, MemError, MemFs, Trouble};
 
 const MIB: usize = 1 << 20;
 
@@ -323,12 +323,13 @@ fn a_failing_device_latches_read_only_and_keeps_what_was_durable() {
                 "{mode:?}, failing the next {}",
                 if fail_flush { "flush" } else { "write" }
             );
-            let r = fs.fsync(b, false);
-            assert!(
-                matches!(r, Err(MemError::Io(_))),
-                "{what}: fsync gave {r:?}"
-            );
-            assert_eq!(MemError::Io(String::new()).errno(), libc::EIO);
+            // The device's own error, kept whole up to the edge.
+            let e = fs.fsync(b, false).expect_err(&what);
+            assert!(matches!(e, MemError::Device(_)), "{what}: fsync gave {e:?}");
+            assert_eq!(e.errno(), libc::EIO, "{what}");
+            assert_eq!(e.trouble(), Some(Trouble::Device), "{what}");
+            let os = e.io_error().and_then(|io| io.raw_os_error());
+            assert_eq!(os, Some(libc::EIO), "{what}: {e}");
             // Latched: nothing more changes, and it says so.
             let w = fs.write(a, 0, b"x", false);
             assert!(
@@ -346,11 +347,13 @@ fn a_failing_device_latches_read_only_and_keeps_what_was_durable() {
                 matches!(u, Err(MemError::ReadOnly)),
                 "{what}: unlink gave {u:?}"
             );
-            assert!(fs.sync().is_err(), "{what}: sync after the failure");
-            assert!(
-                fs.fsync(a, false).is_err(),
-                "{what}: fsync after the failure"
-            );
+            // Later flushes say the mount is latched: EIO, and no trouble
+            // of their own to log.
+            for r in [fs.sync(), fs.fsync(a, false)] {
+                let e = r.expect_err(&what);
+                assert!(matches!(e, MemError::Latched), "{what}: {e:?}");
+                assert_eq!((e.errno(), e.trouble()), (libc::EIO, None), "{what}");
+            }
             // Reads still answer.
             assert!(read_all(&fs, a) == a_data, "{what}: a in memory");
             assert!(fs.lookup(fs.root(), b"b").is_ok(), "{what}");
@@ -368,6 +371,79 @@ fn a_failing_device_latches_read_only_and_keeps_what_was_durable() {
             );
         }
     }
+}
+
+/// A device that runs out of room itself (a thin-provisioned store) is a
+/// failed device, not a full file system: the fsync says `EIO` and keeps
+/// the device's `ENOSPC` for the log, and the mount latches.
+#[test]
+fn a_device_out_of_room_is_a_device_error() {
+    let mode = Consistency::SoftUpdates;
+    let (dev, fs) = mount_faulty(mode);
+    let a = new_file(&fs, "a");
+    fs.write(a, 0, &pattern(100_000, 3), false).unwrap();
+    let (_, writes, _) = dev.counts();
+    dev.fail_nth_write(writes + 1, FaultKind::NoSpace);
+    let e = fs.fsync(a, false).unwrap_err();
+    assert!(matches!(e, MemError::Device(_)), "{e:?}");
+    assert_eq!(e.errno(), libc::EIO);
+    let os = e.io_error().and_then(|io| io.raw_os_error());
+    assert_eq!(os, Some(libc::ENOSPC), "{e}");
+    let w = fs.write(a, 0, b"x", false).unwrap_err();
+    assert!(matches!(w, MemError::ReadOnly), "{w:?}");
+}
+
+/// The tree `d/f` on a fresh ext2 image, unmounted; and `d`'s inode.
+fn image_with_dir() -> (Vec<u8>, u64) {
+    let mode = Consistency::SoftUpdates;
+    let dev = device(image_for(mode));
+    let fs = mount_on(dev.clone(), mode, opts());
+    let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0).unwrap().ino;
+    fs.mknod(d, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+    fs.unmount().unwrap();
+    (dev.snapshot(), d)
+}
+
+/// A directory block that does not decode is corruption, kept as such up
+/// to the edge (`EIO`, logged there as damage), not a device error.
+#[test]
+fn a_damaged_directory_block_is_corruption() {
+    let (mut image, d) = image_with_dir();
+    let block = {
+        let mut disk = DiskFs::mount(device(image.clone()), Consistency::SoftUpdates, NOW).unwrap();
+        let b = disk.physical_block(stitch_diskfs::InodeNo(d as u32), 0);
+        b.unwrap().expect("d has a first block") as usize
+    };
+    image[block * 4096..(block + 1) * 4096].fill(0);
+    let fs = mount_on(device(image), Consistency::SoftUpdates, opts());
+    let e = fs.lookup(d, b"f").unwrap_err();
+    assert!(matches!(e, MemError::Corrupt(_)), "{e:?}");
+    assert_eq!(e.errno(), libc::EIO);
+    assert_eq!(e.trouble(), Some(Trouble::Corruption));
+}
+
+/// A group's directory count that disagrees with its bitmap is found when
+/// the flush of an rmdir would take it below zero: the flush fails as
+/// corruption, nothing more is written, and the mount latches.
+#[test]
+fn a_count_out_of_bounds_fails_the_flush_as_corruption() {
+    let (mut image, d) = image_with_dir();
+    // Group 0's descriptor, in the block after the superblock's: its
+    // directory count (bg_used_dirs_count, 16 bits at byte 16) set to 0.
+    image[4096 + 16..4096 + 18].fill(0);
+    let dev = device(image);
+    let fs = mount_on(dev.clone(), Consistency::SoftUpdates, opts());
+    let mounted = dev.snapshot();
+    fs.unlink(d, b"f").unwrap();
+    fs.rmdir(fs.root(), b"d").unwrap();
+    let e = fs.sync().unwrap_err();
+    assert!(matches!(e, MemError::Corrupt(_)), "{e:?}");
+    assert!(e.to_string().contains("directory count 0"), "{e}");
+    assert_eq!(e.errno(), libc::EIO);
+    assert!(dev.snapshot() == mounted, "written after the count error");
+    let m = fs.mkdir(fs.root(), b"e", 0o755, 0, 0).unwrap_err();
+    assert!(matches!(m, MemError::ReadOnly), "{m:?}");
+    assert!(matches!(fs.sync(), Err(MemError::Latched)));
 }
 
 /// A file written and removed before any flush never reaches the disk,

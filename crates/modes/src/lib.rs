@@ -117,11 +117,8 @@ impl Modes {
         let at = j.superblock_block();
         let sb = self
             .cache
-            .create_byte(at, 0, &block, &[], PatchFlags::default())
-            .map_err(|e| JournalError::Superblock(e.to_string()))?;
-        self.cache
-            .sync_patch(sb)
-            .map_err(|e| JournalError::Superblock(e.to_string()))?;
+            .create_byte(at, 0, &block, &[], PatchFlags::default())?;
+        self.cache.sync_patch(sb)?;
         self.journal = Some(j);
         Ok(())
     }

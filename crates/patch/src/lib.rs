@@ -52,8 +52,8 @@ use std::sync::Arc;
 pub enum PatchError {
     #[error(transparent)]
     Device(#[from] DevError),
-    #[error("the patch cache stopped writing after an earlier failure: {0}")]
-    Stopped(String),
+    #[error("the patch cache stopped writing after an earlier failure: {why}")]
+    Stopped { cause: Stop, why: String },
     #[error("a dependency of {from} on {to} would close a cycle")]
     Cycle { from: PatchId, to: PatchId },
     #[error("a dependency of {from} on {to} would make hard patch {hard} wait for its own block")]
@@ -85,6 +85,30 @@ pub enum PatchError {
 }
 
 pub type Result<T> = std::result::Result<T, PatchError>;
+
+/// Why the cache stopped writing: the kind of its first failure, which
+/// every later refusal ([`PatchError::Stopped`]) carries with its text.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The device failed a write or a flush.
+    Device,
+    /// The cache broke one of its own invariants (or got stuck): a bug.
+    Invariant,
+    /// The layer above met a state its file system cannot be in
+    /// ([`PatchCache::halt`]).
+    Halted,
+}
+
+impl PatchError {
+    /// The kind of failure this is, as a stop would record it.
+    fn stop_cause(&self) -> Stop {
+        match self {
+            PatchError::Device(_) => Stop::Device,
+            PatchError::Stopped { cause, .. } => *cause,
+            _ => Stop::Invariant,
+        }
+    }
+}
 
 /// Where a patch is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -124,7 +148,7 @@ pub struct PatchCache {
     stream_left: Option<usize>,
     stats: Stats,
     /// Set by the first device failure or violated invariant.
-    stopped: Option<String>,
+    stopped: Option<(Stop, String)>,
 }
 
 impl PatchCache {
@@ -291,18 +315,21 @@ impl PatchCache {
     /// met a state its file system cannot be in, so nothing more of it may
     /// reach the disk. The first reason stays.
     pub fn halt(&mut self, why: String) {
-        self.stopped.get_or_insert(why);
+        self.stopped.get_or_insert((Stop::Halted, why));
     }
 
     /// Why writes stopped (a device failure, a violated invariant, a
     /// [`PatchCache::halt`]), if they did.
     pub fn stopped(&self) -> Option<&str> {
-        self.stopped.as_deref()
+        self.stopped.as_ref().map(|(_, why)| why.as_str())
     }
 
     fn check_running(&self) -> Result<()> {
         match &self.stopped {
-            Some(why) => Err(PatchError::Stopped(why.clone())),
+            Some((cause, why)) => Err(PatchError::Stopped {
+                cause: *cause,
+                why: why.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -310,7 +337,7 @@ impl PatchCache {
     /// Records the first failure; every later write or flush refuses.
     fn stop(&mut self, err: PatchError) -> PatchError {
         if self.stopped.is_none() {
-            self.stopped = Some(err.to_string());
+            self.stopped = Some((err.stop_cause(), err.to_string()));
         }
         err
     }

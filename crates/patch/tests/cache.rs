@@ -7,7 +7,7 @@ use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_patch::{
     BlockNo, CacheConfig, FlushTicket, Optimizations, PatchCache, PatchError, PatchFlags,
-    PatchState, SyncStep, DATA_KEEP, EMPTY_FAN_IN,
+    PatchState, Stop, SyncStep, DATA_KEEP, EMPTY_FAN_IN,
 };
 
 const BS: usize = 4096;
@@ -64,13 +64,20 @@ fn a_failed_write_stops_the_cache_and_loses_nothing_silently() {
         PatchState::Uncommitted,
         "a failed write commits nothing"
     );
-    // Every later call that would write refuses, naming the first failure.
-    assert!(matches!(c.flush(), Err(PatchError::Stopped(_))));
+    // Every later call that would write refuses, naming the first failure
+    // and its kind.
+    assert!(matches!(
+        c.flush(),
+        Err(PatchError::Stopped {
+            cause: Stop::Device,
+            ..
+        })
+    ));
     assert!(matches!(
         c.create_byte(BlockNo(2), 0, &[1], &[], META),
-        Err(PatchError::Stopped(_))
+        Err(PatchError::Stopped { .. })
     ));
-    assert!(matches!(c.sync(), Err(PatchError::Stopped(why)) if why.contains("I/O")));
+    assert!(matches!(c.sync(), Err(PatchError::Stopped { why, .. }) if why.contains("I/O")));
 }
 
 /// A halt from the layer above (a state its file system cannot be in)
@@ -83,10 +90,13 @@ fn a_halt_from_above_writes_nothing_more() {
     c.halt("a count below zero".into());
     c.halt("a later reason".into());
     assert_eq!(c.stopped(), Some("a count below zero"));
-    assert!(matches!(c.sync(), Err(PatchError::Stopped(why)) if why == "a count below zero"));
+    assert!(matches!(
+        c.sync(),
+        Err(PatchError::Stopped { cause: Stop::Halted, why }) if why == "a count below zero"
+    ));
     assert!(matches!(
         c.create_byte(BlockNo(2), 0, &[1], &[], META),
-        Err(PatchError::Stopped(_))
+        Err(PatchError::Stopped { .. })
     ));
     assert_eq!(c.state(p), PatchState::Uncommitted);
     assert!(

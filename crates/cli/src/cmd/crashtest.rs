@@ -132,7 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
         "named" => workload::named(),
         "generated" => workload::generated(length, samples, seed),
-        spec => vec![workload::parse(spec).map_err(anyhow::Error::msg)?],
+        spec => vec![workload::parse(spec)?],
     };
     let workloads = match &args.shard {
         None => workloads,
@@ -206,8 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 eprintln!("crashtest: {done}/{all} workloads, {s} crash states, {v} violations");
             }
         }
-    })
-    .map_err(anyhow::Error::msg)?;
+    })?;
     bar.finish_and_clear();
     println!("{}", summary.table());
     let n = summary.violations.len();

@@ -37,7 +37,7 @@ use fuser::{Errno, FileAttr, FileType, INodeNo};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::SystemTime;
 pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
-use stitch_memfs::{Attr, Kind, MemError, MemFs, Timestamp};
+use stitch_memfs::{Attr, Kind, MemError, MemFs, Timestamp, Trouble};
 
 /// ext2's root directory.
 const EXT2_ROOT: u64 = 2;
@@ -137,8 +137,8 @@ fn entry_attr(a: &Attr) -> FileAttr {
     }
 }
 
-/// Why a request failed: a memfs error (logged with its message when it
-/// means trouble) or an errno the adapter decided on.
+/// Why a request failed: a memfs error (its kind kept, logged with its
+/// detail when it means trouble) or an errno the adapter decided on.
 #[derive(Debug)]
 enum Failure {
     Mem(MemError),
@@ -158,6 +158,8 @@ impl From<Errno> for Failure {
 }
 
 impl Failure {
+    /// The errno the kernel is answered with: memfs's one mapping from
+    /// kind to errno ([`MemError::errno`]), or the adapter's own.
     fn errno(&self) -> Errno {
         match self {
             Failure::Mem(e) => Errno::from_i32(e.errno()),
@@ -165,14 +167,35 @@ impl Failure {
         }
     }
 
-    /// Failures that mean something is wrong with the mount rather than
-    /// with the request: a device error, a latched read-only state, a
-    /// vanished inode.
-    fn worth_logging(&self) -> bool {
+    /// What the log says of a failure that means something is wrong with
+    /// the mount rather than with the request (damage on disk, a device
+    /// error, a bug, a latched read-only state, a vanished inode, a full
+    /// disk); `None` for an ordinary refusal. The errno alone loses what
+    /// went wrong, so corruption, device errors and bugs are named with
+    /// their detail.
+    fn log_line(&self, op: &str, ino: u64) -> Option<String> {
+        let at = format!("{op} (inode {ino})");
+        let Failure::Mem(e) = self else {
+            return self
+                .troubling_errno()
+                .then(|| format!("{at}: {:?}", self.errno()));
+        };
+        Some(match e.trouble() {
+            Some(Trouble::Corruption) => {
+                format!("{at}: {e}; check the image with e2fsck -fn")
+            }
+            Some(Trouble::Device) => format!("{at}: {e}"),
+            Some(Trouble::Bug) => format!("BUG: {at}: {e}"),
+            None if self.troubling_errno() => format!("{at}: {e}"),
+            None => return None,
+        })
+    }
+
+    fn troubling_errno(&self) -> bool {
         matches!(
             self.errno(),
             Errno::EIO | Errno::EROFS | Errno::ESTALE | Errno::ENOSPC
-        ) || matches!(self, Failure::Mem(MemError::Io(_)))
+        )
     }
 }
 
@@ -204,12 +227,8 @@ fn serve<R: ErrorReply, T, E: Into<Failure>>(
             }
         }
         Ok(Err(f)) => {
-            if f.worth_logging() {
-                let what = match &f {
-                    Failure::Mem(e) => e.to_string(),
-                    Failure::Errno(e) => format!("{e:?}"),
-                };
-                diag::request_error(&format!("{op} (inode {ino}): {what}"));
+            if let Some(line) = f.log_line(op, ino) {
+                diag::request_error(&line);
             }
             reply.fail(f.errno());
         }
@@ -319,9 +338,34 @@ mod tests {
     fn memfs_errors_keep_their_errno() {
         let f: Failure = MemError::NotEmpty.into();
         assert_eq!(f.errno(), Errno::ENOTEMPTY);
-        assert!(!f.worth_logging());
-        let f: Failure = MemError::Io("device".into()).into();
-        assert_eq!(f.errno(), Errno::EIO);
-        assert!(f.worth_logging());
+        assert_eq!(f.log_line("rmdir", 12), None);
+        let f: Failure = MemError::ReadOnly.into();
+        assert_eq!(f.errno(), Errno::EROFS);
+        assert!(f.log_line("write", 12).is_some());
+    }
+
+    /// Corruption, device errors and bugs all answer `EIO`; the log tells
+    /// them apart and keeps their detail.
+    #[test]
+    fn troubles_answer_eio_and_are_logged_by_kind() {
+        use stitch_diskfs::{Damage, DiskError};
+        let damage = Damage::Root("is not a directory".into());
+        let corrupt: Failure = MemError::Corrupt(DiskError::Damaged(damage)).into();
+        let line = corrupt.log_line("lookup", 2).unwrap();
+        assert!(line.contains("the root directory (inode 2) is not a directory"));
+        assert!(line.contains("e2fsck"), "{line}");
+        let io = std::io::Error::from_raw_os_error(libc::EIO);
+        let dev = stitch_blockdev::DevError::Io {
+            what: "write of block 7".into(),
+            source: io,
+        };
+        let device: Failure = MemError::Device(DiskError::Patch(dev.into())).into();
+        let line = device.log_line("fsync", 12).unwrap();
+        assert!(line.contains("write of block 7"), "{line}");
+        let bug: Failure = MemError::Bug(DiskError::NotFound).into();
+        assert!(bug.log_line("fsync", 12).unwrap().starts_with("BUG: "));
+        for f in [corrupt, device, bug] {
+            assert_eq!(f.errno(), Errno::EIO);
+        }
     }
 }

@@ -60,7 +60,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use stitch_format::jbd2::superblock::features;
 use stitch_format::jbd2::{JournalSuperblock, TagFormat};
-use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, SyncStep};
+use stitch_patch::{BlockNo, PatchCache, PatchError, PatchFlags, PatchId, SyncStep};
 
 /// What the journal does with file data.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -154,6 +154,10 @@ pub enum JournalError {
     TooBig { need: u32, capacity: u32 },
     #[error("the journal superblock: {0}")]
     Superblock(String),
+    /// Writing the journal superblock failed in the cache (the device, or
+    /// a stop before it).
+    #[error("writing the journal superblock: {0}")]
+    Write(#[from] PatchError),
 }
 
 struct Running {
