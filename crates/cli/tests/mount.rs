@@ -1144,7 +1144,7 @@ fn denied(out: &Output) -> bool {
 /// kernel checking permissions; `-o private` keeps everyone but root out.
 #[test]
 fn a_mount_by_root_serves_every_user_unless_private() {
-    let (_dir, img, mnt) = reachable_by_nobody();
+    let (dir, img, mnt) = reachable_by_nobody();
     let m = Mounted::start(&img, &mnt, &[]);
     for (name, mode) in [("public", 0o644), ("secret", 0o600)] {
         fs::write(m.path(name), name).unwrap();
@@ -1171,8 +1171,14 @@ fn a_mount_by_root_serves_every_user_unless_private() {
     // where it is given (unless this machine gives it).
     let conf = fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
     if !conf.lines().any(|l| l.trim() == "user_allow_other") {
+        // The binary as well, copied beside the image: the checkout
+        // (and so target/) may sit in a directory only root can enter.
+        let bin = dir.path().join("stitchfs");
+        fs::copy(BIN, &bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
         let cmd = format!(
-            "{BIN} mount {} {} --foreground -o allow_other",
+            "{} mount {} {} --foreground -o allow_other",
+            bin.display(),
             img.display(),
             mnt.display()
         );
