@@ -93,8 +93,7 @@ fn a_reserved_number_given_back_frees_its_bit_only_after_the_old_inode() {
     let mut judged = 0;
     common::each_crash_image(&rec, setup, 64, 0, |state, image| {
         std::fs::write(&path, &image).unwrap();
-        common::soft_updates_verdict(&path)
-            .unwrap_or_else(|e| panic!("state {state:?}: {e}"));
+        common::soft_updates_verdict(&path).unwrap_or_else(|e| panic!("state {state:?}: {e}"));
         judged += 1;
     });
     assert!(judged >= 2, "only {judged} crash images");
