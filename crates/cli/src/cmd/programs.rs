@@ -79,6 +79,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         args.out.join("report.json"),
         serde_json::to_string_pretty(&rows)?,
     )?;
+    stitch_bench::plot::plot(
+        &args.out.join("report.json"),
+        &args.out.join("report.png"),
+        "programs",
+    )?;
     let failing: Vec<&programs::Row> = rows
         .iter()
         .filter(|r| r.mode != programs::mode_name(Consistency::Async))
