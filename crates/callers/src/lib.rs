@@ -9,6 +9,10 @@
 //! - A thread is resolved to its process, which is keyed by pid *and*
 //!   start time ([`ProcKey`]): a pid reused by a new process is never
 //!   taken for the old one. The key survives `exec` (state does too).
+//!   The start time counts clock ticks (10 ms), so a pid reused within
+//!   one tick gives the same key: state under a key whose process has
+//!   exited (its pidfd says) is dropped when a live process with that key
+//!   is first seen, before it could be taken for that process's.
 //! - A process first seen inherits a copy of the state of its nearest
 //!   ancestor that has some (fork semantics; a process orphaned by its
 //!   parent is found through the subreaper that adopted it, which is why
@@ -343,6 +347,7 @@ impl<S: Clone + Default> Registry<S> {
     fn resolve_thread(&self, tid: Tid) -> Result<ThreadInfo, CallerError> {
         self.resolved.fetch_add(1, Ordering::Relaxed);
         let info = self.procs.thread(tid).ok_or(CallerError::Gone(tid.0))?;
+        self.drop_if_exited(info.process);
         let known = self.processes.lock().contains_key(&info.process);
         if !known && !self.none.load(Ordering::Acquire) {
             if let Some(inherited) = self.inherited(info.parent) {
@@ -353,6 +358,23 @@ impl<S: Clone + Default> Registry<S> {
         }
         self.remember(tid, info);
         Ok(info)
+    }
+
+    /// Drops the state held under `key` if its process has exited. The
+    /// system just named a live process with that key: another one, on a
+    /// pid reused within the clock tick (10 ms) its start time is counted
+    /// in. A thread is resolved here before any state is taken for it, so
+    /// the lookups of a remembered thread need not ask again.
+    fn drop_if_exited(&self, key: ProcKey) {
+        let mut procs = self.processes.lock();
+        let gone = procs
+            .get(&key)
+            .and_then(|p| p.watch.as_ref())
+            .is_some_and(|w| w.exited());
+        if gone {
+            procs.remove(&key);
+            self.none.store(procs.is_empty(), Ordering::Release);
+        }
     }
 
     fn remember(&self, tid: Tid, info: ThreadInfo) {
@@ -381,6 +403,7 @@ impl<S: Clone + Default> Registry<S> {
                 return None;
             }
             let info = self.procs.process(at)?;
+            self.drop_if_exited(info.process);
             if let Some(p) = self.processes.lock().get(&info.process) {
                 return Some((Some(info.process), p.state.lock().clone()));
             }

@@ -45,6 +45,24 @@ impl Fake {
         key
     }
 
+    /// A new process `pid` started in the clock tick `start`, as another
+    /// that had that pid may have been.
+    fn spawn_at(&self, pid: u32, parent: u32, uid: u32, start: u64) -> ProcKey {
+        let key = ProcKey {
+            pid: Pid(pid),
+            start,
+        };
+        let info = ThreadInfo {
+            process: key,
+            parent: Pid(parent),
+            uid,
+        };
+        let alive = Arc::new(AtomicBool::new(true));
+        let old = self.0.lock().threads.insert(pid, (info, alive));
+        assert!(old.is_none(), "pid {pid} is in use");
+        key
+    }
+
     /// A new thread `tid` in the process of `pid`.
     fn thread(&self, pid: u32, tid: u32) {
         let mut t = self.0.lock();
@@ -183,6 +201,30 @@ fn a_reused_pid_is_a_new_process() {
     assert_eq!(seen(&r, 100), None);
     assert_eq!(r.prune(), 1, "the old 100's state goes");
     assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn a_pid_reused_within_the_tick_of_its_start_is_a_new_process() {
+    let fake = Fake::default();
+    fake.spawn(10, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 10, 1);
+    let old = fake.spawn(100, 10, 0);
+    set(&r, 100, 7);
+    assert_eq!(seen(&r, 100), Some(vec![1, 7]));
+    let old_id = r.lookup(Tid(100)).unwrap().id;
+    fake.exit(100, 10);
+    // The same pid, started in the same clock tick: the same key.
+    assert_eq!(fake.spawn_at(100, 10, 0, old.start), old);
+    assert_eq!(seen(&r, 100), Some(vec![1]), "the old 100's state");
+    assert_ne!(r.lookup(Tid(100)).unwrap().id, old_id);
+    set(&r, 100, 8);
+    // Found as an ancestor too: a child of a third 100, on the same key,
+    // skips the second's state for its grandparent's.
+    fake.exit(100, 10);
+    fake.spawn_at(100, 10, 0, old.start);
+    fake.spawn(200, 100, 0);
+    assert_eq!(seen(&r, 200), Some(vec![1]));
 }
 
 #[test]
