@@ -59,8 +59,8 @@ pub struct StitchFuse {
     callers: callers::Callers,
 }
 
-/// Processes that may hold state at once.
-const DEFAULT_CONTEXTS: usize = 4096;
+/// Processes that may hold a context at once, unless the mount says.
+pub const DEFAULT_CONTEXTS: usize = 4096;
 
 impl StitchFuse {
     pub fn new(fs: MemFs) -> Self {
@@ -71,6 +71,13 @@ impl StitchFuse {
             drops_setid: false,
             callers: callers::registry(DEFAULT_CONTEXTS),
         }
+    }
+
+    /// At most `n` processes hold a context at once; one more asking for
+    /// one is refused `EAGAIN` until others exit.
+    pub fn with_contexts(mut self, n: usize) -> Self {
+        self.callers = callers::registry(n);
+        self
     }
 }
 

@@ -555,7 +555,7 @@ impl fuser::Filesystem for StitchFuse {
             "ioctl",
             ino,
             reply,
-            |_| self.control(cmd, in_data),
+            |_| self.control(req, cmd, in_data),
             |r, out| r.ioctl(0, &out),
         );
     }
