@@ -255,6 +255,23 @@ pub fn request_version(f: &impl AsRawFd) -> std::io::Result<Option<Version>> {
     not_ours(std::io::Error::last_os_error()).map(|_| None)
 }
 
+/// Gives the calling process a context on the mount behind `f` and sets
+/// its tag ([`IOC_SET_TAG`]): `Ok(false)` if `f` is on another file
+/// system.
+pub fn request_set_tag(f: &impl AsRawFd, tag: u64) -> std::io::Result<bool> {
+    let t = Tag {
+        version: API_VERSION,
+        flags: 0,
+        tag,
+    };
+    // SAFETY: the kernel reads size_of::<Tag>() bytes, the size the
+    // command number carries, from `t`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SET_TAG as _, &t as *const Tag) } == 0 {
+        return Ok(true);
+    }
+    not_ours(std::io::Error::last_os_error())
+}
+
 /// The errors a file system that is not stitchfs answers an unknown
 /// ioctl with are `Ok(false)`; others stay errors.
 fn not_ours(err: std::io::Error) -> std::io::Result<bool> {
