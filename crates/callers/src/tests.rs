@@ -27,22 +27,12 @@ impl Watch for Flag {
 impl Fake {
     /// A new process `pid` whose parent is `parent`, run by `uid`.
     fn spawn(&self, pid: u32, parent: u32, uid: u32) -> ProcKey {
-        let mut t = self.0.lock();
-        t.next_start += 1;
-        let key = ProcKey {
-            pid: Pid(pid),
-            start: t.next_start,
+        let start = {
+            let mut t = self.0.lock();
+            t.next_start += 1;
+            t.next_start
         };
-        let info = ThreadInfo {
-            process: key,
-            parent: Pid(parent),
-            uid,
-        };
-        let old = t
-            .threads
-            .insert(pid, (info, Arc::new(AtomicBool::new(true))));
-        assert!(old.is_none(), "pid {pid} is in use");
-        key
+        self.spawn_at(pid, parent, uid, start)
     }
 
     /// A new process `pid` started in the clock tick `start`, as another
