@@ -153,7 +153,11 @@ def programs(rows, out):
         xs = range(len(progs))
         bottom = [0] * len(progs)
         series = [("consistent", lambda r: r["consistent"], "#4c9a2a")]
-        series += [(k, lambda r, k=k: r["inconsistent"].get(k, 0), None) for k in kinds]
+        # Kinds in colours none of which is the consistent green.
+        palette = ["#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                   "#bcbd22", "#17becf"]
+        series += [(k, lambda r, k=k: r["inconsistent"].get(k, 0), palette[i % len(palette)])
+                   for i, k in enumerate(kinds)]
         series += [("checker failed", lambda r: r["checker_failed"], "#777777")]
         for label, get, color in series:
             vals = [get(here[p]) if p in here else 0 for p in progs]
