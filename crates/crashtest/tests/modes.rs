@@ -9,7 +9,7 @@ use common::{run, short_workloads};
 use stitch_crashtest::{Consistency, DataMode, Kind};
 
 /// Length-2 workloads sampled per mode.
-const SAMPLES: usize = 24;
+const SAMPLES: usize = 16;
 
 fn clean(mode: Consistency) {
     let s = run(mode, short_workloads(SAMPLES));
