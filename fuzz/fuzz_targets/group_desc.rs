@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(again[..gds.len() * 32], table[..gds.len() * 32]);
         for (i, gd) in gds.iter().enumerate() {
             let layout = geo.layout(GroupNo(i as u32), gd);
-            assert!(layout.inode_table.end <= geo.blocks_count);
+            assert!(layout.inode_table.end <= geo.end());
         }
     }
 });

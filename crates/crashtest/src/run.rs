@@ -157,7 +157,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, SetupError> {
         let mut at = Vec::new();
         for l in 0..JOURNAL_BYTES / BS as u64 {
             match check.physical_block(InodeNo(8), l) {
-                Ok(Some(b)) => at.push(b as usize),
+                Ok(Some(b)) => at.push(b.0 as usize),
                 found => {
                     return Err(SetupError::JournalBlock {
                         logical: l,

@@ -345,7 +345,7 @@ impl Opened {
 
 /// The inode table of a file system with descriptors `gds`.
 fn inode_table(geo: &Geometry, gds: &[GroupDesc]) -> InodeTable {
-    let tables = gds.iter().map(|g| g.inode_table_block().0).collect();
+    let tables = gds.iter().map(|g| g.inode_table).collect();
     InodeTable::new(geo.clone(), tables)
 }
 
@@ -392,10 +392,10 @@ fn read_super(m: &mut Modes, bs: usize) -> Result<Superblock> {
 }
 
 fn read_descriptors(m: &mut Modes, geo: &Geometry) -> Result<Vec<GroupDesc>> {
-    let first = u64::from(geo.first_data_block) + 1;
+    let first = BlockNo::from(geo.first_data_block).plus(1);
     let mut table = Vec::new();
     for i in 0..u64::from(geo.gdt_blocks()) {
-        table.extend_from_slice(m.read(BlockNo(first + i))?);
+        table.extend_from_slice(m.read(first.plus(i))?);
     }
     // Each descriptor validated as the kernel checks it.
     Ok(decode_table(&table, geo)?)

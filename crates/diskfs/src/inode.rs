@@ -14,7 +14,7 @@ use stitch_patch::{BlockNo, PatchId};
 pub(crate) struct InodeTable {
     geo: Geometry,
     /// The first block of each group's table.
-    tables: Vec<u32>,
+    tables: Vec<BlockNo>,
 }
 
 /// How much of an inode's slot a write patches.
@@ -32,7 +32,7 @@ enum Span {
 impl InodeTable {
     /// The table of a file system of geometry `geo` whose groups' tables
     /// start at `tables`.
-    pub(crate) fn new(geo: Geometry, tables: Vec<u32>) -> InodeTable {
+    pub(crate) fn new(geo: Geometry, tables: Vec<BlockNo>) -> InodeTable {
         InodeTable { geo, tables }
     }
 
@@ -41,31 +41,27 @@ impl InodeTable {
             .geo
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
-        let table = stitch_format::BlockNo(self.tables[g.0 as usize]);
         self.geo
-            .inode_location(ino, table)
+            .inode_location(ino, self.tables[g.0 as usize])
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))
     }
 
     /// The bytes of `ino`'s slot as the cache holds them, and the block
     /// they are in.
-    pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, u64)> {
+    pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, BlockNo)> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
-        let block = u64::from(loc.block.0);
-        Ok((
-            m.read(BlockNo(block))?[loc.offset..loc.offset + size].to_vec(),
-            block,
-        ))
+        let slot = m.read(loc.block)?[loc.offset..loc.offset + size].to_vec();
+        Ok((slot, loc.block))
     }
 
     /// The inode as the cache holds it (uncommitted changes included).
     pub(crate) fn read(&self, m: &mut Modes, ino: InodeNo) -> Result<Inode> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
-        let block = m.read(BlockNo(u64::from(loc.block.0)))?;
+        let block = m.read(loc.block)?;
         let inode = Inode::decode(&block[loc.offset..loc.offset + size])
-            .map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+            .map_err(|e| e.in_block(loc.block.0))?;
         inode.check_mapping_supported()?;
         Ok(inode)
     }
@@ -121,7 +117,7 @@ impl InodeTable {
     ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
         let size = usize::from(self.geo.inode_size);
-        let blk = BlockNo(u64::from(loc.block.0));
+        let blk = loc.block;
         let mut slot = m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);
         if span == Span::ClearingAttrs {

@@ -10,14 +10,15 @@ use crate::codec::{ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
 use crate::geometry::Geometry;
 use crate::units::{BlockNo, GroupNo};
+use std::ops::Range;
 
 ondisk! {
     /// One group descriptor (`struct ext2_group_desc`).
     pub struct GroupDesc: Le, size = 32;
     {
-        0x00 block_bitmap: u32,
-        0x04 inode_bitmap: u32,
-        0x08 inode_table: u32,
+        0x00 block_bitmap: BlockNo,
+        0x04 inode_bitmap: BlockNo,
+        0x08 inode_table: BlockNo,
         0x0C free_blocks_count: u16,
         0x0E free_inodes_count: u16,
         0x10 used_dirs_count: u16,
@@ -47,14 +48,14 @@ impl GroupDesc {
             .super_copy
             .as_ref()
             .map_or(l.blocks.start..l.blocks.start, |c| {
-                c.superblock.0..c.reserved_gdt.end
+                c.superblock..c.reserved_gdt.end
             });
         ensure(copy.end <= l.blocks.end, s, || {
             format!(
                 "{g}'s superblock copy and descriptor tables ({}) run past the group's end \
                  (block {})",
                 span(&copy),
-                l.blocks.end.saturating_sub(1)
+                l.blocks.end.0.saturating_sub(1)
             )
         })?;
         let itb = geo.inode_table_blocks();
@@ -64,24 +65,24 @@ impl GroupDesc {
             ("inode table", self.inode_table, itb),
         ];
         for (i, &(what, start, len)) in parts.iter().enumerate() {
-            let at = u64::from(start)..u64::from(start) + u64::from(len);
-            let place = |problem: String| format!("{g}'s {what} at block {start} {problem}");
-            let fs = u64::from(geo.first_data_block)..u64::from(geo.blocks_count);
+            let at = start..start.plus(u64::from(len));
+            let place = |problem: String| format!("{g}'s {what} at {start} {problem}");
+            let fs = BlockNo::from(geo.first_data_block)..geo.end();
             ensure(within(&at, &fs), s, || {
                 place(format!("lies outside the file system ({})", span(&fs)))
             })?;
-            let group = wide(&l.blocks);
-            ensure(within(&at, &group), s, || {
-                place(format!("lies outside its group ({})", span(&group)))
+            let group = &l.blocks;
+            ensure(within(&at, group), s, || {
+                place(format!("lies outside its group ({})", span(group)))
             })?;
-            ensure(!overlaps(&at, &wide(&copy)), s, || {
+            ensure(!overlaps(&at, &copy), s, || {
                 place(format!(
                     "lies on the group's superblock copy or descriptor tables ({})",
                     span(&copy)
                 ))
             })?;
             for &(other, o_start, o_len) in &parts[..i] {
-                let o = u64::from(o_start)..u64::from(o_start) + u64::from(o_len);
+                let o = o_start..o_start.plus(u64::from(o_len));
                 ensure(!overlaps(&at, &o), s, || {
                     place(format!("lies on its {other} ({})", span(&o)))
                 })?;
@@ -110,15 +111,11 @@ impl GroupDesc {
             )
         })
     }
-
-    pub fn inode_table_block(&self) -> BlockNo {
-        BlockNo(self.inode_table)
-    }
 }
 
 /// A block range as `blocks a-b` (inclusive), or `block a`.
-fn span<T: Into<u64> + Copy>(r: &std::ops::Range<T>) -> String {
-    let (a, b) = (r.start.into(), r.end.into());
+fn span(r: &Range<BlockNo>) -> String {
+    let (a, b) = (r.start.0, r.end.0);
     match b.saturating_sub(a) {
         0 => format!("no blocks, at {a}"),
         1 => format!("block {a}"),
@@ -126,15 +123,11 @@ fn span<T: Into<u64> + Copy>(r: &std::ops::Range<T>) -> String {
     }
 }
 
-fn wide(r: &std::ops::Range<u32>) -> std::ops::Range<u64> {
-    u64::from(r.start)..u64::from(r.end)
-}
-
-fn within(inner: &std::ops::Range<u64>, outer: &std::ops::Range<u64>) -> bool {
+fn within(inner: &Range<BlockNo>, outer: &Range<BlockNo>) -> bool {
     inner.start >= outer.start && inner.end <= outer.end
 }
 
-fn overlaps(a: &std::ops::Range<u64>, b: &std::ops::Range<u64>) -> bool {
+fn overlaps(a: &Range<BlockNo>, b: &Range<BlockNo>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
@@ -206,8 +199,8 @@ mod tests {
     fn standard(g: u32) -> GroupDesc {
         let l = geo().standard_layout(GroupNo(g));
         GroupDesc {
-            block_bitmap: l.block_bitmap.0,
-            inode_bitmap: l.inode_bitmap.0,
+            block_bitmap: l.block_bitmap,
+            inode_bitmap: l.inode_bitmap,
             inode_table: l.inode_table.start,
             ..GroupDesc::default()
         }
@@ -237,7 +230,7 @@ mod tests {
         );
         assert!(why(&zero, 2).contains("group 2's block bitmap at block 0 lies outside its group"));
         let far = GroupDesc {
-            inode_table: 200_000,
+            inode_table: BlockNo(200_000),
             ..standard(3)
         };
         assert!(
@@ -246,12 +239,12 @@ mod tests {
             why(&far, 3)
         );
         let tail = GroupDesc {
-            inode_table: 4 * 32768 - 8,
+            inode_table: BlockNo(4 * 32768 - 8),
             ..standard(3)
         };
         assert!(why(&tail, 3).contains("inode table at block 131064 lies outside the file system"));
         let on_table = GroupDesc {
-            inode_bitmap: standard(2).inode_table + 3,
+            inode_bitmap: standard(2).inode_table.plus(3),
             ..standard(2)
         };
         assert!(

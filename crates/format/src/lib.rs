@@ -34,4 +34,4 @@ pub use group_desc::GroupDesc;
 pub use inode::{FileType, Inode, InodeCore, InodeExtra};
 pub use superblock::Superblock;
 pub use time::{TimeRange, Timestamp};
-pub use units::{BlockNo, BlockSize, GroupNo, InodeNo, JournalBlockNo};
+pub use units::{BlockNo, BlockSize, GroupNo, InodeNo, JournalBlockNo, NO_BLOCK};

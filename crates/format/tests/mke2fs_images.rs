@@ -10,7 +10,7 @@ use stitch_format::error::FormatError;
 use stitch_format::group_desc::{decode_table, encode_table};
 use stitch_format::indirect::{map_path, pointer};
 use stitch_format::inode::{JOURNAL_INO, ROOT_INO};
-use stitch_format::{BlockNo, FileType, Geometry, GroupNo, Inode, InodeNo, Superblock};
+use stitch_format::{BlockNo, FileType, Geometry, GroupNo, Inode, InodeNo, Superblock, NO_BLOCK};
 use stitch_testkit::{mke2fs, scratch};
 
 struct Image {
@@ -28,7 +28,7 @@ fn open(path: &Path) -> Image {
     let gdt_start = geo.super_copy(GroupNo(0)).unwrap().gdt.start;
     let table = read_at(
         path,
-        u64::from(gdt_start) * bs as u64,
+        gdt_start.0 * bs as u64,
         geo.gdt_blocks() as usize * bs,
     );
     let gds = decode_table(&table, &geo).unwrap();
@@ -44,10 +44,10 @@ fn read_inode(path: &Path, img: &Image, ino: InodeNo) -> Inode {
     let (g, _) = img.geo.inode_group(ino).unwrap();
     let loc = img
         .geo
-        .inode_location(ino, BlockNo(img.gds[g.0 as usize].inode_table))
+        .inode_location(ino, img.gds[g.0 as usize].inode_table)
         .unwrap();
     let bs = img.geo.block_size.usize();
-    let blk = block(path, bs, loc.block.0);
+    let blk = block(path, bs, loc.block);
     let slot = &blk[loc.offset..loc.offset + usize::from(img.geo.inode_size)];
     let inode = Inode::decode(slot).unwrap();
     let mut again = slot.to_vec();
@@ -56,13 +56,13 @@ fn read_inode(path: &Path, img: &Image, ino: InodeNo) -> Inode {
     inode
 }
 
-/// Physical block of logical block `n` of an inode (0 for a hole).
-fn bmap(path: &Path, bs: usize, inode: &Inode, n: u64) -> u32 {
+/// Physical block of logical block `n` of an inode (`NO_BLOCK` for a hole).
+fn bmap(path: &Path, bs: usize, inode: &Inode, n: u64) -> BlockNo {
     let p = map_path(n, bs).unwrap();
-    let mut b = inode.core.block[p.slot];
+    let mut b = inode.block_ptr(p.slot);
     for &i in p.levels() {
-        if b == 0 {
-            return 0;
+        if b == NO_BLOCK {
+            return NO_BLOCK;
         }
         b = pointer(&block(path, bs, b), i).unwrap();
     }
@@ -141,7 +141,7 @@ fn ext3_journal_inode_maps_its_blocks() {
     assert_eq!(&img.sb.jnl_blocks[..15], &j.core.block[..]);
     assert_eq!(img.sb.jnl_blocks[16], j.core.size_lo);
     let last = bmap(&path, 4096, &j, 4095);
-    assert!(last != 0 && last < img.geo.blocks_count);
+    assert!(last != NO_BLOCK && last < img.geo.end());
     check_layouts(&img);
 }
 

@@ -9,10 +9,12 @@ use crate::error::FsckError;
 use crate::finding::{FindingKind, Owner};
 use crate::image::Image;
 use crate::state::State;
+use std::ops::Range;
+use stitch_format::codec::ondisk_block;
 use stitch_format::features::{compat, incompat};
 use stitch_format::group_desc::GroupDesc;
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
-use stitch_format::{FormatError, Geometry, GroupNo, Superblock};
+use stitch_format::{BlockNo, FormatError, Geometry, GroupNo, Superblock};
 
 pub struct Fs {
     pub sb: Superblock,
@@ -115,12 +117,17 @@ fn check_desc(geo: &Geometry, g: u32, gd: &GroupDesc) -> Option<String> {
     gd.validate(geo, GroupNo(g)).err().map(|e| e.to_string())
 }
 
+/// The blocks of `r` as the checker numbers them: 32 bits, as on disk
+/// (`r` lies in the file system, below `s_blocks_count`).
+pub fn raw(r: Range<BlockNo>) -> Range<u32> {
+    ondisk_block(r.start)..ondisk_block(r.end)
+}
+
 /// Claims every block that holds file-system metadata.
 pub fn claim_metadata(fs: &Fs, st: &mut State) {
     for g in 0..fs.geo.group_count {
         if let Some(copy) = fs.geo.super_copy(GroupNo(g)) {
-            st.claim(copy.superblock.0, Owner::Metadata);
-            for b in copy.gdt.start..copy.reserved_gdt.end {
+            for b in raw(copy.superblock..copy.reserved_gdt.end) {
                 st.claim(b, Owner::Metadata);
             }
         }
@@ -128,9 +135,9 @@ pub fn claim_metadata(fs: &Fs, st: &mut State) {
             continue;
         }
         let l = fs.geo.layout(GroupNo(g), &fs.groups[g as usize]);
-        st.claim(l.block_bitmap.0, Owner::Metadata);
-        st.claim(l.inode_bitmap.0, Owner::Metadata);
-        for b in l.inode_table {
+        st.claim(ondisk_block(l.block_bitmap), Owner::Metadata);
+        st.claim(ondisk_block(l.inode_bitmap), Owner::Metadata);
+        for b in raw(l.inode_table) {
             st.claim(b, Owner::Metadata);
         }
     }

@@ -18,6 +18,7 @@ use crate::image::Image;
 use crate::state::{DirInfo, State, BAD, DIR, ORPHAN, REG, USED};
 use crate::Phase;
 use std::collections::HashMap;
+use stitch_format::codec::ondisk_block;
 use stitch_format::inode::{flags, FileType, InodeCore, RESIZE_INO, ROOT_INO};
 use stitch_format::{GroupNo, Inode};
 
@@ -67,6 +68,7 @@ fn scan_group(
         .geo
         .layout(GroupNo(g), &fs.groups[g as usize])
         .inode_table;
+    let table = ondisk_block(table.start)..ondisk_block(table.end);
     let per_block = fs.geo.inodes_per_block();
     let mut b = table.start;
     while b < table.end {

@@ -15,6 +15,7 @@ use crate::image::Image;
 use crate::state::{State, DIR, USED};
 use crate::Phase;
 use stitch_format::bitmap::Bitmap;
+use stitch_format::codec::ondisk_block;
 use stitch_format::GroupNo;
 
 /// Totals over all groups, from the on-disk bitmaps.
@@ -87,8 +88,8 @@ pub fn run(
             continue;
         }
         let gd = &fs.groups[g as usize];
-        let bb = img.read_blocks(gd.block_bitmap, 1)?;
-        let ib = img.read_blocks(gd.inode_bitmap, 1)?;
+        let bb = img.read_blocks(ondisk_block(gd.block_bitmap), 1)?;
+        let ib = img.read_blocks(ondisk_block(gd.inode_bitmap), 1)?;
         let free_b = compare_blocks(fs, st, g, &Bitmap::new(&bb), &mut blocks, &mut counts);
         let (free_i, dirs) = compare_inodes(fs, st, g, &Bitmap::new(&ib), &mut inodes);
         totals.free_blocks += free_b;
@@ -114,7 +115,7 @@ fn compare_blocks(
     runs: &mut Runs,
     out: &mut Vec<FindingKind>,
 ) -> u32 {
-    let first = fs.geo.group_first_block(GroupNo(g)).0;
+    let first = ondisk_block(fs.geo.group_first_block(GroupNo(g)));
     let n = fs.geo.blocks_in_group(GroupNo(g));
     let mut free = 0;
     for i in 0..n {

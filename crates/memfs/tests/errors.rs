@@ -412,7 +412,7 @@ fn a_damaged_directory_block_is_corruption() {
     let block = {
         let mut disk = DiskFs::mount(device(image.clone()), Consistency::SoftUpdates, NOW).unwrap();
         let b = disk.physical_block(stitch_diskfs::InodeNo(d as u32), 0);
-        b.unwrap().expect("d has a first block") as usize
+        b.unwrap().expect("d has a first block").0 as usize
     };
     image[block * 4096..(block + 1) * 4096].fill(0);
     let fs = mount_on(device(image), Consistency::SoftUpdates, opts());

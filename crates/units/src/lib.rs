@@ -44,12 +44,6 @@ impl From<u32> for BlockNo {
     }
 }
 
-impl From<BlockNo> for u64 {
-    fn from(b: BlockNo) -> u64 {
-        b.0
-    }
-}
-
 impl fmt::Display for BlockNo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "block {}", self.0)
