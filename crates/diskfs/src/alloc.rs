@@ -60,7 +60,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use stitch_format::bitmap::Bitmap;
 use stitch_format::group_desc::{free_totals, GroupDesc};
-use stitch_format::{Geometry, GroupNo, InodeNo, Superblock};
+use stitch_format::{GroupNo, InodeNo, Layout, Superblock};
 use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
@@ -74,7 +74,7 @@ use stitch_patch::{BlockNo, PatchId};
 /// uncommitted patch applied); a descriptor changes only here, through
 /// `write_group`, which patches the cached block to match.
 pub(crate) struct Allocator {
-    geo: Geometry,
+    layout: Layout,
     /// The first inode number files may use (`s_first_ino`).
     first_ino: u32,
     gds: Vec<GroupDesc>,
@@ -92,9 +92,9 @@ impl Allocator {
     /// The allocator of a file system whose superblock is `sb` and whose
     /// descriptors (checked) are `gds`; the totals are the superblock's
     /// until [`Allocator::sum_totals`].
-    pub(crate) fn new(sb: &Superblock, geo: Geometry, gds: Vec<GroupDesc>) -> Allocator {
+    pub(crate) fn new(sb: &Superblock, layout: Layout, gds: Vec<GroupDesc>) -> Allocator {
         Allocator {
-            geo,
+            layout,
             first_ino: sb.first_ino(),
             gds,
             free_blocks_total: sb.free_blocks_count_lo,
@@ -141,7 +141,7 @@ impl Allocator {
     /// checker counted them), checked as mount checks it; the totals
     /// follow the descriptors.
     pub(crate) fn set_group(&mut self, m: &mut Modes, g: usize, gd: GroupDesc) -> Result<()> {
-        gd.validate(&self.geo, GroupNo(g as u32))?;
+        gd.validate(&self.layout, GroupNo(g as u32))?;
         self.gds[g] = gd;
         self.sum_totals();
         self.write_group(m, g).map(drop)
@@ -149,9 +149,9 @@ impl Allocator {
 
     /// Patches the cached descriptor of group `g` to match `self.gds[g]`.
     fn write_group(&mut self, m: &mut Modes, g: usize) -> Result<Vec<PatchId>> {
-        let bs = self.geo.block_size.bytes() as usize;
+        let bs = self.layout.block_size.bytes() as usize;
         let at = g * GroupDesc::SIZE;
-        let blk = BlockNo::from(self.geo.first_data_block).plus(1 + (at / bs) as u64);
+        let blk = BlockNo::from(self.layout.first_data_block).plus(1 + (at / bs) as u64);
         let off = at % bs;
         let mut bytes = vec![0u8; GroupDesc::SIZE];
         self.gds[g].encode_into(&mut bytes);
@@ -198,9 +198,9 @@ impl Allocator {
     ) -> Result<(BlockNo, usize, Vec<PatchId>)> {
         self.pending.release_durable(m.cache());
         let groups = self.gds.len();
-        let first = BlockNo::from(self.geo.first_data_block);
-        let goal = goal.clamp(first, BlockNo(self.geo.end().0 - 1));
-        let g0 = self.geo.group_of_block(goal).map_or(0, |g| g.0 as usize);
+        let first = BlockNo::from(self.layout.first_data_block);
+        let goal = goal.clamp(first, BlockNo(self.layout.end().0 - 1));
+        let g0 = self.layout.group_of_block(goal).map_or(0, |g| g.0 as usize);
         for k in 0..groups {
             let g = (g0 + k) % groups;
             if self.gds[g].free_blocks_count == 0 {
@@ -211,7 +211,7 @@ impl Allocator {
             } else {
                 0
             };
-            let in_group = self.geo.blocks_in_group(GroupNo(g as u32)) as usize;
+            let in_group = self.layout.blocks_in_group(GroupNo(g as u32)) as usize;
             if let Some((bit, len)) = self.free_run(m, g, start, in_group, want)? {
                 self.move_count(m, g, Summary::FreeBlocks, -(len as i64))?;
                 let patches = self.set_run(m, self.gds[g].block_bitmap, bit, len)?;
@@ -253,7 +253,7 @@ impl Allocator {
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let g = self
-            .geo
+            .layout
             .group_of_block(block)
             .ok_or_else(|| DiskError::Corrupt(format!("freeing {block} beyond the file system")))?
             .0 as usize;
@@ -286,14 +286,14 @@ impl Allocator {
         wanted: Option<InodeNo>,
     ) -> Result<(InodeNo, PatchId)> {
         let (ino, marked) = match wanted {
-            Some(ino) => match self.reserved.allocated(ino, self.geo.inodes_per_group) {
+            Some(ino) => match self.reserved.allocated(ino, self.layout.inodes_per_group) {
                 Some(marked) => (ino, marked),
                 None => return Err(DiskError::Invalid("inode number not reserved")),
             },
             None => (self.pick_inode(m, parent, dir)?, None),
         };
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
         let g = g.0 as usize;
@@ -342,21 +342,22 @@ impl Allocator {
         let ino = self.pick_inode(m, parent, dir)?;
         let marked = if m.consistency() == crate::Consistency::SoftUpdates {
             let (g, index) = self
-                .geo
+                .layout
                 .inode_group(ino)
                 .ok_or(DiskError::Invalid("inode out of range"))?;
             Some(self.mark_inode(m, g.0 as usize, index as usize)?)
         } else {
             None
         };
-        self.reserved.insert(ino, self.geo.inodes_per_group, marked);
+        self.reserved
+            .insert(ino, self.layout.inodes_per_group, marked);
         Ok(ino)
     }
 
     /// Gives back a reserved number (and frees its bit, if marked ahead).
     /// Returns whether it freed a bit.
     pub(crate) fn unreserve_inode(&mut self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
-        if let Some(Some(_)) = self.reserved.remove(ino, self.geo.inodes_per_group) {
+        if let Some(Some(_)) = self.reserved.remove(ino, self.layout.inodes_per_group) {
             self.free_inode(m, ino, false, &[])?;
             return Ok(true);
         }
@@ -374,12 +375,12 @@ impl Allocator {
         let g0 = if dir {
             self.roomiest_group()
         } else {
-            self.geo
+            self.layout
                 .inode_group(parent)
                 .map_or(0, |(g, _)| g.0 as usize)
         };
         let first_ino = self.first_ino as usize;
-        let ipg = self.geo.inodes_per_group as usize;
+        let ipg = self.layout.inodes_per_group as usize;
         for k in 0..groups {
             let g = (g0 + k) % groups;
             let free = self.gds[g].free_inodes_count as usize;
@@ -411,7 +412,7 @@ impl Allocator {
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
         let g = g.0 as usize;
@@ -443,13 +444,13 @@ impl Allocator {
         let group = GroupNo(g as u32);
         let gd = &self.gds[g];
         let (now, cap) = match what {
-            Summary::FreeBlocks => (gd.free_blocks_count, self.geo.blocks_in_group(group)),
-            Summary::FreeInodes => (gd.free_inodes_count, self.geo.inodes_per_group),
-            Summary::Dirs => (gd.used_dirs_count, self.geo.inodes_per_group),
+            Summary::FreeBlocks => (gd.free_blocks_count, self.layout.blocks_in_group(group)),
+            Summary::FreeInodes => (gd.free_inodes_count, self.layout.inodes_per_group),
+            Summary::Dirs => (gd.used_dirs_count, self.layout.inodes_per_group),
         };
         let total = match what {
-            Summary::FreeBlocks => Some((self.free_blocks_total, self.geo.blocks_count)),
-            Summary::FreeInodes => Some((self.free_inodes_total, self.geo.inodes_count())),
+            Summary::FreeBlocks => Some((self.free_blocks_total, self.layout.blocks_count)),
+            Summary::FreeInodes => Some((self.free_inodes_total, self.layout.inodes_count())),
             Summary::Dirs => None,
         };
         let new = stepped(u32::from(now), delta, cap).and_then(|n| u16::try_from(n).ok());
@@ -485,22 +486,22 @@ impl Allocator {
     /// The first block of `ino`'s group: where its blocks go when nothing
     /// better is known.
     pub(crate) fn inode_group_start(&self, ino: InodeNo) -> BlockNo {
-        let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
-        self.geo.group_first_block(GroupNo(g))
+        let g = self.layout.inode_group(ino).map_or(0, |(g, _)| g.0);
+        self.layout.group_first_block(GroupNo(g))
     }
 
     /// Where an indirect block goes: away from the data stream (three
     /// quarters into the data block's group), so the file's data blocks stay
     /// one contiguous run that can be written in one request (§4.5).
     pub(crate) fn indirect_goal(&self, data: BlockNo) -> BlockNo {
-        let g = self.geo.group_of_block(data).map_or(0, |g| g.0);
+        let g = self.layout.group_of_block(data).map_or(0, |g| g.0);
         let gn = GroupNo(g);
-        let in_group = self.geo.blocks_in_group(gn) / 4 * 3;
-        self.geo.group_first_block(gn).plus(u64::from(in_group))
+        let in_group = self.layout.blocks_in_group(gn) / 4 * 3;
+        self.layout.group_first_block(gn).plus(u64::from(in_group))
     }
 
     fn group_first(&self, g: usize) -> BlockNo {
-        self.geo.group_first_block(GroupNo(g as u32))
+        self.layout.group_first_block(GroupNo(g as u32))
     }
 
     /// The group with the most free inodes among those with at least the
@@ -577,7 +578,7 @@ impl Allocator {
     /// Whether block `block` is marked used in its group's bitmap.
     pub(crate) fn block_marked(&self, m: &mut Modes, block: BlockNo) -> Result<bool> {
         let g = self
-            .geo
+            .layout
             .group_of_block(block)
             .ok_or(DiskError::Invalid("block beyond the file system"))?
             .0 as usize;
@@ -589,7 +590,7 @@ impl Allocator {
     /// Whether inode `ino` is marked used in its group's bitmap.
     pub(crate) fn inode_marked(&self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
         let bytes = m.read(self.gds[g.0 as usize].inode_bitmap)?;

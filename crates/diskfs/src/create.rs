@@ -44,7 +44,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
+        let mut inode = Inode::new(FileType::Regular, perm, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         let init = self
             .inodes
@@ -86,7 +86,7 @@ impl DiskFs {
             .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
         let contents = new_dir_block(self.bs, ino, parent);
         let data = self.m.byte(blk, 0, &contents, &plink, META)?;
-        let mut inode = Inode::new(FileType::Directory, perm, self.geo.inode_size, now);
+        let mut inode = Inode::new(FileType::Directory, perm, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         inode.core.links_count = 2;
         inode.set_block_ptr(0, blk);
@@ -125,7 +125,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(FileType::Symlink, 0o777, self.geo.inode_size, now);
+        let mut inode = Inode::new(FileType::Symlink, 0o777, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         let mut deps = vec![ib];
         if target.len() < FAST_MAX {
@@ -176,7 +176,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(ft, perm, self.geo.inode_size, now);
+        let mut inode = Inode::new(ft, perm, self.layout.inode_size, now);
         inode.set_owner(owner.uid, owner.gid);
         if let Some((major, minor)) = dev {
             inode.set_device(major, minor);

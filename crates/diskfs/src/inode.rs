@@ -5,14 +5,14 @@ use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
-use stitch_format::{Geometry, Inode, InodeLocation, InodeNo};
+use stitch_format::{Inode, InodeLocation, InodeNo, Layout};
 use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
 /// Where every inode lives: each group's inode table (fixed once mounted)
 /// and the slot size.
 pub(crate) struct InodeTable {
-    geo: Geometry,
+    layout: Layout,
     /// The first block of each group's table.
     tables: Vec<BlockNo>,
 }
@@ -30,18 +30,18 @@ enum Span {
 }
 
 impl InodeTable {
-    /// The table of a file system of geometry `geo` whose groups' tables
+    /// The table of a file system laid out as `layout` whose groups' tables
     /// start at `tables`.
-    pub(crate) fn new(geo: Geometry, tables: Vec<BlockNo>) -> InodeTable {
-        InodeTable { geo, tables }
+    pub(crate) fn new(layout: Layout, tables: Vec<BlockNo>) -> InodeTable {
+        InodeTable { layout, tables }
     }
 
     fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
         let (g, _) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
-        self.geo
+        self.layout
             .inode_location(ino, self.tables[g.0 as usize])
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))
     }
@@ -50,7 +50,7 @@ impl InodeTable {
     /// they are in.
     pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, BlockNo)> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
+        let size = usize::from(self.layout.inode_size);
         let slot = m.read(loc.block)?[loc.offset..loc.offset + size].to_vec();
         Ok((slot, loc.block))
     }
@@ -58,7 +58,7 @@ impl InodeTable {
     /// The inode as the cache holds it (uncommitted changes included).
     pub(crate) fn read(&self, m: &mut Modes, ino: InodeNo) -> Result<Inode> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
+        let size = usize::from(self.layout.inode_size);
         let block = m.read(loc.block)?;
         let inode = Inode::decode(&block[loc.offset..loc.offset + size])
             .map_err(|e| e.in_block(loc.block.0))?;
@@ -116,7 +116,7 @@ impl InodeTable {
         span: Span,
     ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
+        let size = usize::from(self.layout.inode_size);
         let blk = loc.block;
         let mut slot = m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);

@@ -69,7 +69,7 @@ impl DiskFs {
         for logical in 0..n {
             let phys = self
                 .bmap(&inode, logical)?
-                .filter(|&b| self.geo.in_data_area(b));
+                .filter(|&b| self.layout.in_data_area(b));
             let phys = phys.ok_or_else(|| {
                 bad(format!(
                     "block {logical} is not mapped inside the file system"
@@ -142,8 +142,8 @@ impl DiskFs {
             RecoverError::Read { source, .. } => source,
             RecoverError::Corrupt(e) => Damage::Journal(format!("cannot be recovered: {e}")).into(),
         })?;
-        let fs_blocks = self.geo.blocks_count;
-        if let Some((&b, _)) = rec.blocks.range(self.geo.end()..).next() {
+        let fs_blocks = self.layout.blocks_count;
+        if let Some((&b, _)) = rec.blocks.range(self.layout.end()..).next() {
             return Err(Damage::Journal(format!(
                 "replays {b}, outside the file system ({fs_blocks} blocks)"
             ))

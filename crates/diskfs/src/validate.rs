@@ -79,7 +79,7 @@ impl DiskFs {
     fn check_root_block(&mut self, root: &Inode) -> Result<()> {
         let bad = |why: String| DiskError::from(Damage::Root(why));
         let first = self.bmap(root, 0)?;
-        let Some(b) = first.filter(|&b| self.geo.in_data_area(b)) else {
+        let Some(b) = first.filter(|&b| self.layout.in_data_area(b)) else {
             return Err(bad(format!(
                 "maps its first block at {}, not inside the file system",
                 first.unwrap_or(NO_BLOCK).0
@@ -106,7 +106,7 @@ impl DiskFs {
     /// inside the file system, marked used, and freed once.
     fn check_orphans(&mut self) -> Result<()> {
         let bad = |why: String| DiskError::from(Damage::OrphanList(why));
-        let (first, last) = (self.sb.first_ino(), self.geo.inodes_count());
+        let (first, last) = (self.sb.first_ino(), self.layout.inodes_count());
         let mut seen = FxHashSet::default();
         let mut freed = FxHashSet::default();
         let mut at = self.sb.last_orphan;
@@ -128,7 +128,7 @@ impl DiskFs {
             }
             if inode.core.links_count == 0 {
                 for b in self.owned_blocks(&inode)? {
-                    if !self.geo.in_data_area(b)
+                    if !self.layout.in_data_area(b)
                         || !self.alloc.block_marked(&mut self.m, b)?
                         || !freed.insert(b)
                     {
@@ -159,7 +159,7 @@ impl DiskFs {
             )));
         }
         let dind = inode.block_ptr(DIND_SLOT);
-        if !self.geo.in_data_area(dind) {
+        if !self.layout.in_data_area(dind) {
             return Err(bad(format!(
                 "has its double indirect block at {}, not inside the file system",
                 dind.0

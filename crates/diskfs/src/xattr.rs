@@ -63,7 +63,7 @@ impl DiskFs {
                 block.0
             ))
         };
-        if self.geo.group_of_block(block).is_none() {
+        if self.layout.group_of_block(block).is_none() {
             return Err(corrupt("beyond the file system".into()));
         }
         parse(self.m.read(block)?).map_err(|e| corrupt(e.to_string()))

@@ -8,7 +8,7 @@
 
 use crate::codec::{ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
-use crate::geometry::Geometry;
+use crate::layout::Layout;
 use crate::units::{BlockNo, GroupNo};
 use std::ops::Range;
 
@@ -32,7 +32,7 @@ ondisk! {
 }
 
 impl GroupDesc {
-    /// Checks this descriptor of group `g` against the geometry, as the
+    /// Checks this descriptor of group `g` against the layout, as the
     /// kernel's `ext4_check_descriptors` and e2fsck's `ext2fs_check_desc`
     /// do without `flex_bg` (which is refused): the block bitmap, inode
     /// bitmap and inode table lie inside the file system and inside their
@@ -41,9 +41,9 @@ impl GroupDesc {
     /// message names the group, the structure and the block, as e2fsck
     /// would ("group 3's inode table at block 70000 lies outside the file
     /// system").
-    pub fn validate(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
+    pub fn validate(&self, layout: &Layout, g: GroupNo) -> Result<()> {
         let s = Structure::GroupDescriptor;
-        let l = geo.layout(g, self);
+        let l = layout.group_layout(g, self);
         let copy = l
             .super_copy
             .as_ref()
@@ -58,7 +58,7 @@ impl GroupDesc {
                 l.blocks.end.0.saturating_sub(1)
             )
         })?;
-        let itb = geo.inode_table_blocks();
+        let itb = layout.inode_table_blocks();
         let parts = [
             ("block bitmap", self.block_bitmap, 1),
             ("inode bitmap", self.inode_bitmap, 1),
@@ -67,7 +67,7 @@ impl GroupDesc {
         for (i, &(what, start, len)) in parts.iter().enumerate() {
             let at = start..start.plus(u64::from(len));
             let place = |problem: String| format!("{g}'s {what} at {start} {problem}");
-            let fs = BlockNo::from(geo.first_data_block)..geo.end();
+            let fs = BlockNo::from(layout.first_data_block)..layout.end();
             ensure(within(&at, &fs), s, || {
                 place(format!("lies outside the file system ({})", span(&fs)))
             })?;
@@ -88,16 +88,16 @@ impl GroupDesc {
                 })?;
             }
         }
-        self.validate_counts(geo, g)
+        self.validate_counts(layout, g)
     }
 
     /// Free and directory counts within the group's size.
-    fn validate_counts(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
+    fn validate_counts(&self, layout: &Layout, g: GroupNo) -> Result<()> {
         let s = Structure::GroupDescriptor;
         let too_many = |what: &str, count: u16, total: u32| {
             format!("{g}'s free {what} count {count} is above the {total} it has")
         };
-        let (blocks, inodes) = (geo.blocks_in_group(g), geo.inodes_per_group);
+        let (blocks, inodes) = (layout.blocks_in_group(g), layout.inodes_per_group);
         ensure(u32::from(self.free_blocks_count) <= blocks, s, || {
             too_many("block", self.free_blocks_count, blocks)
         })?;
@@ -142,8 +142,8 @@ pub fn free_totals(descs: &[GroupDesc]) -> (u32, u32) {
 
 /// Decodes and validates the whole descriptor table from the concatenated GDT
 /// blocks (`buf.len() >= group_count * 32`).
-pub fn decode_table(buf: &[u8], geo: &Geometry) -> Result<Vec<GroupDesc>> {
-    let n = geo.group_count as usize;
+pub fn decode_table(buf: &[u8], layout: &Layout) -> Result<Vec<GroupDesc>> {
+    let n = layout.group_count as usize;
     ensure(
         buf.len() / GroupDesc::SIZE >= n,
         Structure::GroupDescriptor,
@@ -160,16 +160,16 @@ pub fn decode_table(buf: &[u8], geo: &Geometry) -> Result<Vec<GroupDesc>> {
             let gd = GroupDesc::decode_raw(&buf[off..]).ok_or_else(|| {
                 FormatError::corrupt_at(Structure::GroupDescriptor, off, "truncated")
             })?;
-            gd.validate(geo, GroupNo(i as u32))?;
+            gd.validate(layout, GroupNo(i as u32))?;
             Ok(gd)
         })
         .collect()
 }
 
-/// Encodes the table into whole GDT blocks (`geo.gdt_blocks()` of them),
+/// Encodes the table into whole GDT blocks (`layout.gdt_blocks()` of them),
 /// zero past the last descriptor as mke2fs leaves it.
-pub fn encode_table(descs: &[GroupDesc], geo: &Geometry) -> Vec<u8> {
-    let mut out = vec![0u8; geo.gdt_blocks() as usize * geo.block_size.usize()];
+pub fn encode_table(descs: &[GroupDesc], layout: &Layout) -> Vec<u8> {
+    let mut out = vec![0u8; layout.gdt_blocks() as usize * layout.block_size.usize()];
     for (i, gd) in descs.iter().enumerate() {
         gd.encode_into(&mut out[i * GroupDesc::SIZE..]);
     }
@@ -182,8 +182,8 @@ mod tests {
     use crate::units::BlockSize;
 
     /// Four full groups of 4 KiB blocks, 16 inode-table blocks each.
-    fn geo() -> Geometry {
-        Geometry {
+    fn layout() -> Layout {
+        Layout {
             block_size: BlockSize::DEFAULT,
             blocks_count: 4 * 32768,
             first_data_block: 0,
@@ -197,7 +197,7 @@ mod tests {
     }
 
     fn standard(g: u32) -> GroupDesc {
-        let l = geo().standard_layout(GroupNo(g));
+        let l = layout().standard_group_layout(GroupNo(g));
         GroupDesc {
             block_bitmap: l.block_bitmap,
             inode_bitmap: l.inode_bitmap,
@@ -207,13 +207,13 @@ mod tests {
     }
 
     fn why(gd: &GroupDesc, g: u32) -> String {
-        gd.validate(&geo(), GroupNo(g)).unwrap_err().to_string()
+        gd.validate(&layout(), GroupNo(g)).unwrap_err().to_string()
     }
 
     #[test]
     fn the_standard_layout_passes() {
         for g in 0..4 {
-            standard(g).validate(&geo(), GroupNo(g)).unwrap();
+            standard(g).validate(&layout(), GroupNo(g)).unwrap();
         }
     }
 

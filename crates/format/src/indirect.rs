@@ -8,7 +8,7 @@
 
 use crate::codec::{read, write, Field, Le};
 use crate::error::{FormatError, Result, Structure};
-use crate::geometry::Geometry;
+use crate::layout::Layout;
 use crate::units::{BlockNo, NO_BLOCK};
 
 /// Direct pointers in `i_block`.
@@ -95,15 +95,15 @@ pub fn pointers(block: &[u8]) -> impl Iterator<Item = BlockNo> + '_ {
 }
 
 /// Checks that every non-zero pointer is inside the data area.
-pub fn check_pointers(block: &[u8], geo: &Geometry) -> Result<()> {
+pub fn check_pointers(block: &[u8], layout: &Layout) -> Result<()> {
     for (i, p) in pointers(block).enumerate() {
-        if p != NO_BLOCK && !geo.in_data_area(p) {
+        if p != NO_BLOCK && !layout.in_data_area(p) {
             return Err(FormatError::corrupt_at(
                 Structure::IndirectBlock,
                 i * 4,
                 format!(
                     "pointer {i} = {} outside the file system ({} blocks)",
-                    p.0, geo.blocks_count
+                    p.0, layout.blocks_count
                 ),
             ));
         }

@@ -126,7 +126,7 @@ fn corrupt<T>(findings: &mut Vec<FindingKind>, reason: String) -> Result<Option<
 /// Findings about a recovery, and whether it may be replayed at all.
 fn replayable(fs: &Fs, r: &Recovery, findings: &mut Vec<FindingKind>) -> bool {
     let mut report = |reason: String| findings.push(FindingKind::JournalCorrupt { reason });
-    if let Some((&b, _)) = r.blocks.range(fs.geo.end()..).next() {
+    if let Some((&b, _)) = r.blocks.range(fs.layout.end()..).next() {
         report(format!(
             "a transaction writes {b}, outside the file system; not replayed"
         ));
@@ -209,11 +209,14 @@ impl<'a> JournalFile<'a> {
     /// inner error describes a damaged journal.
     fn open(img: &'a Image, fs: &'a Fs) -> Result<Result<(Self, Journal), FormatError>, FsckError> {
         let s = Structure::JournalSuperblock;
-        let Some(loc) = fs.geo.inode_location(JOURNAL_INO, fs.groups[0].inode_table) else {
+        let Some(loc) = fs
+            .layout
+            .inode_location(JOURNAL_INO, fs.groups[0].inode_table)
+        else {
             return Ok(Err(FormatError::corrupt(s, "no journal inode")));
         };
         let blk = img.read_blocks(ondisk_block(loc.block), 1)?;
-        let slot = &blk[loc.offset..loc.offset + usize::from(fs.geo.inode_size)];
+        let slot = &blk[loc.offset..loc.offset + usize::from(fs.layout.inode_size)];
         let inode = match Inode::decode(slot) {
             Ok(i) => i,
             Err(e) => return Ok(Err(e)),

@@ -82,8 +82,12 @@ pub fn run(
     );
     let mut totals = Totals::default();
     let mut counts = Vec::new();
-    for g in 0..fs.geo.group_count {
-        progress(Phase::Bitmaps, u64::from(g), u64::from(fs.geo.group_count));
+    for g in 0..fs.layout.group_count {
+        progress(
+            Phase::Bitmaps,
+            u64::from(g),
+            u64::from(fs.layout.group_count),
+        );
         if !fs.valid[g as usize] {
             continue;
         }
@@ -115,8 +119,8 @@ fn compare_blocks(
     runs: &mut Runs,
     out: &mut Vec<FindingKind>,
 ) -> u32 {
-    let first = ondisk_block(fs.geo.group_first_block(GroupNo(g)));
-    let n = fs.geo.blocks_in_group(GroupNo(g));
+    let first = ondisk_block(fs.layout.group_first_block(GroupNo(g)));
+    let n = fs.layout.blocks_in_group(GroupNo(g));
     let mut free = 0;
     for i in 0..n {
         let on = bm.get(i as usize).unwrap_or(false);
@@ -127,7 +131,7 @@ fn compare_blocks(
         free += u32::from(!on);
     }
     // The last group's bits past the end of the file system must be set.
-    let padding_clear = (n..fs.geo.blocks_per_group).any(|i| bm.get(i as usize) == Some(false));
+    let padding_clear = (n..fs.layout.blocks_per_group).any(|i| bm.get(i as usize) == Some(false));
     if padding_clear {
         out.push(FindingKind::BitmapPaddingClear {
             group: g,
@@ -139,7 +143,7 @@ fn compare_blocks(
 
 /// Returns the group's free inodes and used directories by its bitmap.
 fn compare_inodes(fs: &Fs, st: &State, g: u32, bm: &Bitmap, runs: &mut Runs) -> (u32, u32) {
-    let ipg = fs.geo.inodes_per_group;
+    let ipg = fs.layout.inodes_per_group;
     let (mut free, mut dirs) = (0, 0);
     for i in 0..ipg {
         let ino = g * ipg + i + 1;

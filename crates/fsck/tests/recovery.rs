@@ -19,7 +19,7 @@ use stitch_format::inode::{InodeCore, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::blocks::{encode_descriptor, tag_flags};
 use stitch_format::jbd2::{CommitBlock, DescriptorTag, JournalSuperblock};
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
-use stitch_format::{BlockNo, Geometry, GroupDesc, Inode, InodeNo, Superblock};
+use stitch_format::{BlockNo, GroupDesc, Inode, InodeNo, Superblock};
 use stitch_fsck::{CheckOptions, Class, Report};
 use stitch_testkit::{mkfs, scratch, JournalSize};
 
@@ -45,21 +45,21 @@ fn read(img: &Path, offset: u64, len: usize) -> Vec<u8> {
 
 fn layout(img: &Path) -> Layout {
     let sb = Superblock::decode(&read(img, SUPERBLOCK_OFFSET, 1024)).unwrap();
-    let geo = Geometry::from_superblock(&sb).unwrap();
-    let bs = u64::from(geo.block_size.bytes());
+    let fs = stitch_format::Layout::from_superblock(&sb).unwrap();
+    let bs = u64::from(fs.block_size.bytes());
     let gdt = u64::from(sb.first_data_block) + 1;
     let gd = GroupDesc::decode_raw(&read(img, gdt * bs, GroupDesc::SIZE)).unwrap();
     let inode = |ino: InodeNo| {
-        let loc = geo.inode_location(ino, gd.inode_table).unwrap();
+        let loc = fs.inode_location(ino, gd.inode_table).unwrap();
         let at = loc.block.0 * bs + loc.offset as u64;
-        let i = Inode::decode(&read(img, at, usize::from(geo.inode_size))).unwrap();
+        let i = Inode::decode(&read(img, at, usize::from(fs.inode_size))).unwrap();
         (i, (loc.block.0, loc.offset))
     };
     let (journal, _) = inode(JOURNAL_INO);
     let (root, root_inode) = inode(ROOT_INO);
     Layout {
         bs,
-        blocks_count: geo.blocks_count,
+        blocks_count: fs.blocks_count,
         journal: std::array::from_fn(|i| journal.block_ptr(i).0),
         root_dir: root.block_ptr(0).0,
         root_inode,

@@ -30,7 +30,7 @@ fn disk_image(fs: &MemFs) -> Vec<u8> {
         let mut img = Vec::new();
         let bs = 4096;
         let mut buf = vec![0; bs];
-        let blocks = d.geometry().blocks_count as u64;
+        let blocks = d.layout().blocks_count as u64;
         for b in 0..blocks {
             dev.read(stitch_blockdev::BlockNo(b), &mut buf).unwrap();
             img.extend_from_slice(&buf);

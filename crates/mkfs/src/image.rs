@@ -22,7 +22,7 @@ use stitch_format::inode::{FIRST_INO, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::JournalSuperblock;
 use stitch_format::superblock::{self as sbc, Superblock};
 use stitch_format::{
-    dir, BlockNo, FileType, Geometry, GroupDesc, GroupNo, Inode, InodeNo, Timestamp, NO_BLOCK,
+    dir, BlockNo, FileType, GroupDesc, GroupNo, Inode, InodeNo, Layout, Timestamp, NO_BLOCK,
 };
 
 /// Values that differ between runs; fixed in tests.
@@ -36,7 +36,7 @@ pub struct Identity {
 /// The planned file system.
 pub struct Image {
     pub sb: Superblock,
-    pub geo: Geometry,
+    pub layout: Layout,
     pub gds: Vec<GroupDesc>,
     /// Metadata blocks to write, by block number.
     pub writes: BTreeMap<BlockNo, Vec<u8>>,
@@ -50,18 +50,18 @@ pub struct Image {
 
 /// Hands out free blocks in increasing order, skipping each group's metadata.
 struct Allocator<'a> {
-    geo: &'a Geometry,
+    layout: &'a Layout,
     next: BlockNo,
 }
 
 impl Allocator<'_> {
     fn alloc(&mut self) -> Option<BlockNo> {
-        while self.next < self.geo.end() {
-            let g = self.geo.group_of_block(self.next)?;
+        while self.next < self.layout.end() {
+            let g = self.layout.group_of_block(self.next)?;
             let data_start = self
-                .geo
+                .layout
                 .group_first_block(g)
-                .plus(u64::from(self.geo.overhead_blocks(g)));
+                .plus(u64::from(self.layout.overhead_blocks(g)));
             if self.next >= data_start {
                 self.next = self.next.plus(1);
                 return Some(BlockNo(self.next.0 - 1));
@@ -192,17 +192,17 @@ impl Image {
     /// Plans the whole file system.
     pub fn build(p: &Params, id: &Identity) -> Option<Image> {
         let sb = base_superblock(p, id);
-        let geo = Geometry::from_superblock(&sb).ok()?;
+        let layout = Layout::from_superblock(&sb).ok()?;
         let mut img = Image {
             sb,
             gds: Vec::new(),
             writes: BTreeMap::new(),
             journal_body: Vec::new(),
             inode_tables: Vec::new(),
-            geo,
+            layout,
         };
         let mut alloc = Allocator {
-            geo: &img.geo,
+            layout: &img.layout,
             next: BlockNo(0),
         };
         let root = map_file(&mut alloc, 1)?;
@@ -274,10 +274,10 @@ impl Image {
     /// Writes the inode table blocks of group 0 that hold used inodes; all
     /// other inode table blocks stay zero.
     fn write_inode_table(&mut self, inodes: &[(InodeNo, Inode)]) {
-        let table = self.geo.standard_layout(GroupNo(0)).inode_table;
+        let table = self.layout.standard_group_layout(GroupNo(0)).inode_table;
         for (ino, inode) in inodes {
             let loc = self
-                .geo
+                .layout
                 .inode_location(*ino, table.start)
                 .expect("reserved inodes are in group 0");
             let block = self
@@ -286,26 +286,26 @@ impl Image {
                 .or_insert_with(|| vec![0; BLOCK_SIZE as usize]);
             inode.encode_into(&mut block[loc.offset..loc.offset + usize::from(INODE_SIZE)]);
         }
-        for g in 0..self.geo.group_count {
+        for g in 0..self.layout.group_count {
             self.inode_tables
-                .push(self.geo.standard_layout(GroupNo(g)).inode_table);
+                .push(self.layout.standard_group_layout(GroupNo(g)).inode_table);
         }
     }
 
     /// Bitmaps and descriptors of every group. Blocks below `used_end` that
     /// are not group metadata were handed out by the allocator.
     fn write_groups(&mut self, used_end: BlockNo) {
-        let (ipg, bs) = (self.geo.inodes_per_group, BLOCK_SIZE as usize);
-        for g in (0..self.geo.group_count).map(GroupNo) {
-            let layout = self.geo.standard_layout(g);
-            let first = layout.blocks.start;
-            let n = self.geo.blocks_in_group(g);
+        let (ipg, bs) = (self.layout.inodes_per_group, BLOCK_SIZE as usize);
+        for g in (0..self.layout.group_count).map(GroupNo) {
+            let group = self.layout.standard_group_layout(g);
+            let first = group.blocks.start;
+            let n = self.layout.blocks_in_group(g);
             let mut bb = vec![0u8; bs];
             let mut bm = BitmapMut::new(&mut bb);
             let used_here = self
-                .geo
-                .index_in_group(g, used_end.clamp(first, layout.blocks.end));
-            bm.set_range(0, used_here.max(self.geo.overhead_blocks(g) as usize));
+                .layout
+                .index_in_group(g, used_end.clamp(first, group.blocks.end));
+            bm.set_range(0, used_here.max(self.layout.overhead_blocks(g) as usize));
             bm.set_padding(n as usize);
             let free_blocks = n as usize - bm.view().count_set(n as usize);
             let mut ib = vec![0u8; bs];
@@ -314,16 +314,16 @@ impl Image {
             im.set_range(0, used_inodes as usize);
             im.set_padding(ipg as usize);
             self.gds.push(GroupDesc {
-                block_bitmap: layout.block_bitmap,
-                inode_bitmap: layout.inode_bitmap,
-                inode_table: layout.inode_table.start,
+                block_bitmap: group.block_bitmap,
+                inode_bitmap: group.inode_bitmap,
+                inode_table: group.inode_table.start,
                 free_blocks_count: free_blocks as u16,
                 free_inodes_count: (ipg - used_inodes) as u16,
                 used_dirs_count: if g.0 == 0 { 2 } else { 0 },
                 ..Default::default()
             });
-            self.writes.insert(layout.block_bitmap, bb);
-            self.writes.insert(layout.inode_bitmap, ib);
+            self.writes.insert(group.block_bitmap, bb);
+            self.writes.insert(group.inode_bitmap, ib);
         }
         (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
@@ -331,10 +331,10 @@ impl Image {
     /// The primary superblock at byte 1024 of block 0, and a backup (with its
     /// group number) at the start of every group that has a copy.
     fn write_superblocks(&mut self) {
-        let table = encode_table(&self.gds, &self.geo);
+        let table = encode_table(&self.gds, &self.layout);
         let bs = BLOCK_SIZE as usize;
-        for g in (0..self.geo.group_count).map(GroupNo) {
-            let Some(copy) = self.geo.super_copy(g) else {
+        for g in (0..self.layout.group_count).map(GroupNo) {
+            let Some(copy) = self.layout.super_copy(g) else {
                 continue;
             };
             let mut sb = self.sb.clone();
@@ -376,7 +376,7 @@ mod tests {
         let sb = Superblock::decode(&img.writes[&BlockNo(0)][1024..2048]).unwrap();
         assert_eq!(sb, img.sb);
         for (g, gd) in img.gds.iter().enumerate() {
-            let n = img.geo.blocks_in_group(GroupNo(g as u32)) as usize;
+            let n = img.layout.blocks_in_group(GroupNo(g as u32)) as usize;
             let bm = Bitmap::new(&img.writes[&gd.block_bitmap]);
             assert_eq!(
                 n - bm.count_set(n),

@@ -9,7 +9,7 @@
 //! reserved GDT blocks of `resize_inode`. `meta_bg` and `flex_bg` are refused,
 //! so this is the only layout of copies that can occur.
 //!
-//! Invariant: a [`Geometry`] is only built from a validated superblock, so its
+//! Invariant: a [`Layout`] is only built from a validated superblock, so its
 //! counts are non-zero and its arithmetic cannot overflow `u64`.
 
 use crate::error::{FormatError, Result, Structure};
@@ -20,7 +20,7 @@ use std::ops::Range;
 
 /// The numbers every layout computation needs, taken from a superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Geometry {
+pub struct Layout {
     pub block_size: BlockSize,
     pub blocks_count: u32,
     pub first_data_block: u32,
@@ -75,14 +75,14 @@ fn is_power_of(mut n: u32, base: u32) -> bool {
     n == 1
 }
 
-impl Geometry {
-    /// Builds the geometry of a superblock, validating it first.
+impl Layout {
+    /// Builds the layout of a superblock, validating it first.
     pub fn from_superblock(sb: &Superblock) -> Result<Self> {
         sb.validate()?;
         let block_size = sb
             .block_size()
             .ok_or_else(|| FormatError::corrupt(Structure::Superblock, "block size"))?;
-        Ok(Geometry {
+        Ok(Layout {
             block_size,
             blocks_count: sb.blocks_count(),
             first_data_block: sb.first_data_block,
@@ -183,7 +183,7 @@ impl Geometry {
     }
 
     /// The layout mkfs (and mke2fs without `flex_bg`) gives group `g`.
-    pub fn standard_layout(&self, g: GroupNo) -> GroupLayout {
+    pub fn standard_group_layout(&self, g: GroupNo) -> GroupLayout {
         let first = self.group_first_block(g);
         let bb = first.plus(u64::from(self.super_copy_blocks(g)));
         let gd = GroupDesc {
@@ -192,11 +192,11 @@ impl Geometry {
             inode_table: bb.plus(2),
             ..Default::default()
         };
-        self.layout(g, &gd)
+        self.group_layout(g, &gd)
     }
 
     /// The layout of group `g` as its descriptor records it.
-    pub fn layout(&self, g: GroupNo, gd: &GroupDesc) -> GroupLayout {
+    pub fn group_layout(&self, g: GroupNo, gd: &GroupDesc) -> GroupLayout {
         let first = self.group_first_block(g);
         GroupLayout {
             group: g,
@@ -238,10 +238,10 @@ impl Geometry {
 mod tests {
     use super::*;
 
-    pub(crate) fn geo_4k(blocks: u32) -> Geometry {
+    pub(crate) fn layout_4k(blocks: u32) -> Layout {
         let bpg = 32768;
         let groups = blocks.div_ceil(bpg);
-        Geometry {
+        Layout {
             block_size: BlockSize::DEFAULT,
             blocks_count: blocks,
             first_data_block: 0,
@@ -256,30 +256,30 @@ mod tests {
 
     #[test]
     fn sparse_super_groups() {
-        let g = geo_4k(32768 * 400);
+        let g = layout_4k(32768 * 400);
         let with: Vec<u32> = (0..400).filter(|&i| g.has_super(GroupNo(i))).collect();
         assert_eq!(with, [0, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343]);
     }
 
     #[test]
     fn standard_layout_of_group_with_and_without_copy() {
-        let g = geo_4k(32768 * 512);
+        let g = layout_4k(32768 * 512);
         assert_eq!(g.gdt_blocks(), 4);
-        let l1 = g.standard_layout(GroupNo(1));
+        let l1 = g.standard_group_layout(GroupNo(1));
         assert_eq!(
             l1.super_copy.as_ref().unwrap().gdt,
             BlockNo(32769)..BlockNo(32773)
         );
         assert_eq!(l1.block_bitmap, BlockNo(32773));
         assert_eq!(l1.inode_table, BlockNo(32775)..BlockNo(32775 + 512));
-        let l2 = g.standard_layout(GroupNo(2));
+        let l2 = g.standard_group_layout(GroupNo(2));
         assert!(l2.super_copy.is_none());
         assert_eq!(l2.block_bitmap, BlockNo(65536));
     }
 
     #[test]
     fn inode_location_and_bounds() {
-        let g = geo_4k(32768 * 2);
+        let g = layout_4k(32768 * 2);
         let loc = g.inode_location(InodeNo(8194), BlockNo(100)).unwrap();
         assert_eq!(
             (loc.group, loc.index, loc.block, loc.offset),
