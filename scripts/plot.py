@@ -140,9 +140,43 @@ def seeds(data, out):
     fig.savefig(out, dpi=100)
 
 
+def programs(rows, out):
+    """`crashtest --program`: crash states judged per program and mode,
+    consistent and inconsistent by kind, one panel per mode."""
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    progs = list(dict.fromkeys(r["program"] for r in rows))
+    kinds = sorted({k for r in rows for k in r["inconsistent"]})
+    fig, axes = plt.subplots(1, len(modes), figsize=(3.2 * len(modes) + 1, 4.5), sharey=True,
+                             squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        here = {r["program"]: r for r in rows if r["mode"] == mode}
+        xs = range(len(progs))
+        bottom = [0] * len(progs)
+        series = [("consistent", lambda r: r["consistent"], "#4c9a2a")]
+        # Kinds in colours none of which is the consistent green.
+        palette = ["#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                   "#bcbd22", "#17becf"]
+        series += [(k, lambda r, k=k: r["inconsistent"].get(k, 0), palette[i % len(palette)])
+                   for i, k in enumerate(kinds)]
+        series += [("checker failed", lambda r: r["checker_failed"], "#777777")]
+        for label, get, color in series:
+            vals = [get(here[p]) if p in here else 0 for p in progs]
+            ax.bar(xs, vals, 0.7, bottom=bottom, label=label, color=color)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(progs, rotation=60, ha="right", fontsize=8)
+        ax.set_title(mode)
+    axes[0][0].set_ylabel("crash states judged")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.suptitle("Real programs under crash on stitchfs")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(out, dpi=100)
+
+
 if __name__ == "__main__" or True:
     kind, path, out = sys.argv[1:4]
     with open(path) as f:
         data = json.load(f)
     {"optimizations": optimizations, "modes": modes, "mount": mount,
-     "seeds": seeds}[kind](data, out)
+     "seeds": seeds, "programs": programs}[kind](data, out)

@@ -51,6 +51,12 @@ if ! python3 -c 'import setuptools, wheel' >/dev/null 2>&1; then
 fi
 have pkg-config || { sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo; DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q pkgconf; }
 
+# LevelDB for `stitchfs crashtest --program leveldb` (plyvel's wheels
+# carry the library).
+if ! python3 -c 'import plyvel' >/dev/null 2>&1; then
+  python3 -m pip install -q plyvel || echo "setup: plyvel not installed; crashtest --program leveldb will fail" >&2
+fi
+
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   python3 -m pip install -q matplotlib || echo "setup: matplotlib not installed; benchmarks will skip plots" >&2
 fi

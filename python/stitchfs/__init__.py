@@ -9,7 +9,16 @@ file system that is not stitchfs the calls fail with ``ENOTTY``.
     >>> import stitchfs
     >>> stitchfs.sync("/mnt/data")          # doctest: +SKIP
     >>> stitchfs.version("/mnt/data")       # doctest: +SKIP
-    1
+    2
+    >>> stitchfs.set_tag(7, "/mnt/data")    # doctest: +SKIP
+    >>> stitchfs.context("/mnt/data").tag   # doctest: +SKIP
+    7
+
+A process's *context* is what it holds on a mount: made when it first
+sets state (``set_tag``), copied to each child process when the mount
+first sees the child, kept across ``exec``, shared by its threads, closed
+when the process exits. ``subreaper()`` keeps orphaned descendants of a
+program that starts others in its family.
 
 The numbers and layouts restate ``crates/control`` (the table's single
 source); the test suite holds them equal.
@@ -18,30 +27,55 @@ source); the test suite holds them equal.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno as _errno
 import fcntl
 import os
 import struct
-from typing import IO, Iterator, Union
+from typing import IO, Iterator, NamedTuple, Union
 
 __all__ = [
     "API_VERSION",
+    "CONTEXT_HELD",
+    "CONTEXT_INHERITED",
+    "Context",
+    "IOC_CONTEXT",
+    "IOC_SET_TAG",
     "IOC_SYNC",
     "IOC_VERSION",
     "StitchError",
+    "context",
+    "set_tag",
+    "strerror",
+    "subreaper",
     "sync",
     "version",
 ]
 
-#: The API version this module describes.
-API_VERSION = 1
+#: The API version this module describes (2: contexts).
+API_VERSION = 2
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
 IOC_SYNC = 0x0000F501
 #: ``_IOR(0xF5, 2, struct stitch_version)``: the server's API version.
 IOC_VERSION = 0x8008F502
+#: ``_IOWR(0xF5, 3, struct stitch_context)``: a process's context.
+IOC_CONTEXT = 0xC038F503
+#: ``_IOW(0xF5, 4, struct stitch_tag)``: set the caller's tag.
+IOC_SET_TAG = 0x4010F504
+
+#: ``Context.flags``: the process holds a context.
+CONTEXT_HELD = 1
+#: ``Context.flags``: its context was copied from ``from_pid``.
+CONTEXT_INHERITED = 2
 
 _VERSION = struct.Struct("=II")
+# version, flags, id, pid, tid, start, uid, from_pid, from_start, tag
+_CONTEXT = struct.Struct("=IIQIIQIIQQ")
+# version, flags, tag
+_TAG = struct.Struct("=IIQ")
+
+_PR_SET_CHILD_SUBREAPER = 36
 
 #: Where the plain calls act when given no path.
 MOUNT_ENV = "STITCHFS_MOUNT"
@@ -52,10 +86,11 @@ _MEANINGS = {
     _errno.ENOTTY: "not a stitchfs mount (or a call this server does not know)",
     _errno.EINVAL: "a structure of the wrong size or version, or a bad argument",
     _errno.EPERM: "the handle belongs to another user's process",
-    _errno.EBADF: "an unknown or closed handle, or a bad descriptor",
+    _errno.EBADF: "an unknown or closed handle (its process exited), or a bad descriptor",
     _errno.EIO: "the mount latched a device error: nothing more is durable",
     _errno.EROFS: "the mount is read-only",
     _errno.EAGAIN: "a limit of the mount is reached; try again once some are released",
+    _errno.ESRCH: "the calling process could not be identified (it exited meanwhile)",
 }
 
 
@@ -103,3 +138,60 @@ def version(target: Target = None) -> int:
     out = _call("version", target, IOC_VERSION, bytes(_VERSION.size))
     api, _flags = _VERSION.unpack(out)
     return int(api)
+
+
+class Context(NamedTuple):
+    """A process's context on a mount, as ``context()`` reports it."""
+
+    #: ``CONTEXT_HELD``, ``CONTEXT_INHERITED``.
+    flags: int
+    #: The context's number (0: the process holds none).
+    id: int
+    #: The process (``os.getpid()``).
+    pid: int
+    #: The calling thread (``threading.get_native_id()``), own context only.
+    tid: int
+    #: The process's start time, clock ticks after boot.
+    start: int
+    #: The user owning the context.
+    uid: int
+    #: The process it was copied from (0: none), and its start time.
+    from_pid: int
+    from_start: int
+    #: The context's tag.
+    tag: int
+
+    @property
+    def held(self) -> bool:
+        return bool(self.flags & CONTEXT_HELD)
+
+    @property
+    def inherited(self) -> bool:
+        return bool(self.flags & CONTEXT_INHERITED)
+
+
+def context(target: Target = None, id: int = 0) -> Context:
+    """The calling process's context (``id`` 0), or the one numbered ``id``.
+
+    Raises ``StitchError`` with ``EBADF`` for a number naming no context
+    (never made, or its process exited) and ``EPERM`` for another user's.
+    """
+    out = _call("context", target, IOC_CONTEXT, _CONTEXT.pack(API_VERSION, 0, id, *[0] * 7))
+    _version, *fields = _CONTEXT.unpack(out)
+    return Context(*fields)
+
+
+def set_tag(tag: int, target: Target = None) -> None:
+    """Give the calling process a context (inherited first, if it has none)
+    and set its tag. ``EAGAIN`` when the mount's bound on contexts is reached."""
+    _call("set_tag", target, IOC_SET_TAG, _TAG.pack(API_VERSION, 0, tag))
+
+
+def subreaper() -> None:
+    """Make this process a child subreaper (``PR_SET_CHILD_SUBREAPER``):
+    an orphaned descendant is adopted by it rather than by init, and so
+    still inherits from the family. For programs that start others."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise StitchError(err, f"stitchfs subreaper: {os.strerror(err)}")

@@ -59,6 +59,11 @@ enum Kind {
         data: Option<&'static str>,
         /// `--order`, when not the default.
         order: Option<&'static str>,
+        /// This process takes a context on the mount once it is up, so
+        /// that the server resolves the caller of every request the
+        /// workloads make in full (thread, process, context) instead of
+        /// one atomic load: what the lookup costs when contexts are held.
+        context: bool,
     },
 }
 
@@ -88,12 +93,13 @@ const fn stitchfs(
             consistency,
             data,
             order: None,
+            context: false,
         },
     }
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 14] = [
+pub const SYSTEMS: [System; 15] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     System {
         id: "stitchfs-precise",
@@ -102,6 +108,17 @@ pub const SYSTEMS: [System; 14] = [
             consistency: "journal",
             data: Some("ordered"),
             order: Some("precise"),
+            context: false,
+        },
+    },
+    System {
+        id: "stitchfs-context",
+        label: "stitchfs journal, caller holding a context",
+        kind: Kind::Stitchfs {
+            consistency: "journal",
+            data: Some("ordered"),
+            order: None,
+            context: true,
         },
     },
     stitchfs(
@@ -335,6 +352,7 @@ impl System {
                 consistency,
                 data,
                 order,
+                context,
             } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("mount").arg(&img).arg(&mnt).args([
@@ -351,6 +369,12 @@ impl System {
                     cmd.args(["--order", o]);
                 }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
+                if context {
+                    let root = File::open(&mnt)?;
+                    let held = stitch_control::request_set_tag(&root, 1)
+                        .context("taking a context on the mount")?;
+                    ensure!(held, "{} is not a stitchfs mount", mnt.display());
+                }
             }
         }
         Ok(m)

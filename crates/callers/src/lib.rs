@@ -9,6 +9,10 @@
 //! - A thread is resolved to its process, which is keyed by pid *and*
 //!   start time ([`ProcKey`]): a pid reused by a new process is never
 //!   taken for the old one. The key survives `exec` (state does too).
+//!   The start time counts clock ticks (10 ms), so a pid reused within
+//!   one tick gives the same key: state under a key whose process has
+//!   exited (its pidfd says) is dropped when a live process with that key
+//!   is first seen, before it could be taken for that process's.
 //! - A process first seen inherits a copy of the state of its nearest
 //!   ancestor that has some (fork semantics; a process orphaned by its
 //!   parent is found through the subreaper that adopted it, which is why
@@ -18,7 +22,11 @@
 //!   ([`Registry::enter`]). One approximation: a process forked before
 //!   its parent took state but first seen after inherits it anyway.
 //! - A process's state goes when it exits ([`Registry::prune`], which
-//!   [`Registry::enter`] also runs when the table is full).
+//!   lookups run every [`Limits::prune_every`] while some process holds
+//!   state, and [`Registry::enter`] when the table is full). Each state
+//!   has a number never reused ([`Caller::id`]) by which other processes
+//!   may name it ([`Registry::by_id`]); it is closed the moment its
+//!   process exits, pruned or not.
 //! - Everything is bounded ([`Limits`]): at the bound a caller that wants
 //!   new state gets [`CallerError::TooMany`], never unbounded memory.
 //!
@@ -39,6 +47,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A thread id, as the FUSE request header carries it (0: no caller).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,15 +75,29 @@ pub struct Limits {
     pub threads: usize,
     /// Ancestors walked to find one with state.
     pub depth: usize,
+    /// How often a lookup that finds processes holding state looks for
+    /// exited ones among them ([`Registry::prune`]), so that their state
+    /// goes soon after they do, and lookups are one atomic load again once
+    /// none is left.
+    pub prune_every: Duration,
+}
+
+impl Limits {
+    /// The default bounds for `processes` processes holding state: four
+    /// threads remembered for each.
+    pub fn for_processes(processes: usize) -> Self {
+        Limits {
+            processes,
+            threads: processes.saturating_mul(4),
+            depth: 64,
+            prune_every: Duration::from_secs(1),
+        }
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            processes: 4096,
-            threads: 16384,
-            depth: 64,
-        }
+        Limits::for_processes(4096)
     }
 }
 
@@ -94,8 +117,14 @@ pub enum CallerError {
 pub struct Caller<S> {
     pub tid: Tid,
     pub process: ProcKey,
-    /// The user the process runs as.
+    /// The user the process ran as when it was given state (its real uid
+    /// then): the owner of that state.
     pub uid: u32,
+    /// The number of this process's state, never reused on this registry
+    /// (a handle another process can name it by, [`Registry::by_id`]).
+    pub id: u64,
+    /// The process whose state this one's began as a copy of, if any.
+    pub from: Option<ProcKey>,
     pub state: Arc<Mutex<S>>,
 }
 
@@ -105,6 +134,8 @@ impl<S> Clone for Caller<S> {
             tid: self.tid,
             process: self.process,
             uid: self.uid,
+            id: self.id,
+            from: self.from,
             state: self.state.clone(),
         }
     }
@@ -113,7 +144,22 @@ impl<S> Clone for Caller<S> {
 struct Process<S> {
     state: Arc<Mutex<S>>,
     uid: u32,
+    id: u64,
+    from: Option<ProcKey>,
     watch: Option<Box<dyn Watch>>,
+}
+
+impl<S> Process<S> {
+    fn caller(&self, tid: Tid, key: ProcKey) -> Caller<S> {
+        Caller {
+            tid,
+            process: key,
+            uid: self.uid,
+            id: self.id,
+            from: self.from,
+            state: self.state.clone(),
+        }
+    }
 }
 
 struct Thread {
@@ -132,6 +178,12 @@ pub struct Registry<S> {
     /// Threads resolved through the system (cache misses), for tests and
     /// statistics.
     resolved: AtomicU64,
+    /// The last id given to a process's state.
+    last_id: AtomicU64,
+    /// When the registry was made, and milliseconds from then to the last
+    /// prune that lookups ran.
+    born: Instant,
+    pruned_at: AtomicU64,
 }
 
 impl<S: Clone + Default> Registry<S> {
@@ -143,6 +195,9 @@ impl<S: Clone + Default> Registry<S> {
             threads: Mutex::new(FxHashMap::default()),
             none: AtomicBool::new(true),
             resolved: AtomicU64::new(0),
+            last_id: AtomicU64::new(0),
+            born: Instant::now(),
+            pruned_at: AtomicU64::new(0),
         }
     }
 
@@ -153,7 +208,39 @@ impl<S: Clone + Default> Registry<S> {
         if tid.0 == 0 || self.none.load(Ordering::Acquire) {
             return None;
         }
+        self.prune_now_and_then();
         self.resolve(tid, false).ok().flatten()
+    }
+
+    /// The thread `tid`, whether or not its process holds state, and its
+    /// caller if it does: for the calls that report who is calling.
+    /// Unlike [`Registry::lookup`] it asks the system even while no
+    /// process holds state.
+    pub fn identify(&self, tid: Tid) -> Result<(ThreadInfo, Option<Caller<S>>), CallerError> {
+        if tid.0 == 0 {
+            return Err(CallerError::NoCaller);
+        }
+        let info = match self.cached_thread(tid) {
+            Some(info) => info,
+            None => self.resolve_thread(tid)?,
+        };
+        Ok((info, self.caller(tid, info)))
+    }
+
+    /// The state numbered `id` ([`Caller::id`]), if its process still
+    /// runs: a process that exited has closed it, whether or not
+    /// [`Registry::prune`] has run since. Its `tid` is 0. A walk over
+    /// the processes holding state (bounded by [`Limits::processes`]).
+    pub fn by_id(&self, id: u64) -> Option<Caller<S>> {
+        if id == 0 {
+            return None;
+        }
+        let procs = self.processes.lock();
+        let (key, p) = procs.iter().find(|(_, p)| p.id == id)?;
+        if self.exited(*key, p.watch.as_deref()) {
+            return None;
+        }
+        Some(p.caller(Tid(0), *key))
     }
 
     /// The caller's state, made now if its process has none (inherited
@@ -195,6 +282,25 @@ impl<S: Clone + Default> Registry<S> {
         gone
     }
 
+    /// Runs [`Registry::prune`] if [`Limits::prune_every`] has passed
+    /// since the last time a lookup did (one lookup runs it; the others
+    /// go on).
+    fn prune_now_and_then(&self) {
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let now = millis(self.born.elapsed());
+        let last = self.pruned_at.load(Ordering::Relaxed);
+        let every = millis(self.limits.prune_every);
+        if now.saturating_sub(last) < every {
+            return;
+        }
+        let won = self
+            .pruned_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed);
+        if won.is_ok() {
+            self.prune();
+        }
+    }
+
     fn exited(&self, key: ProcKey, watch: Option<&dyn Watch>) -> bool {
         match watch {
             Some(w) => w.exited(),
@@ -216,7 +322,7 @@ impl<S: Clone + Default> Registry<S> {
             return Ok(None);
         }
         let inherited = self.inherited(info.parent);
-        self.adopt(tid, info, inherited.unwrap_or_default())
+        self.adopt(tid, info, inherited.unwrap_or((None, S::default())))
             .map(Some)
     }
 
@@ -241,16 +347,34 @@ impl<S: Clone + Default> Registry<S> {
     fn resolve_thread(&self, tid: Tid) -> Result<ThreadInfo, CallerError> {
         self.resolved.fetch_add(1, Ordering::Relaxed);
         let info = self.procs.thread(tid).ok_or(CallerError::Gone(tid.0))?;
+        self.drop_if_exited(info.process);
         let known = self.processes.lock().contains_key(&info.process);
         if !known && !self.none.load(Ordering::Acquire) {
-            if let Some(state) = self.inherited(info.parent) {
+            if let Some(inherited) = self.inherited(info.parent) {
                 // At the bound the process goes without; its calls that
                 // want state will be refused with the reason.
-                let _ = self.adopt(tid, info, state);
+                let _ = self.adopt(tid, info, inherited);
             }
         }
         self.remember(tid, info);
         Ok(info)
+    }
+
+    /// Drops the state held under `key` if its process has exited. The
+    /// system just named a live process with that key: another one, on a
+    /// pid reused within the clock tick (10 ms) its start time is counted
+    /// in. A thread is resolved here before any state is taken for it, so
+    /// the lookups of a remembered thread need not ask again.
+    fn drop_if_exited(&self, key: ProcKey) {
+        let mut procs = self.processes.lock();
+        let gone = procs
+            .get(&key)
+            .and_then(|p| p.watch.as_ref())
+            .is_some_and(|w| w.exited());
+        if gone {
+            procs.remove(&key);
+            self.none.store(procs.is_empty(), Ordering::Release);
+        }
     }
 
     fn remember(&self, tid: Tid, info: ThreadInfo) {
@@ -267,26 +391,21 @@ impl<S: Clone + Default> Registry<S> {
 
     fn caller(&self, tid: Tid, info: ThreadInfo) -> Option<Caller<S>> {
         let procs = self.processes.lock();
-        let p = procs.get(&info.process)?;
-        Some(Caller {
-            tid,
-            process: info.process,
-            uid: p.uid,
-            state: p.state.clone(),
-        })
+        Some(procs.get(&info.process)?.caller(tid, info.process))
     }
 
-    /// A copy of the state of the nearest holder of state among `parent`
-    /// and its ancestors.
-    fn inherited(&self, parent: Pid) -> Option<S> {
+    /// The nearest holder of state among `parent` and its ancestors, with
+    /// a copy of its state.
+    fn inherited(&self, parent: Pid) -> Option<(Option<ProcKey>, S)> {
         let mut at = parent;
         for _ in 0..self.limits.depth {
             if at.0 == 0 {
                 return None;
             }
             let info = self.procs.process(at)?;
+            self.drop_if_exited(info.process);
             if let Some(p) = self.processes.lock().get(&info.process) {
-                return Some(p.state.lock().clone());
+                return Some((Some(info.process), p.state.lock().clone()));
             }
             at = info.parent;
         }
@@ -294,8 +413,13 @@ impl<S: Clone + Default> Registry<S> {
     }
 
     /// Gives the thread's process state (unless it has some by now),
-    /// within bounds.
-    fn adopt(&self, tid: Tid, info: ThreadInfo, state: S) -> Result<Caller<S>, CallerError> {
+    /// within bounds: `state` as copied from the process `from`.
+    fn adopt(
+        &self,
+        tid: Tid,
+        info: ThreadInfo,
+        (from, state): (Option<ProcKey>, S),
+    ) -> Result<Caller<S>, CallerError> {
         let full = self.processes.lock().len() >= self.limits.processes;
         if full {
             self.prune();
@@ -308,14 +432,11 @@ impl<S: Clone + Default> Registry<S> {
         let p = procs.entry(info.process).or_insert_with(|| Process {
             state: Arc::new(Mutex::new(state)),
             uid: info.uid,
+            id: self.last_id.fetch_add(1, Ordering::Relaxed) + 1,
+            from,
             watch,
         });
-        let caller = Caller {
-            tid,
-            process: info.process,
-            uid: p.uid,
-            state: p.state.clone(),
-        };
+        let caller = p.caller(tid, info.process);
         self.none.store(false, Ordering::Release);
         Ok(caller)
     }

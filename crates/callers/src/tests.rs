@@ -4,6 +4,7 @@
 use super::*;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 /// A process table: threads by tid, each alive until it exits.
 #[derive(Default)]
@@ -26,20 +27,28 @@ impl Watch for Flag {
 impl Fake {
     /// A new process `pid` whose parent is `parent`, run by `uid`.
     fn spawn(&self, pid: u32, parent: u32, uid: u32) -> ProcKey {
-        let mut t = self.0.lock();
-        t.next_start += 1;
+        let start = {
+            let mut t = self.0.lock();
+            t.next_start += 1;
+            t.next_start
+        };
+        self.spawn_at(pid, parent, uid, start)
+    }
+
+    /// A new process `pid` started in the clock tick `start`, as another
+    /// that had that pid may have been.
+    fn spawn_at(&self, pid: u32, parent: u32, uid: u32, start: u64) -> ProcKey {
         let key = ProcKey {
             pid: Pid(pid),
-            start: t.next_start,
+            start,
         };
         let info = ThreadInfo {
             process: key,
             parent: Pid(parent),
             uid,
         };
-        let old = t
-            .threads
-            .insert(pid, (info, Arc::new(AtomicBool::new(true))));
+        let alive = Arc::new(AtomicBool::new(true));
+        let old = self.0.lock().threads.insert(pid, (info, alive));
         assert!(old.is_none(), "pid {pid} is in use");
         key
     }
@@ -85,7 +94,17 @@ impl Procs for Fake {
     }
 }
 
+/// A registry over `fake`; lookups prune only when a test says so
+/// (`prune_every` of zero), so what a test asserts of `prune` holds
+/// however slowly it runs.
 fn registry(fake: &Fake, limits: Limits) -> Registry<Vec<u32>> {
+    let limits = Limits {
+        prune_every: match limits.prune_every {
+            Duration::ZERO => Duration::ZERO,
+            _ => Duration::MAX,
+        },
+        ..limits
+    };
     Registry::new(Box::new(fake.clone()), limits)
 }
 
@@ -175,6 +194,30 @@ fn a_reused_pid_is_a_new_process() {
 }
 
 #[test]
+fn a_pid_reused_within_the_tick_of_its_start_is_a_new_process() {
+    let fake = Fake::default();
+    fake.spawn(10, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 10, 1);
+    let old = fake.spawn(100, 10, 0);
+    set(&r, 100, 7);
+    assert_eq!(seen(&r, 100), Some(vec![1, 7]));
+    let old_id = r.lookup(Tid(100)).unwrap().id;
+    fake.exit(100, 10);
+    // The same pid, started in the same clock tick: the same key.
+    assert_eq!(fake.spawn_at(100, 10, 0, old.start), old);
+    assert_eq!(seen(&r, 100), Some(vec![1]), "the old 100's state");
+    assert_ne!(r.lookup(Tid(100)).unwrap().id, old_id);
+    set(&r, 100, 8);
+    // Found as an ancestor too: a child of a third 100, on the same key,
+    // skips the second's state for its grandparent's.
+    fake.exit(100, 10);
+    fake.spawn_at(100, 10, 0, old.start);
+    fake.spawn(200, 100, 0);
+    assert_eq!(seen(&r, 200), Some(vec![1]));
+}
+
+#[test]
 fn a_reused_thread_id_is_resolved_again() {
     let fake = Fake::default();
     fake.spawn(100, 1, 0);
@@ -195,7 +238,7 @@ fn state_goes_with_its_process_and_the_table_is_bounded() {
     let limits = Limits {
         processes: 2,
         threads: 2,
-        depth: 8,
+        ..Limits::default()
     };
     let r = registry(&fake, limits);
     for pid in [10, 20, 30] {
@@ -231,4 +274,60 @@ fn the_caller_carries_its_user() {
     assert_eq!(c.uid, 1000);
     assert_eq!(c.process.pid, Pid(100));
     assert_eq!(r.enter(Tid(4242)).unwrap_err(), CallerError::Gone(4242));
+}
+
+#[test]
+fn each_state_has_a_number_of_its_own_closed_when_its_process_exits() {
+    let fake = Fake::default();
+    let top = fake.spawn(100, 1, 0);
+    let r = registry(&fake, Limits::default());
+    set(&r, 100, 7);
+    fake.spawn(200, 100, 1000);
+    let child = r.lookup(Tid(200)).unwrap();
+    let parent = r.lookup(Tid(100)).unwrap();
+    assert_eq!((parent.id, parent.from), (1, None));
+    assert_eq!((child.id, child.from, child.uid), (2, Some(top), 1000));
+    let found = r.by_id(child.id).unwrap();
+    assert_eq!((found.process, found.tid), (child.process, Tid(0)));
+    assert!(r.by_id(0).is_none() && r.by_id(3).is_none());
+    // Closed at exit, before any prune; a new process gets a new number.
+    fake.exit(200, 1);
+    assert!(r.by_id(child.id).is_none());
+    fake.spawn(200, 100, 0);
+    assert_eq!(r.lookup(Tid(200)).unwrap().id, 3);
+}
+
+#[test]
+fn identify_sees_a_process_without_state() {
+    let fake = Fake::default();
+    let key = fake.spawn(100, 1, 1000);
+    let r = registry(&fake, Limits::default());
+    let (info, caller) = r.identify(Tid(100)).unwrap();
+    assert_eq!((info.process, info.uid), (key, 1000));
+    assert!(caller.is_none() && r.is_empty());
+    set(&r, 100, 1);
+    assert_eq!(r.identify(Tid(100)).unwrap().1.unwrap().id, 1);
+    assert_eq!(r.identify(Tid(0)).unwrap_err(), CallerError::NoCaller);
+    assert_eq!(r.identify(Tid(4242)).unwrap_err(), CallerError::Gone(4242));
+}
+
+#[test]
+fn lookups_drop_the_state_of_exited_processes() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    fake.spawn(200, 1, 0);
+    let limits = Limits {
+        prune_every: Duration::ZERO,
+        ..Limits::default()
+    };
+    let r = registry(&fake, limits);
+    set(&r, 100, 7);
+    fake.exit(100, 1);
+    assert_eq!(seen(&r, 200), None);
+    assert!(r.is_empty(), "the lookup pruned");
+    // Nobody holds state: lookups ask nothing again.
+    let before = r.resolved();
+    fake.spawn(300, 1, 0);
+    assert_eq!(seen(&r, 300), None);
+    assert_eq!(r.resolved(), before);
 }

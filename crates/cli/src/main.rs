@@ -9,6 +9,7 @@
 
 mod cmd;
 mod fuse;
+mod programs;
 mod progress;
 mod repair;
 

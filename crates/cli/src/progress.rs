@@ -35,3 +35,17 @@ pub fn clear(bar: &Option<indicatif::ProgressBar>) {
         bar.finish_and_clear();
     }
 }
+
+/// A bar on stderr drawn with `template` when stderr is a terminal, and
+/// hidden otherwise (a caller may still print lines of its own then).
+pub fn bar_with(template: &str) -> anyhow::Result<indicatif::ProgressBar> {
+    let bar = indicatif::ProgressBar::new(0);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(template).context("progress template")?,
+        );
+    } else {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    Ok(bar)
+}

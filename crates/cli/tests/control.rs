@@ -7,6 +7,14 @@
 //! the table sent with another layout (`EINVAL`), an unknown call
 //! (`ENOTTY`), a bad descriptor (`EBADF`). The three copies of the table
 //! (Rust, `stitch.h`, the Python module) are held equal.
+//!
+//! Contexts, each library's own test program run as root on a fresh
+//! mount (`crates/libstitch/tests/contexts.c`, `python/tests/control.py`,
+//! each saying what it checks): both check what a process, a child, a
+//! thread and a program after exec see, and every misuse errno, user
+//! nobody's included; the Python one also an orphaned grandchild, a
+//! process on a reused pid and writes with no caller. And the bound on
+//! contexts through both, reached (`EAGAIN`) and freed by an exit.
 
 mod posix_support;
 
@@ -43,9 +51,24 @@ fn prefix() -> &'static Path {
     })
 }
 
-/// The example program, built with the flags the installed `stitch.pc`
-/// gives.
+/// The example program.
 fn c_example() -> PathBuf {
+    c_program(
+        "stitch-example",
+        &repo_root().join("crates/libstitch/c/example.c"),
+    )
+}
+
+/// libstitch's test program of contexts, built once for this binary.
+fn c_contexts() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let src = repo_root().join("crates/libstitch/tests/contexts.c");
+    EXE.get_or_init(|| c_program("contexts", &src)).clone()
+}
+
+/// A C program built from `src` with the flags the installed `stitch.pc`
+/// gives (and `-pthread`).
+fn c_program(name: &str, src: &Path) -> PathBuf {
     require_tool("cc", "gcc");
     require_tool("pkg-config", "pkgconf");
     let prefix = prefix();
@@ -58,11 +81,12 @@ fn c_example() -> PathBuf {
     );
     assert!(flags.status.success());
     let flags = String::from_utf8(flags.stdout).unwrap();
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stitch-example");
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let out = run(
-        "cc example.c",
+        &format!("cc {}", src.display()),
         Command::new("cc")
-            .arg(repo_root().join("crates/libstitch/c/example.c"))
+            .args(["-Wall", "-Werror", "-pthread"])
+            .arg(src)
             .args(flags.split_whitespace())
             .arg("-o")
             .arg(&exe),
@@ -89,10 +113,8 @@ fn the_c_library_asks_the_version_syncs_and_names_a_foreign_file_system() {
         let out = example_on(&exe, mnt);
         assert!(out.status.success());
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.contains("API version 1") && text.contains("synced"),
-            "{text}"
-        );
+        let version = format!("API version {}", stitch_control::API_VERSION);
+        assert!(text.contains(&version) && text.contains("synced"), "{text}");
         // A file on the mount works as well as its root.
         assert!(example_on(&exe, &mnt.join("f")).status.success());
     });
@@ -104,6 +126,11 @@ fn the_c_library_asks_the_version_syncs_and_names_a_foreign_file_system() {
 /// Runs `script` with the Python package installed by pip into a scratch
 /// directory (`--no-build-isolation`: setuptools from the machine).
 fn python(script: &str, mnt: &Path) -> Output {
+    python_with(&["-c", script], mnt)
+}
+
+/// Runs python3 with `args` as [`python`] does.
+fn python_with(args: &[&str], mnt: &Path) -> Output {
     require_tool("python3", "python3");
     static SITE: OnceLock<PathBuf> = OnceLock::new();
     let site = SITE.get_or_init(|| {
@@ -123,51 +150,110 @@ fn python(script: &str, mnt: &Path) -> Output {
     run(
         "python3",
         Command::new("python3")
-            .args(["-c", script])
+            .args(args)
             .env("PYTHONPATH", site)
             .env("STITCHFS_MOUNT", mnt)
             .env("FOREIGN", env!("CARGO_TARGET_TMPDIR")),
     )
 }
 
-const PY_CHECKS: &str = r#"
-import errno, fcntl, os, stitchfs
-assert stitchfs.version() == 1, stitchfs.version()
-stitchfs.sync()
-with open(os.path.join(os.environ["STITCHFS_MOUNT"], "f"), "wb") as f:
-    f.write(b"x")
-    stitchfs.sync(f)
-def refused(call, want):
-    try:
-        call()
-    except stitchfs.StitchError as e:
-        assert e.errno == want, (e.errno, want)
-        assert isinstance(e, OSError)
-        return str(e)
-    raise AssertionError("no error")
-msg = refused(lambda: stitchfs.sync(os.environ["FOREIGN"]), errno.ENOTTY)
-assert "not a stitchfs mount" in msg, msg
-refused(lambda: stitchfs.version(987654), errno.EBADF)
-fd = os.open(os.environ["STITCHFS_MOUNT"], os.O_RDONLY)
-def raw(cmd, arg):
-    try:
-        fcntl.ioctl(fd, cmd, arg)
-    except OSError as e:
-        return e.errno
-    return 0
-# The version call with a 16-byte layout, and a number of ours unknown.
-assert raw(0x8010F502, bytes(16)) == errno.EINVAL
-assert raw(0x0000F5F0, 0) == errno.ENOTTY
-print("python ok")
-"#;
-
+/// libstitch's context test program (`crates/libstitch/tests/contexts.c`)
+/// on a fresh mount, as root.
 #[test]
-fn the_python_package_asks_the_version_syncs_and_refuses_misuse() {
+fn contexts_through_the_c_library() {
+    let exe = c_contexts();
     let s = Scratch::new(JOURNAL_ORDERED, 64);
     s.with_mount(|mnt| {
-        let out = python(PY_CHECKS, mnt);
+        let out = run(
+            "contexts",
+            Command::new(&exe)
+                .arg(mnt)
+                .arg(env!("CARGO_TARGET_TMPDIR"))
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+        );
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("c ok"));
+    });
+}
+
+/// The Python package's test (`python/tests/control.py`) on a fresh
+/// mount, as root; then what it wrote through a shared mapping (requests
+/// with no caller) is read back after a remount.
+#[test]
+fn the_python_package_serves_the_table_and_refuses_misuse() {
+    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    let script = repo_root().join("python/tests/control.py");
+    s.with_mount(|mnt| {
+        let out = python_with(&[script.to_str().unwrap()], mnt);
         assert!(out.status.success());
         assert!(String::from_utf8_lossy(&out.stdout).contains("python ok"));
+    });
+    s.with_mount(|mnt| {
+        let data = std::fs::read(mnt.join("mapped")).unwrap();
+        let (hello, world) = (&data[..5], &data[4096..4101]);
+        assert_eq!((hello, world), (&b"hello"[..], &b"world"[..]));
+    });
+}
+
+const PY_BOUND: &str = r#"
+import errno, os, stitchfs
+fd = os.open(os.environ["STITCHFS_MOUNT"], os.O_RDONLY)
+stitchfs.set_tag(1, fd)
+# A child takes the second context, inherited at its first request.
+r, w = os.pipe()
+go_r, go_w = os.pipe()
+a = os.fork()
+if a == 0:
+    assert stitchfs.context(fd).inherited
+    os.write(w, b"x")
+    os.read(go_r, 1)
+    os._exit(0)
+os.read(r, 1)
+def second_child():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c = stitchfs.context(fd)
+            stitchfs.set_tag(2, fd)
+        except stitchfs.StitchError as e:
+            print(e)
+            os._exit(0 if e.errno == errno.EAGAIN and not c.held else 1)
+        os._exit(2 if stitchfs.context(fd).tag == 2 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+assert second_child() == 0, "a third context past the bound of two"
+os.write(go_w, b"x")
+os.waitpid(a, 0)
+assert second_child() == 2, "the exited child's context was not freed"
+print("bound ok")
+"#;
+
+/// A mount bounded to two contexts refuses a third with `EAGAIN` (no
+/// inheritance either, at the bound) and has room again once a process
+/// holding one exits: from Python, then from C once the Python processes
+/// are gone.
+#[test]
+fn a_mount_refuses_contexts_past_its_bound() {
+    let exe = c_contexts();
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--contexts".into(), "2".into()];
+    s.with_mount(|mnt| {
+        let out = python(PY_BOUND, mnt);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("bound ok"), "{text}");
+        assert!(text.contains("limit of the mount"), "{text}");
+        let out = run(
+            "contexts --bound",
+            Command::new(&exe)
+                .arg("--bound")
+                .arg(mnt)
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("c bound ok"),
+            "{text}"
+        );
+        assert!(text.contains("limit of the mount"), "{text}");
     });
 }
 
@@ -179,9 +265,10 @@ fn the_three_copies_of_the_table_agree() {
     let src = dir.path().join("numbers.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %zu\\n\", \
-         STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_API_VERSION, \
-         sizeof(struct stitch_version));return 0;}\n",
+        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %zu %zu %zu\\n\", \
+         STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_IOC_CONTEXT, STITCH_IOC_SET_TAG, \
+         STITCH_API_VERSION, sizeof(struct stitch_version), sizeof(struct stitch_context), \
+         sizeof(struct stitch_tag));return 0;}\n",
     )
     .unwrap();
     let exe = dir.path().join("numbers");
@@ -197,11 +284,15 @@ fn the_three_copies_of_the_table_agree() {
     assert!(out.status.success());
     let c = String::from_utf8(run("numbers", &mut Command::new(&exe)).stdout).unwrap();
     let want = format!(
-        "{} {} {} {}\n",
+        "{} {} {} {} {} {} {} {}\n",
         stitch_control::IOC_SYNC,
         stitch_control::IOC_VERSION,
+        stitch_control::IOC_CONTEXT,
+        stitch_control::IOC_SET_TAG,
         stitch_control::API_VERSION,
-        std::mem::size_of::<stitch_control::Version>()
+        std::mem::size_of::<stitch_control::Version>(),
+        std::mem::size_of::<stitch_control::Context>(),
+        std::mem::size_of::<stitch_control::Tag>()
     );
     assert_eq!(c, want, "stitch.h");
     let py = run(
@@ -209,8 +300,9 @@ fn the_three_copies_of_the_table_agree() {
         Command::new("python3")
             .args([
                 "-c",
-                "import stitchfs as s, struct; \
-                 print(s.IOC_SYNC, s.IOC_VERSION, s.API_VERSION, s._VERSION.size)",
+                "import stitchfs as s; \
+                 print(s.IOC_SYNC, s.IOC_VERSION, s.IOC_CONTEXT, s.IOC_SET_TAG, \
+                 s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size)",
             ])
             .env("PYTHONPATH", repo_root().join("python")),
     );

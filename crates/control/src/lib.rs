@@ -18,6 +18,43 @@
 //! |---|---|---|---|
 //! | `_IO(0xF5, 1)` | [`IOC_SYNC`] | none | everything the mount holds, durable when it returns |
 //! | `_IOR(0xF5, 2, Version)` | [`IOC_VERSION`] | [`Version`] out | the API version the server speaks |
+//! | `_IOWR(0xF5, 3, Context)` | [`IOC_CONTEXT`] | [`Context`] in and out | who is calling, or the context numbered `id`: process, user, inherited from, tag |
+//! | `_IOW(0xF5, 4, Tag)` | [`IOC_SET_TAG`] | [`Tag`] in | gives the calling process a context (inherited first, if it has none) and sets its tag |
+//!
+//! A **context** is what a process holds on a mount: made when it first
+//! asks for one, copied to each child process when the mount first sees
+//! the child (fork semantics), kept across `exec`, shared by its threads,
+//! closed when the process exits. Today it holds a tag (a number the
+//! process chooses, which shows what was inherited); patchgroups and
+//! streams will keep their per-process state in it. Each context has a
+//! number never reused on the mount (`id`), by which a process of the
+//! same user may name it. A process is known by its pid and start time,
+//! so a new process on a reused pid is never taken for the old one. An
+//! orphan inherits from the subreaper that adopted it, so a program that
+//! starts others should be one (`stitch_subreaper`, `stitchfs.subreaper`).
+//! Requests the kernel makes with no caller (thread id 0: release,
+//! forget, writeback of a shared mapping) carry no context;
+//! ARCHITECTURE.md ("Requests with no caller") says what that means for
+//! each feature.
+//!
+//! The C library (`stitch.h`: `stitch_sync`, `stitch_version`,
+//! `stitch_context`, `stitch_set_tag`, each with an `_at` variant taking
+//! a descriptor) and the Python package (`stitchfs.sync`, `version`,
+//! `context`, `set_tag`) wrap each call, with a message for each errno
+//! below (`stitch_strerror`, `StitchError`).
+//!
+//! A structure a caller sends starts with the API version it was built
+//! for; a server refuses 0 or a version newer than its own. Misuse is
+//! answered with an errno, never a hang:
+//!
+//! | errno | when |
+//! |---|---|
+//! | `ENOTTY` | not a stitchfs mount, or a number this server does not know |
+//! | `EINVAL` | a call of the table with another argument size, a version of 0 or newer than the server's, flags it does not know |
+//! | `EBADF` | an `id` naming no context: never made, or its process exited (closed) |
+//! | `EPERM` | an `id` of another user's context (one user never reads or uses another's) |
+//! | `EAGAIN` | the mount's bound on processes holding a context is reached (`stitchfs mount --contexts`) |
+//! | `ESRCH` | the calling process could not be identified (it exited before its call was served) |
 //!
 //! Architecture invariant: knows the table and the mount table, nothing of
 //! how a mount serves the calls; no other stitch crate.
@@ -31,9 +68,11 @@ pub const MAGIC: u32 = 0xF5;
 
 /// The API version this table describes. A server answers calls of its
 /// own version and older; a caller can ask with [`IOC_VERSION`].
-pub const API_VERSION: u32 = 1;
+/// Version 1: sync and version. Version 2: contexts.
+pub const API_VERSION: u32 = 2;
 
 const NONE: u32 = 0;
+const WRITE: u32 = 1;
 const READ: u32 = 2;
 
 /// Linux's `_IOC(dir, type, nr, size)`.
@@ -70,6 +109,65 @@ pub struct Version {
 
 const _: () = assert!(std::mem::size_of::<Version>() == 8);
 
+/// Who is calling, or the context another process holds:
+/// `_IOWR(0xF5, 3, Context)`.
+pub const IOC_CONTEXT: u32 = ioc(READ | WRITE, 3, std::mem::size_of::<Context>());
+
+/// Gives the calling process a context and sets its tag:
+/// `_IOW(0xF5, 4, Tag)`.
+pub const IOC_SET_TAG: u32 = ioc(WRITE, 4, std::mem::size_of::<Tag>());
+
+/// [`Context::flags`]: the process holds a context.
+pub const CONTEXT_HELD: u32 = 1;
+/// [`Context::flags`]: its context began as a copy of another process's
+/// (`from_pid`, `from_start`).
+pub const CONTEXT_INHERITED: u32 = 2;
+
+/// What [`IOC_CONTEXT`] is sent and answers. The caller fills `version`
+/// and `id` (0: its own process); the server fills the rest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Context {
+    /// In: the API version the caller speaks.
+    pub version: u32,
+    /// Out: [`CONTEXT_HELD`], [`CONTEXT_INHERITED`].
+    pub flags: u32,
+    /// In: the context asked for, 0 for the caller's own. Out: the
+    /// context's number (0 if the caller holds none).
+    pub id: u64,
+    /// Out: the process (a thread group id, as `getpid` says).
+    pub pid: u32,
+    /// Out: the calling thread (`gettid`) when asking for one's own, else 0.
+    pub tid: u32,
+    /// Out: the process's start time, in clock ticks after boot (field
+    /// 22 of `/proc/PID/stat`): with `pid`, the process for its whole life.
+    pub start: u64,
+    /// Out: the user owning the context (the process's real uid when it
+    /// took it); for a process holding none, its real uid now.
+    pub uid: u32,
+    /// Out: the process the context was copied from (0: none).
+    pub from_pid: u32,
+    /// Out: that process's start time.
+    pub from_start: u64,
+    /// Out: the context's tag (0 for a process holding none).
+    pub tag: u64,
+}
+
+/// What [`IOC_SET_TAG`] is sent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tag {
+    /// The API version the caller speaks.
+    pub version: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+    /// The tag to set.
+    pub tag: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Context>() == 56);
+const _: () = assert!(std::mem::size_of::<Tag>() == 16);
+
 /// A structure sent through the table: plain bytes in both directions.
 pub trait Wire: Copy + Default {
     /// Its bytes, as the kernel copies them.
@@ -78,25 +176,61 @@ pub trait Wire: Copy + Default {
     fn from_bytes(b: &[u8]) -> Option<Self>;
 }
 
-impl Wire for Version {
-    fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(8);
-        v.extend_from_slice(&self.api.to_ne_bytes());
-        v.extend_from_slice(&self.flags.to_ne_bytes());
-        v
-    }
+/// [`Wire`] for a `#[repr(C)]` structure of `u32` and `u64` fields laid
+/// out without padding, in field order, native byte order.
+macro_rules! wire {
+    ($t:ident { $($f:ident: $ty:ty),* $(,)? }) => {
+        impl Wire for $t {
+            fn to_bytes(&self) -> Vec<u8> {
+                let mut v = Vec::with_capacity(std::mem::size_of::<$t>());
+                $(v.extend_from_slice(&self.$f.to_ne_bytes());)*
+                v
+            }
 
-    fn from_bytes(b: &[u8]) -> Option<Self> {
-        Some(Version {
-            api: u32::from_ne_bytes(b.get(0..4)?.try_into().ok()?),
-            flags: u32::from_ne_bytes(b.get(4..8)?.try_into().ok()?),
-        })
-    }
+            fn from_bytes(b: &[u8]) -> Option<Self> {
+                let mut at = 0;
+                $(
+                    let n = std::mem::size_of::<$ty>();
+                    let $f = <$ty>::from_ne_bytes(b.get(at..at + n)?.try_into().ok()?);
+                    at += n;
+                )*
+                let _ = at;
+                Some($t { $($f),* })
+            }
+        }
+    };
 }
+
+wire!(Version {
+    api: u32,
+    flags: u32
+});
+wire!(Tag {
+    version: u32,
+    flags: u32,
+    tag: u64,
+});
+wire!(Context {
+    version: u32,
+    flags: u32,
+    id: u64,
+    pid: u32,
+    tid: u32,
+    start: u64,
+    uid: u32,
+    from_pid: u32,
+    from_start: u64,
+    tag: u64,
+});
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 2] = [(IOC_SYNC, "sync"), (IOC_VERSION, "version")];
+pub const TABLE: [(u32, &str); 4] = [
+    (IOC_SYNC, "sync"),
+    (IOC_VERSION, "version"),
+    (IOC_CONTEXT, "context"),
+    (IOC_SET_TAG, "set_tag"),
+];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
 /// mount holds is durable, `Ok(false)` if `f` is on another file system
@@ -121,6 +255,23 @@ pub fn request_version(f: &impl AsRawFd) -> std::io::Result<Option<Version>> {
     not_ours(std::io::Error::last_os_error()).map(|_| None)
 }
 
+/// Gives the calling process a context on the mount behind `f` and sets
+/// its tag ([`IOC_SET_TAG`]): `Ok(false)` if `f` is on another file
+/// system.
+pub fn request_set_tag(f: &impl AsRawFd, tag: u64) -> std::io::Result<bool> {
+    let t = Tag {
+        version: API_VERSION,
+        flags: 0,
+        tag,
+    };
+    // SAFETY: the kernel reads size_of::<Tag>() bytes, the size the
+    // command number carries, from `t`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SET_TAG as _, &t as *const Tag) } == 0 {
+        return Ok(true);
+    }
+    not_ours(std::io::Error::last_os_error())
+}
+
 /// The errors a file system that is not stitchfs answers an unknown
 /// ioctl with are `Ok(false)`; others stay errors.
 fn not_ours(err: std::io::Error) -> std::io::Result<bool> {
@@ -136,18 +287,46 @@ mod tests {
 
     #[test]
     fn numbers_are_linuxs_encoding() {
-        // _IO(0xF5, 1) and _IOR(0xF5, 2, 8 bytes), as the C macros give.
+        // _IO(0xF5, 1), _IOR(0xF5, 2, 8 bytes), _IOWR(0xF5, 3, 56 bytes)
+        // and _IOW(0xF5, 4, 16 bytes), as the C macros give.
         assert_eq!(IOC_SYNC, 0x0000_F501);
         assert_eq!(IOC_VERSION, 0x8008_F502);
+        assert_eq!(IOC_CONTEXT, 0xC038_F503);
+        assert_eq!(IOC_SET_TAG, 0x4010_F504);
         assert_eq!(decode(IOC_VERSION), (2, 8));
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 
     #[test]
-    fn a_version_crosses_the_wire_unchanged() {
+    fn structures_cross_the_wire_unchanged() {
         let v = Version { api: 3, flags: 0 };
         assert_eq!(Version::from_bytes(&v.to_bytes()), Some(v));
         assert_eq!(Version::from_bytes(&[1, 2]), None);
+        let c = Context {
+            version: 2,
+            flags: CONTEXT_HELD,
+            id: 1 << 40,
+            pid: 7,
+            tid: 8,
+            start: u64::MAX,
+            uid: 65534,
+            from_pid: 1,
+            from_start: 2,
+            tag: 0xdead_beef,
+        };
+        let bytes = c.to_bytes();
+        assert_eq!(bytes.len(), std::mem::size_of::<Context>());
+        // The layout C sees: `id` at 8, `tag` last.
+        assert_eq!(bytes[8..16], (1u64 << 40).to_ne_bytes());
+        assert_eq!(bytes[48..], 0xdead_beefu64.to_ne_bytes());
+        assert_eq!(Context::from_bytes(&bytes), Some(c));
+        assert_eq!(Context::from_bytes(&bytes[..55]), None);
+        let t = Tag {
+            version: 2,
+            flags: 0,
+            tag: 9,
+        };
+        assert_eq!(Tag::from_bytes(&t.to_bytes()), Some(t));
     }
 
     #[test]

@@ -356,9 +356,17 @@ impl Allocator {
 
     /// Gives back a reserved number (and frees its bit, if marked ahead).
     /// Returns whether it freed a bit.
+    ///
+    /// The free waits for the mark. The number may have come from a file
+    /// deleted moments before, whose cleared inode is not on disk yet: the
+    /// mark then merged with that file's free into one patch that flips
+    /// nothing but still waits for the cleared inode. Without this wait the
+    /// bit could reach the disk clear while the old inode there still has
+    /// its links: an inode in use but marked free, which e2fsck calls
+    /// corruption (the crash tests found it under load).
     pub(crate) fn unreserve_inode(&mut self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
-        if let Some(Some(_)) = self.reserved.remove(ino, self.layout.inodes_per_group) {
-            self.free_inode(m, ino, false, &[])?;
+        if let Some(Some(mark)) = self.reserved.remove(ino, self.layout.inodes_per_group) {
+            self.free_inode(m, ino, false, &[mark])?;
             return Ok(true);
         }
         Ok(false)

@@ -67,3 +67,34 @@ fn a_file_linked_then_unlinked_keeps_a_name_at_every_crash() {
     }
     assert!(judged > 100, "only {judged} crash images");
 }
+
+/// A number reserved for a new file may be one whose file was deleted
+/// moments before, its cleared inode not yet on disk. Given back unused
+/// (as memfs gives back its pool at unmount), its bit must stay set on disk
+/// until that inode is cleared there: a crash between the two showed the
+/// old file's inode, links and all, marked free (corruption, not a leak).
+#[test]
+fn a_reserved_number_given_back_frees_its_bit_only_after_the_old_inode() {
+    let tmp = stitch_testkit::scratch();
+    let image = stitch_testkit::fresh_image(16 << 20, None);
+    let path = tmp.path().join("crash.img");
+    let (rec, mut fs) = common::mount_recorded(image, Consistency::SoftUpdates);
+    let root = fs.root();
+    let (old, _) = fs.create(root, b"old", 0o644, 0, 0, NOW).unwrap();
+    fs.write(old, 0, &[7u8; 5000], NOW).unwrap();
+    fs.sync().unwrap();
+    let setup = rec.log().end();
+    fs.unlink(root, b"old", NOW).unwrap();
+    let again = fs.reserve_inode(root, false).unwrap();
+    // The lowest free number is the one just freed: the case under test.
+    assert_eq!(again, old, "placement no longer reuses the freed number");
+    fs.unreserve_inode(again).unwrap();
+    fs.sync().unwrap();
+    let mut judged = 0;
+    common::each_crash_image(&rec, setup, 64, 0, |state, image| {
+        std::fs::write(&path, &image).unwrap();
+        common::soft_updates_verdict(&path).unwrap_or_else(|e| panic!("state {state:?}: {e}"));
+        judged += 1;
+    });
+    assert!(judged >= 2, "only {judged} crash images");
+}

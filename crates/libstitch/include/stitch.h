@@ -13,20 +13,51 @@
 #ifndef STITCH_H
 #define STITCH_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The API version this header describes. */
-#define STITCH_API_VERSION 1
+/* The API version this header describes (2: contexts). */
+#define STITCH_API_VERSION 2
 
 /* The ioctls underneath (FUSE restricted ioctls, type 0xF5). */
 #define STITCH_IOC_SYNC 0x0000F501u    /* _IO(0xF5, 1) */
 #define STITCH_IOC_VERSION 0x8008F502u /* _IOR(0xF5, 2, struct stitch_version) */
+#define STITCH_IOC_CONTEXT 0xC038F503u /* _IOWR(0xF5, 3, struct stitch_context) */
+#define STITCH_IOC_SET_TAG 0x4010F504u /* _IOW(0xF5, 4, struct stitch_tag) */
 
 struct stitch_version {
 	unsigned int api;   /* the API version the server speaks */
 	unsigned int flags; /* reserved, 0 */
+};
+
+/* A process's context on a mount: made when it first sets state, copied
+ * to each child process when the mount first sees the child, kept across
+ * exec, shared by its threads, closed when the process exits. */
+#define STITCH_CONTEXT_HELD 1u      /* the process holds a context */
+#define STITCH_CONTEXT_INHERITED 2u /* copied from from_pid/from_start */
+
+struct stitch_context {
+	uint32_t version;    /* in: STITCH_API_VERSION (the library fills it) */
+	uint32_t flags;      /* out: STITCH_CONTEXT_* */
+	uint64_t id;         /* in: 0 for one's own, else a context's number;
+	                        out: the context's number (0: none held) */
+	uint32_t pid;        /* out: the process */
+	uint32_t tid;        /* out: the calling thread (own context only) */
+	uint64_t start;      /* out: the process's start time (clock ticks
+	                        after boot, /proc/PID/stat field 22) */
+	uint32_t uid;        /* out: the user owning the context */
+	uint32_t from_pid;   /* out: the process it was copied from, or 0 */
+	uint64_t from_start; /* out: that process's start time */
+	uint64_t tag;        /* out: the context's tag */
+};
+
+struct stitch_tag {
+	uint32_t version; /* STITCH_API_VERSION (the library fills it) */
+	uint32_t flags;   /* reserved, 0 */
+	uint64_t tag;
 };
 
 /* The API version the mount's server speaks (>= 1), or -1. */
@@ -37,6 +68,24 @@ int stitch_version_at(int fd);
  * servers). Returns 0 once it is, or -1. */
 int stitch_sync(void);
 int stitch_sync_at(int fd);
+
+/* Fills *out with the calling process's context (id 0) or with the
+ * context numbered id. Returns 0, or -1: EBADF for a number naming no
+ * context (never made, or its process exited), EPERM for another user's. */
+int stitch_context(uint64_t id, struct stitch_context *out);
+int stitch_context_at(int fd, uint64_t id, struct stitch_context *out);
+
+/* Gives the calling process a context (inherited from its nearest
+ * ancestor holding one, if it has none) and sets its tag. Returns 0, or
+ * -1: EAGAIN when the mount's bound on contexts is reached. */
+int stitch_set_tag(uint64_t tag);
+int stitch_set_tag_at(int fd, uint64_t tag);
+
+/* Makes the calling process a child subreaper (prctl
+ * PR_SET_CHILD_SUBREAPER): an orphaned descendant is adopted by it, not
+ * by init, and so still inherits from the family. For programs that
+ * start others. Returns 0, or -1. */
+int stitch_subreaper(void);
 
 /* What errno `err` means after one of these calls (a static string). */
 const char *stitch_strerror(int err);

@@ -1,7 +1,9 @@
 //! libstitch: the C library of a stitchfs mount's control interface
 //! (`include/stitch.h`). Each call sends one ioctl of the control table
-//! (crate `stitch-control`) on a descriptor of the mount and returns what
-//! the server answered, in C's way: `-1` and `errno` on error.
+//! (crate `stitch-control`, which documents it) on a descriptor of the
+//! mount and returns what the server answered, in C's way: `-1` and
+//! `errno` on error. [`stitch_subreaper`] is the one call that is no
+//! ioctl: it keeps a program's orphaned descendants in its family.
 //!
 //! Which mount: the `_at` variants take a descriptor of any file or
 //! directory on it; the others open the path in `$STITCHFS_MOUNT` if it is
@@ -14,7 +16,9 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use stitch_control::{Version, IOC_SYNC, IOC_VERSION};
+use stitch_control::{
+    Context, Tag, Version, API_VERSION, IOC_CONTEXT, IOC_SET_TAG, IOC_SYNC, IOC_VERSION,
+};
 
 /// The environment variable naming the mount the plain calls act on.
 pub const MOUNT_ENV: &str = "STITCHFS_MOUNT";
@@ -93,6 +97,38 @@ fn version(fd: BorrowedFd<'_>) -> Result<c_int, c_int> {
     }
 }
 
+fn context(fd: BorrowedFd<'_>, id: u64, out: *mut Context) -> Result<c_int, c_int> {
+    if out.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let mut c = Context {
+        version: API_VERSION,
+        id,
+        ..Context::default()
+    };
+    // SAFETY: the kernel reads and writes the command's size,
+    // size_of::<Context>(), in `c`.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_CONTEXT as _, &mut c as *mut Context) } != 0 {
+        return Err(errno());
+    }
+    // SAFETY: the caller passed a pointer to a `struct stitch_context`.
+    unsafe { out.write(c) };
+    Ok(0)
+}
+
+fn set_tag(fd: BorrowedFd<'_>, tag: u64) -> Result<c_int, c_int> {
+    let t = Tag {
+        version: API_VERSION,
+        flags: 0,
+        tag,
+    };
+    // SAFETY: the kernel reads the command's size, size_of::<Tag>().
+    match unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_TAG as _, &t as *const Tag) } {
+        0 => Ok(0),
+        _ => Err(errno()),
+    }
+}
+
 /// Makes everything the mount holds durable.
 #[no_mangle]
 pub extern "C" fn stitch_sync() -> c_int {
@@ -117,6 +153,45 @@ pub extern "C" fn stitch_version_at(fd: c_int) -> c_int {
     on_mount(Some(fd), version)
 }
 
+/// The calling process's context (`id` 0) or the one numbered `id`,
+/// into `*out`.
+#[no_mangle]
+pub extern "C" fn stitch_context(id: u64, out: *mut Context) -> c_int {
+    on_mount(None, |fd| context(fd, id, out))
+}
+
+/// [`stitch_context`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn stitch_context_at(fd: c_int, id: u64, out: *mut Context) -> c_int {
+    on_mount(Some(fd), |fd| context(fd, id, out))
+}
+
+/// Gives the calling process a context and sets its tag.
+#[no_mangle]
+pub extern "C" fn stitch_set_tag(tag: u64) -> c_int {
+    on_mount(None, |fd| set_tag(fd, tag))
+}
+
+/// [`stitch_set_tag`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn stitch_set_tag_at(fd: c_int, tag: u64) -> c_int {
+    on_mount(Some(fd), |fd| set_tag(fd, tag))
+}
+
+/// Makes the calling process a child subreaper, so that an orphaned
+/// descendant stays in its family (and inherits from it).
+#[no_mangle]
+pub extern "C" fn stitch_subreaper() -> c_int {
+    // SAFETY: prctl with integer arguments only.
+    match unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } {
+        0 => 0,
+        _ => {
+            set_errno(errno());
+            -1
+        }
+    }
+}
+
 /// What `err`, an errno set by one of these calls, means. The string is
 /// static.
 #[no_mangle]
@@ -125,10 +200,11 @@ pub extern "C" fn stitch_strerror(err: c_int) -> *const c_char {
         libc::ENOTTY => c"not a stitchfs mount (or a call this server does not know)",
         libc::EINVAL => c"a structure of the wrong size or version, or a bad argument",
         libc::EPERM => c"the handle belongs to another user's process",
-        libc::EBADF => c"an unknown or closed handle, or a bad descriptor",
+        libc::EBADF => c"an unknown or closed handle (its process exited), or a bad descriptor",
         libc::EIO => c"the mount latched a device error: nothing more is durable",
         libc::EROFS => c"the mount is read-only",
         libc::EAGAIN => c"a limit of the mount is reached; try again once some are released",
+        libc::ESRCH => c"the calling process could not be identified (it exited meanwhile)",
         libc::ENOENT => c"no such file or directory (the mount path)",
         libc::EACCES => c"permission denied (the mount path)",
         _ => c"unexpected error",

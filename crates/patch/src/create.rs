@@ -655,6 +655,11 @@ impl PatchCache {
         ) = (tp.kind, kind)
         {
             debug_assert_eq!(o1, o2);
+            // A bit flipped back cancels: the patch keeps its dependencies
+            // but overlaps that bit no more, so a later change of the bit
+            // gets no overlap dependency on it. A caller whose later change
+            // must wait for those dependencies names the patch itself
+            // (diskfs's giving back of a reserved inode number does).
             self.arena.get_mut(t).kind = Kind::Bit {
                 offset: o1,
                 mask: m1 ^ m2,

@@ -121,7 +121,9 @@ struct MountArgs {
     #[arg(long)]
     runs: Option<usize>,
     /// Systems to compare, comma-separated, or `all`: stitchfs,
-    /// stitchfs-precise (journal, `--order precise`), stitchfs-softupdates,
+    /// stitchfs-precise (journal, `--order precise`), stitchfs-context
+    /// (journal, with the benchmark holding a context on the mount, so
+    /// every request's caller is resolved in full), stitchfs-softupdates,
     /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
     /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).

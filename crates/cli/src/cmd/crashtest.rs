@@ -5,8 +5,7 @@
 //! and found states, the command reproducing it) under `--out`; exits 1 if
 //! anything was violated.
 
-use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use anyhow::bail;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,12 +77,38 @@ pub struct Args {
     /// take a deterministic sample of it.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,
-    /// List the selected workloads and exit.
+    /// List the selected workloads (or with --program, the programs) and
+    /// exit.
     #[arg(long)]
     pub list: bool,
+    /// Crash-test real programs instead: NAME[,NAME...] or all (see
+    /// --program all --list). Each runs on a recording stitchfs mount;
+    /// every crash state is mounted as a user would and judged by the
+    /// program's own checker, held to what the program printed before the
+    /// crash. --mode defaults to softupdates and every journal data mode;
+    /// --max-states to 8.
+    #[arg(long, value_name = "NAMES", conflicts_with = "workload_script")]
+    pub program: Option<String>,
+    /// A program of one's own: the workload, run in the mount's root; each
+    /// line it prints is a promise that crashes after it are held to.
+    #[arg(long, value_name = "FILE", requires = "checker_script")]
+    pub workload_script: Option<PathBuf>,
+    /// The checker of --workload-script, run in a recovered crash image's
+    /// root with STITCH_PROMISES naming a file of the lines owed: exit 0
+    /// consistent, 1 inconsistent (printing `KIND: why`), else it failed.
+    #[arg(long, value_name = "FILE", requires = "workload_script")]
+    pub checker_script: Option<PathBuf>,
+    /// With --program: judge at most N crash states per program and mode,
+    /// drawn with the seed (0: every one) [default: 100].
+    #[arg(long, value_name = "N")]
+    pub sample: Option<usize>,
+    /// Judge a saved inconsistent program state again (the directory a
+    /// --program run saved under --out).
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
 }
 
-fn modes(mode: &str, data: &str) -> anyhow::Result<Vec<Consistency>> {
+pub(super) fn modes(mode: &str, data: &str) -> anyhow::Result<Vec<Consistency>> {
     let datas = |d: &str| -> anyhow::Result<Vec<DataMode>> {
         Ok(match d {
             "all" => vec![DataMode::Writeback, DataMode::Ordered, DataMode::Journal],
@@ -103,6 +128,13 @@ fn modes(mode: &str, data: &str) -> anyhow::Result<Vec<Consistency>> {
     })
 }
 
+/// A seed when none is given (printed with the run).
+pub(super) fn random_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64 % 1_000_000)
+}
+
 /// `K/N` with K < N.
 fn shard(s: &str) -> anyhow::Result<(usize, usize)> {
     let parsed = s
@@ -115,14 +147,13 @@ fn shard(s: &str) -> anyhow::Result<(usize, usize)> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.program.is_some() || args.workload_script.is_some() || args.replay.is_some() {
+        return super::programs::run(args);
+    }
     let length = args.length.unwrap_or(if args.long { 3 } else { 1 });
     let samples = args.samples.unwrap_or(if args.long { 1000 } else { 100 });
     let max_states = args.max_states.unwrap_or(if args.long { 256 } else { 32 });
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64 % 1_000_000)
-    });
+    let seed = args.seed.unwrap_or_else(random_seed);
     let workloads = match args.workload.as_str() {
         "all" => {
             let mut w = workload::named();
@@ -175,18 +206,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         seed,
         jobs
     );
-    let bar = ProgressBar::new(0);
+    let bar = crate::progress::bar_with(
+        "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise} eta {eta}]",
+    )?;
     let tty = std::io::stderr().is_terminal();
-    if tty {
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise} eta {eta}]",
-            )
-            .context("progress template")?,
-        );
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
     let states = AtomicUsize::new(0);
     let violations = AtomicUsize::new(0);
     let summary = stitch_crashtest::run(&cfg, &|e| match e {

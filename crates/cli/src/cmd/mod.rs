@@ -5,5 +5,6 @@ pub mod crashtest;
 pub mod fsck;
 pub mod mkfs;
 pub mod mount;
+pub mod programs;
 pub mod sync;
 pub mod umount;

@@ -88,6 +88,11 @@ pub struct Args {
     /// Threads serving requests (default: one per core).
     #[arg(long, value_name = "N")]
     pub threads: Option<std::num::NonZeroUsize>,
+    /// Processes that may hold a context (what the control API keeps per
+    /// process) at once; one more asking for one gets EAGAIN until others
+    /// exit.
+    #[arg(long, value_name = "N", default_value_t = crate::fuse::DEFAULT_CONTEXTS)]
+    pub contexts: usize,
 }
 
 fn parse_consistency(s: &str) -> Result<Consistency, String> {
@@ -121,18 +126,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     daemon::block_signals().context("blocking signals")?;
     diag::install_panic_hook();
     let fs = open(&plan, &args)?;
-    let mut session =
-        match fuser::Session::new(StitchFuse::new(fs.clone()), &plan.mountpoint, &plan.config) {
-            Ok(s) => s,
-            Err(e) => {
-                let err = anyhow::Error::new(e).context(format!(
-                    "mounting on {}{}",
-                    plan.mountpoint.display(),
-                    fuse_device_hint()
-                ));
-                return Finisher::new(fs).finish(Some(err));
-            }
-        };
+    let server = StitchFuse::new(fs.clone()).with_contexts(args.contexts);
+    let mut session = match fuser::Session::new(server, &plan.mountpoint, &plan.config) {
+        Ok(s) => s,
+        Err(e) => {
+            let err = anyhow::Error::new(e).context(format!(
+                "mounting on {}{}",
+                plan.mountpoint.display(),
+                fuse_device_hint()
+            ));
+            return Finisher::new(fs).finish(Some(err));
+        }
+    };
     crate::fuse::tell_kernel_of_attr_changes(&fs, session.notifier());
     let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
     diag::info(&format!(

@@ -6,14 +6,18 @@
 //! it does not know.
 
 use super::{Failure, OpResult, StitchFuse};
-use fuser::Errno;
-use stitch_control::{Version, Wire, API_VERSION, IOC_SYNC, IOC_VERSION, TABLE};
+use fuser::{Errno, Request};
+use stitch_control::{
+    Version, Wire, API_VERSION, IOC_CONTEXT, IOC_SET_TAG, IOC_SYNC, IOC_VERSION, TABLE,
+};
 
 impl StitchFuse {
-    /// Serves the control call `cmd` with the argument bytes the kernel
-    /// copied in; returns the bytes to copy out.
-    pub(super) fn control(&self, cmd: u32, _input: &[u8]) -> OpResult<Vec<u8>> {
+    /// Serves the control call `cmd` of `req` with the argument bytes the
+    /// kernel copied in; returns the bytes to copy out.
+    pub(super) fn control(&self, req: &Request, cmd: u32, input: &[u8]) -> OpResult<Vec<u8>> {
         match cmd {
+            IOC_CONTEXT => self.context_call(req, input),
+            IOC_SET_TAG => self.set_tag(req, input),
             IOC_SYNC => {
                 self.fs.sync()?;
                 Ok(Vec::new())

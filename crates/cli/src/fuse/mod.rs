@@ -21,11 +21,17 @@
 //! - A panic in a handler is caught, logged, and answered with `EIO`; the
 //!   mount stays up.
 //!
+//! - Every request's caller is resolved at one entry point
+//!   ([`StitchFuse::see`], module `callers`): one atomic load while no
+//!   process holds a context.
+//!
 //! Modules: `ops` (the `fuser::Filesystem` methods), `ids` (node ids and
-//! inode numbers), `control` (the control table's ioctls), `dirs` (directory
+//! inode numbers), `control` (the control table's ioctls), `callers` (who
+//! is calling, and contexts), `dirs` (directory
 //! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
+mod callers;
 mod control;
 pub mod daemon;
 pub mod diag;
@@ -48,7 +54,12 @@ pub struct StitchFuse {
     /// The kernel took `HANDLE_KILLPRIV_V2`: dropping set-ID bits on write,
     /// truncate and change of owner is ours (see `ops::WANTED`).
     drops_setid: bool,
+    /// The processes calling, and their contexts.
+    callers: callers::Callers,
 }
+
+/// Processes that may hold a context at once, unless the mount says.
+pub const DEFAULT_CONTEXTS: usize = 4096;
 
 impl StitchFuse {
     pub fn new(fs: MemFs) -> Self {
@@ -57,7 +68,15 @@ impl StitchFuse {
             dirs: dirs::DirHandles::default(),
             nodes: nodes::Nodes::default(),
             drops_setid: false,
+            callers: callers::registry(DEFAULT_CONTEXTS),
         }
+    }
+
+    /// At most `n` processes hold a context at once; one more asking for
+    /// one is refused `EAGAIN` until others exit.
+    pub fn with_contexts(mut self, n: usize) -> Self {
+        self.callers = callers::registry(n);
+        self
     }
 }
 

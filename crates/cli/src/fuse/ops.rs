@@ -38,11 +38,19 @@ const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// `security.` xattr set through it makes it check again), but leaves the
 /// set-ID bits to us: [`DropSetId`] on a write it flags, a truncate and a
 /// change of owner.
+///
+/// And `HAS_IOCTL_DIR`: the control table is sent on directories too
+/// (the mount's root is what a program most often holds). The kernel
+/// offers it from protocol 7.18 on, and from then on its directory ioctl
+/// checks only the protocol version, not our answer; asking records the
+/// need where the capabilities are chosen, and `tests/control.rs` sends
+/// every call on a directory.
 const WANTED: InitFlags = InitFlags::FUSE_DO_READDIRPLUS
     .union(InitFlags::FUSE_READDIRPLUS_AUTO)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_CACHE_SYMLINKS)
-    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+    .union(InitFlags::FUSE_HAS_IOCTL_DIR);
 
 /// The entry of a name that does not exist: node id 0.
 const NEGATIVE: FileAttr = FileAttr {
@@ -155,17 +163,55 @@ impl StitchFuse {
     }
 }
 
-/// Serves a request on one inode (`node` is the FUSE node id).
-fn on_inode<R: ErrorReply, T, E: Into<Failure>>(
-    op: &'static str,
-    node: INodeNo,
-    reply: R,
-    work: impl FnOnce(InodeNo) -> Result<T, E>,
-    answer: impl FnOnce(R, T),
-) {
-    match ids::ino_of(node) {
-        Ok(ino) => serve(op, ino, reply, || work(ino), answer),
-        Err(e) => unknown_node(op, node, reply, e),
+// Every request that reaches memfs or the control table enters through
+// `on_inode` or `on_name`, which resolve its caller (`see`) once.
+impl StitchFuse {
+    /// Serves `req` on one inode (`node` is the FUSE node id).
+    fn on_inode<R: ErrorReply, T, E: Into<Failure>>(
+        &self,
+        req: &Request,
+        op: &'static str,
+        node: INodeNo,
+        reply: R,
+        work: impl FnOnce(InodeNo) -> Result<T, E>,
+        answer: impl FnOnce(R, T),
+    ) {
+        let _caller = self.see(req);
+        match ids::ino_of(node) {
+            Ok(ino) => serve(op, ino, reply, || work(ino), answer),
+            Err(e) => unknown_node(op, node, reply, e),
+        }
+    }
+
+    /// Serves `req` on `name` in directory `parent`, refusing first a name
+    /// ext2 cannot hold.
+    #[allow(clippy::too_many_arguments)] // as fuser's own methods
+    fn on_name<R: ErrorReply, T, E: Into<Failure>>(
+        &self,
+        req: &Request,
+        op: &'static str,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: R,
+        work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
+        answer: impl FnOnce(R, T),
+    ) {
+        let _caller = self.see(req);
+        let dir = match ids::ino_of(parent) {
+            Ok(dir) => dir,
+            Err(e) => return unknown_node(op, parent, reply, e),
+        };
+        let name = name.as_bytes();
+        serve(
+            op,
+            dir,
+            reply,
+            || {
+                check_name(name)?;
+                work(dir, name).map_err(Into::into)
+            },
+            answer,
+        );
     }
 }
 
@@ -173,33 +219,6 @@ fn on_inode<R: ErrorReply, T, E: Into<Failure>>(
 fn unknown_node<R: ErrorReply>(op: &str, node: INodeNo, reply: R, e: Errno) {
     diag::request_error(&format!("{op} (node {}): no inode has it", node.0));
     reply.fail(e);
-}
-
-/// Serves a request on `name` in directory `parent`, refusing first a name
-/// ext2 cannot hold.
-fn on_name<R: ErrorReply, T, E: Into<Failure>>(
-    op: &'static str,
-    parent: INodeNo,
-    name: &OsStr,
-    reply: R,
-    work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
-    answer: impl FnOnce(R, T),
-) {
-    let dir = match ids::ino_of(parent) {
-        Ok(dir) => dir,
-        Err(e) => return unknown_node(op, parent, reply, e),
-    };
-    let name = name.as_bytes();
-    serve(
-        op,
-        dir,
-        reply,
-        || {
-            check_name(name)?;
-            work(dir, name).map_err(Into::into)
-        },
-        answer,
-    );
 }
 
 fn attr(reply: ReplyAttr, a: Attr) {
@@ -228,8 +247,9 @@ impl fuser::Filesystem for StitchFuse {
     /// which turns the cached absence into the new entry itself. A `git
     /// add` looks each object's name up twice before writing it, and each
     /// new fan-out directory three times.
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        on_name(
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.on_name(
+            req,
             "lookup",
             parent,
             name,
@@ -251,8 +271,8 @@ impl fuser::Filesystem for StitchFuse {
         self.nodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        on_inode("getattr", ino, reply, |i| self.fs.getattr(i), attr);
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.on_inode(req, "getattr", ino, reply, |i| self.fs.getattr(i), attr);
     }
 
     fn setattr(
@@ -300,11 +320,12 @@ impl fuser::Filesystem for StitchFuse {
             }
             Ok(self.fs.setattr(i, set)?)
         };
-        on_inode("setattr", ino, reply, work, attr);
+        self.on_inode(req, "setattr", ino, reply, work, attr);
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        on_inode(
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.on_inode(
+            req,
             "readlink",
             ino,
             reply,
@@ -334,7 +355,7 @@ impl fuser::Filesystem for StitchFuse {
             let (uid, gid) = (req.uid(), req.gid());
             Ok(self.fs.mknod(d, n, kind, perm(mode), dev, uid, gid)?)
         };
-        on_name("mknod", parent, name, reply, work, |r, a| {
+        self.on_name(req, "mknod", parent, name, reply, work, |r, a| {
             self.entry(r, a, true)
         });
     }
@@ -350,13 +371,14 @@ impl fuser::Filesystem for StitchFuse {
     ) {
         let (uid, gid) = (req.uid(), req.gid());
         let work = |d, n: &[u8]| self.fs.mkdir(d, n, perm(mode), uid, gid);
-        on_name("mkdir", parent, name, reply, work, |r, a| {
+        self.on_name(req, "mkdir", parent, name, reply, work, |r, a| {
             self.entry(r, a, true)
         });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        on_name(
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.on_name(
+            req,
             "unlink",
             parent,
             name,
@@ -366,8 +388,16 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        on_name("rmdir", parent, name, reply, |d, n| self.fs.rmdir(d, n), ok);
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.on_name(
+            req,
+            "rmdir",
+            parent,
+            name,
+            reply,
+            |d, n| self.fs.rmdir(d, n),
+            ok,
+        );
     }
 
     fn symlink(
@@ -381,14 +411,14 @@ impl fuser::Filesystem for StitchFuse {
         let (uid, gid) = (req.uid(), req.gid());
         let target = target.as_os_str().as_bytes();
         let work = |d, n: &[u8]| self.fs.symlink(d, n, target, uid, gid);
-        on_name("symlink", parent, link_name, reply, work, |r, a| {
+        self.on_name(req, "symlink", parent, link_name, reply, work, |r, a| {
             self.entry(r, a, true)
         });
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -410,25 +440,26 @@ impl fuser::Filesystem for StitchFuse {
             };
             Ok(self.fs.rename(from, name, to, newname, flags)?)
         };
-        on_name("rename", parent, name, reply, work, ok);
+        self.on_name(req, "rename", parent, name, reply, work, ok);
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
         let work = |d, n: &[u8]| -> OpResult<Attr> { Ok(self.fs.link(ids::ino_of(ino)?, d, n)?) };
-        on_name("link", newparent, newname, reply, work, |r, a| {
+        self.on_name(req, "link", newparent, newname, reply, work, |r, a| {
             self.entry(r, a, false)
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        on_inode(
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.on_inode(
+            req,
             "open",
             ino,
             reply,
@@ -439,7 +470,7 @@ impl fuser::Filesystem for StitchFuse {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -449,7 +480,7 @@ impl fuser::Filesystem for StitchFuse {
         reply: ReplyData,
     ) {
         let work = |i| self.fs.read(i, offset, size);
-        on_inode("read", ino, reply, work, |r, d| r.data(&d));
+        self.on_inode(req, "read", ino, reply, work, |r, d| r.data(&d));
     }
 
     fn write(
@@ -474,7 +505,7 @@ impl fuser::Filesystem for StitchFuse {
             privileged: false,
         });
         let work = |i| self.fs.write_as(i, offset, data, append, drop_setid);
-        on_inode("write", ino, reply, work, |r, n| r.written(n));
+        self.on_inode(req, "write", ino, reply, work, |r, n| r.written(n));
     }
 
     /// Sent at `close`, with nothing to do: there is no kernel writeback
@@ -495,7 +526,7 @@ impl fuser::Filesystem for StitchFuse {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
@@ -503,25 +534,25 @@ impl fuser::Filesystem for StitchFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        on_inode("release", ino, reply, |i| self.fs.release(i), ok);
+        self.on_inode(req, "release", ino, reply, |i| self.fs.release(i), ok);
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        on_inode("fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+        self.on_inode(req, "fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
     }
 
     /// The control table (`control.rs`), on any open file or directory
     /// of the mount.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
@@ -530,33 +561,35 @@ impl fuser::Filesystem for StitchFuse {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        on_inode(
+        self.on_inode(
+            req,
             "ioctl",
             ino,
             reply,
-            |_| self.control(cmd, in_data),
+            |_| self.control(req, cmd, in_data),
             |r, out| r.ioctl(0, &out),
         );
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The listing waits for the first readdir, and so do its errors.
         // The kernel opens only what it knows as a directory.
         let work = |_| Ok::<_, Failure>(self.dirs.open());
-        on_inode("opendir", ino, reply, work, |r, fh| {
+        self.on_inode(req, "opendir", ino, reply, work, |r, fh| {
             r.opened(FileHandle(fh), FopenFlags::empty())
         });
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        on_inode(
+        self.on_inode(
+            req,
             "readdir",
             ino,
             reply,
@@ -579,7 +612,7 @@ impl fuser::Filesystem for StitchFuse {
     /// one replaced shows its new inode. The kernel links no `.` or `..`.
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -610,7 +643,7 @@ impl fuser::Filesystem for StitchFuse {
             r.ok();
         };
         let work = |dir| self.listing(dir, fh, offset).map(|l| (dir, l));
-        on_inode("readdirplus", ino, reply, work, answer);
+        self.on_inode(req, "readdirplus", ino, reply, work, answer);
     }
 
     fn releasedir(
@@ -627,17 +660,25 @@ impl fuser::Filesystem for StitchFuse {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        on_inode("fsyncdir", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+        self.on_inode(
+            req,
+            "fsyncdir",
+            ino,
+            reply,
+            |i| self.fs.fsync(i, datasync),
+            ok,
+        );
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        on_inode(
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.on_inode(
+            req,
             "statfs",
             ino,
             reply,
@@ -652,8 +693,15 @@ impl fuser::Filesystem for StitchFuse {
 
     /// The kernel checks permissions itself (`default_permissions`) and
     /// does not ask; should it, every existing inode is accessible.
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        on_inode("access", ino, reply, |i| self.fs.getattr(i).map(drop), ok);
+    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.on_inode(
+            req,
+            "access",
+            ino,
+            reply,
+            |i| self.fs.getattr(i).map(drop),
+            ok,
+        );
     }
 
     fn create(
@@ -677,7 +725,7 @@ impl fuser::Filesystem for StitchFuse {
             self.fs.open(a.ino)?;
             Ok(a)
         };
-        on_name("create", parent, name, reply, work, |r, a| {
+        self.on_name(req, "create", parent, name, reply, work, |r, a| {
             let g = self.nodes.hold(ids::node_of(a.ino).0, true);
             r.created(
                 &TTL,
@@ -711,7 +759,7 @@ impl fuser::Filesystem for StitchFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -720,7 +768,8 @@ impl fuser::Filesystem for StitchFuse {
         reply: ReplyEmpty,
     ) {
         let name = name.as_bytes();
-        on_inode(
+        self.on_inode(
+            req,
             "setxattr",
             ino,
             reply,
@@ -738,9 +787,10 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name.as_bytes();
-        on_inode(
+        self.on_inode(
+            req,
             "getxattr",
             ino,
             reply,
@@ -760,7 +810,8 @@ impl fuser::Filesystem for StitchFuse {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let privileged = req.uid() == 0;
-        on_inode(
+        self.on_inode(
+            req,
             "listxattr",
             ino,
             reply,
@@ -769,9 +820,10 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes();
-        on_inode(
+        self.on_inode(
+            req,
             "removexattr",
             ino,
             reply,

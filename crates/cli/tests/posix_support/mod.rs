@@ -165,6 +165,8 @@ pub struct Scratch {
     pub image: PathBuf,
     pub mnt: PathBuf,
     pub mode: Mode,
+    /// Arguments added to the mount command (none by default).
+    pub mount_args: Vec<String>,
 }
 
 impl Scratch {
@@ -203,12 +205,14 @@ impl Scratch {
             image,
             mnt,
             mode,
+            mount_args: Vec::new(),
         }
     }
 
     /// Mounts the image on `self.mnt`.
     pub fn mount(&self) -> Mounted {
-        Mounted::new(&self.image, &self.mnt, self.mode, self.dir.path())
+        let dir = self.dir.path();
+        Mounted::new(&self.image, &self.mnt, self.mode, dir, &self.mount_args)
     }
 
     /// Mounts, runs `f` on the mount point, unmounts (checking the
@@ -264,12 +268,12 @@ const DAEMON_GRACE: Duration = Duration::from_millis(1000);
 const UNMOUNT_WAIT: Duration = Duration::from_secs(180);
 
 impl Mounted {
-    pub fn new(image: &Path, mnt: &Path, mode: Mode, logdir: &Path) -> Mounted {
+    pub fn new(image: &Path, mnt: &Path, mode: Mode, logdir: &Path, extra: &[String]) -> Mounted {
         assert!(!is_mounted(mnt), "{} is already mounted", mnt.display());
         let template =
             std::env::var("STITCH_TEST_MOUNT_CMD").unwrap_or_else(|_| DEFAULT_MOUNT.to_string());
         let opts = std::env::var("STITCH_TEST_MOUNT_OPTS").unwrap_or_else(|_| "allow_other".into());
-        let argv = expand(
+        let mut argv = expand(
             &template,
             &[
                 ("stitchfs", env!("CARGO_BIN_EXE_stitchfs").to_string()),
@@ -283,6 +287,7 @@ impl Mounted {
                 ("opts", opts),
             ],
         );
+        argv.extend_from_slice(extra);
         let mut n = 0;
         let log = loop {
             let p = logdir.join(format!("mount{n}.log"));

@@ -19,12 +19,21 @@ pub fn short_workloads(samples: usize) -> Vec<Workload> {
 /// Runs `workloads` in `mode` (small epochs sampled), prints the table
 /// and the first violations.
 pub fn run(mode: Consistency, workloads: Vec<Workload>) -> Summary {
-    run_in(mode, workloads, None)
+    run_with(mode, workloads, None, Order::default())
 }
 
-/// [`run`] with memfs's file pages bounded to `memory_pages`.
-pub fn run_in(mode: Consistency, workloads: Vec<Workload>, memory_pages: Option<u64>) -> Summary {
-    run_with(mode, workloads, memory_pages, Order::default())
+/// Crash states enumerated per epoch (sampled beyond) unless a test says.
+pub const MAX_STATES: u64 = 8;
+
+/// [`run`] with memfs's file pages bounded to `memory_pages`, and
+/// `max_states` crash states per epoch.
+pub fn run_in(
+    mode: Consistency,
+    workloads: Vec<Workload>,
+    memory_pages: Option<u64>,
+    max_states: u64,
+) -> Summary {
+    run_full(mode, workloads, memory_pages, Order::default(), max_states)
 }
 
 /// [`run`] with memfs's file pages bounded to `memory_pages` and its
@@ -35,8 +44,18 @@ pub fn run_with(
     memory_pages: Option<u64>,
     order: Order,
 ) -> Summary {
+    run_full(mode, workloads, memory_pages, order, MAX_STATES)
+}
+
+fn run_full(
+    mode: Consistency,
+    workloads: Vec<Workload>,
+    memory_pages: Option<u64>,
+    order: Order,
+    max_states: u64,
+) -> Summary {
     let cfg = Config {
-        max_states: 8,
+        max_states,
         seed: SEED,
         jobs: 1,
         command: "cargo run -p stitchfs -- crashtest".into(),

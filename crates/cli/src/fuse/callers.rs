@@ -1,0 +1,145 @@
+//! Who is calling: every request's thread resolved to its process
+//! (crate `stitch-callers`) at one entry point, [`StitchFuse::see`], and
+//! the control calls that read and set a process's context
+//! (`IOC_CONTEXT`, `IOC_SET_TAG`).
+//!
+//! A request the kernel made on its own carries thread id 0 (release,
+//! forget, interrupt, the writeback of pages dirtied through a shared
+//! mapping; a caller outside the server's pid namespace too): it has no
+//! caller and carries no context (ARCHITECTURE.md says what that means
+//! for each feature).
+
+use super::{Failure, OpResult, StitchFuse};
+use fuser::{Errno, Request};
+use stitch_callers::{Caller, CallerError, Limits, ProcFs, Registry, Tid};
+use stitch_control::{Context, Tag, Wire, API_VERSION, CONTEXT_HELD, CONTEXT_INHERITED};
+
+/// What a process holds on the mount: made at its first call that sets
+/// state, copied to a child process when the mount first sees the child,
+/// kept across `exec`, shared by its threads, dropped when it exits
+/// (`stitch-callers` does all of that and knows nothing of what is here).
+///
+/// Today a tag, which shows what a process inherited. Patchgroups will
+/// keep here the process's open groups and the set it has engaged (copied
+/// at fork, kept across exec, closed at exit with the context); streams
+/// the process's stream, which a new thread takes, and the streams its
+/// threads chose, keyed by thread id.
+#[derive(Clone, Debug, Default)]
+pub struct ProcState {
+    /// The number the process last set (`IOC_SET_TAG`).
+    pub tag: u64,
+}
+
+/// The registry of the processes calling this mount.
+pub type Callers = Registry<ProcState>;
+
+/// A registry over `/proc` and pidfds, bounded to `contexts` processes
+/// holding a context.
+pub fn registry(contexts: usize) -> Callers {
+    Registry::new(Box::new(ProcFs), Limits::for_processes(contexts))
+}
+
+impl StitchFuse {
+    /// The caller of a request, resolved at its entry: once per request,
+    /// one atomic load while no process holds a context. A process first
+    /// seen takes its inheritance here, at its first request, as close to
+    /// its fork as the mount can see it. `None` for a request with no
+    /// caller (thread id 0) or whose process holds no context. Today only
+    /// the control calls read contexts; ordering domains will reach memfs
+    /// from here.
+    pub(super) fn see(&self, req: &Request) -> Option<Caller<ProcState>> {
+        self.callers.lookup(Tid(req.pid()))
+    }
+
+    /// `IOC_CONTEXT`: the caller's own context (`id` 0), or the one
+    /// numbered `id` if the caller's user owns it.
+    pub(super) fn context_call(&self, req: &Request, input: &[u8]) -> OpResult<Vec<u8>> {
+        let asked = Context::from_bytes(input).ok_or(Errno::EINVAL)?;
+        check_version(asked.version)?;
+        let mut out = Context {
+            version: API_VERSION,
+            ..Context::default()
+        };
+        let caller = if asked.id == 0 {
+            let tid = Tid(req.pid());
+            let (info, caller) = self.callers.identify(tid).map_err(refusal)?;
+            (out.pid, out.tid, out.start) = (info.process.pid.0, tid.0, info.process.start);
+            out.uid = info.uid;
+            caller
+        } else {
+            let c = self.callers.by_id(asked.id).ok_or(Errno::EBADF)?;
+            if c.uid != req.uid() {
+                return Err(Errno::EPERM.into());
+            }
+            (out.pid, out.start) = (c.process.pid.0, c.process.start);
+            Some(c)
+        };
+        if let Some(c) = caller {
+            out.flags = CONTEXT_HELD;
+            (out.id, out.uid, out.tag) = (c.id, c.uid, c.state.lock().tag);
+            if let Some(from) = c.from {
+                out.flags |= CONTEXT_INHERITED;
+                (out.from_pid, out.from_start) = (from.pid.0, from.start);
+            }
+        }
+        Ok(out.to_bytes())
+    }
+
+    /// `IOC_SET_TAG`: gives the caller's process a context (inherited
+    /// first, if it has none) and sets its tag.
+    pub(super) fn set_tag(&self, req: &Request, input: &[u8]) -> OpResult<Vec<u8>> {
+        let t = Tag::from_bytes(input).ok_or(Errno::EINVAL)?;
+        check_version(t.version)?;
+        if t.flags != 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        let c = self.callers.enter(Tid(req.pid())).map_err(refusal)?;
+        c.state.lock().tag = t.tag;
+        Ok(Vec::new())
+    }
+}
+
+/// A structure's version: 1 up to this server's.
+fn check_version(v: u32) -> OpResult<()> {
+    if v == 0 || v > API_VERSION {
+        return Err(Errno::EINVAL.into());
+    }
+    Ok(())
+}
+
+/// The errno a caller that could not be had is answered with.
+fn refusal(e: CallerError) -> Failure {
+    Failure::Errno(match e {
+        CallerError::NoCaller | CallerError::Gone(_) => Errno::ESRCH,
+        CallerError::TooMany(_) => Errno::EAGAIN,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_past_the_servers_and_bounds_are_refused_with_their_errno() {
+        assert!(check_version(1).is_ok() && check_version(API_VERSION).is_ok());
+        for v in [0, API_VERSION + 1] {
+            assert_eq!(check_version(v).unwrap_err().errno(), Errno::EINVAL);
+        }
+        assert_eq!(refusal(CallerError::TooMany(2)).errno(), Errno::EAGAIN);
+        assert_eq!(refusal(CallerError::Gone(7)).errno(), Errno::ESRCH);
+        assert_eq!(refusal(CallerError::NoCaller).errno(), Errno::ESRCH);
+    }
+
+    /// A request with no caller (thread id 0) is never resolved: it
+    /// carries no context, whatever processes hold.
+    #[test]
+    fn a_request_without_a_caller_carries_no_context() {
+        let r = registry(4);
+        let me = Tid(std::process::id());
+        r.enter(me).unwrap().state.lock().tag = 7;
+        assert_eq!(r.lookup(me).unwrap().state.lock().tag, 7);
+        let before = r.resolved();
+        assert!(r.lookup(Tid(0)).is_none());
+        assert_eq!(r.resolved(), before, "nothing was asked of /proc");
+    }
+}
