@@ -43,10 +43,10 @@ pub fn run(data: &[u8]) {
     let mut reads = 0u64;
     let result = recover(&jsb, |n| {
         reads += 1;
-        if n != 0 && n == failing {
+        if n.0 != 0 && n.0 == failing {
             return Err("injected read error");
         }
-        Ok(blocks.get(&n).cloned().unwrap_or_else(|| vec![0; BS]))
+        Ok(blocks.get(&n.0).cloned().unwrap_or_else(|| vec![0; BS]))
     });
     // Three passes of at most the log area, plus the data blocks of the
     // descriptor that crosses the end of the area (at most BS / 8 tags).

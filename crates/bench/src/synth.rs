@@ -7,6 +7,7 @@
 //! blocks are freed. It keeps only what it needs to free files again; it is
 //! a load generator, not a file system.
 
+use stitch_diskfs::InodeNo;
 use stitch_patch::{BlockNo, PatchCache, PatchFlags, PatchId, Result};
 
 const BLOCKS_PER_GROUP: u64 = 32_768;
@@ -21,9 +22,14 @@ static FILL: [u8; 4096] = [0x5a; 4096];
 const META: PatchFlags = PatchFlags { data: false };
 const DATA: PatchFlags = PatchFlags { data: true };
 
+/// Block `block` as the 32 bits ext2 keeps of it.
+fn ondisk(block: u64) -> u32 {
+    u32::try_from(block).expect("a synthetic device has fewer than 2^32 blocks")
+}
+
 /// A file the generator created and may delete.
 pub struct File {
-    ino: u64,
+    ino: InodeNo,
     blocks: Vec<u64>,
     indirect: Option<u64>,
     dir_block: u64,
@@ -39,14 +45,14 @@ struct Dir {
 pub struct SynthFs {
     groups: u64,
     next_block: u64,
-    next_inode: u64,
+    next_inode: u32,
     free_blocks: Vec<u64>,
-    free_inodes: Vec<u64>,
+    free_inodes: Vec<InodeNo>,
     /// Freed, with the patch that frees each: not reused until that patch
     /// has committed, as soft updates' allocator does (rule 2 holds either
     /// way, through the bitmap overlap; waiting keeps reuse cheap).
     pending_blocks: Vec<(u64, PatchId)>,
-    pending_inodes: Vec<(u64, PatchId)>,
+    pending_inodes: Vec<(InodeNo, PatchId)>,
     dirs: Vec<Dir>,
     /// Operations since the last write-back.
     pub ops: u64,
@@ -81,9 +87,15 @@ impl SynthFs {
         )
     }
 
-    fn inode_bitmap(ino: u64) -> (BlockNo, usize, u32) {
+    /// Inode `ino`'s group and index in it.
+    fn inode_place(ino: InodeNo) -> (u64, u64) {
         let per_group = INODE_TABLE_BLOCKS * INODES_PER_BLOCK;
-        let (group, idx) = (ino / per_group, ino % per_group);
+        let ino = u64::from(ino.0);
+        (ino / per_group, ino % per_group)
+    }
+
+    fn inode_bitmap(ino: InodeNo) -> (BlockNo, usize, u32) {
+        let (group, idx) = Self::inode_place(ino);
         (
             BlockNo(group * BLOCKS_PER_GROUP + 2),
             (idx / 32 * 4) as usize,
@@ -91,9 +103,8 @@ impl SynthFs {
         )
     }
 
-    fn inode_at(ino: u64) -> (BlockNo, usize) {
-        let per_group = INODE_TABLE_BLOCKS * INODES_PER_BLOCK;
-        let (group, idx) = (ino / per_group, ino % per_group);
+    fn inode_at(ino: InodeNo) -> (BlockNo, usize) {
+        let (group, idx) = Self::inode_place(ino);
         let block = group * BLOCKS_PER_GROUP + 3 + idx / INODES_PER_BLOCK;
         (
             BlockNo(block),
@@ -135,7 +146,7 @@ impl SynthFs {
         };
         let (bm, off, mask) = Self::block_bitmap(block);
         let b = c.create_bit(bm, off, mask, &[], META)?;
-        self.count(c, block / BLOCKS_PER_GROUP, 12, block as u32)?;
+        self.count(c, block / BLOCKS_PER_GROUP, 12, ondisk(block))?;
         Ok((block, b))
     }
 
@@ -155,7 +166,7 @@ impl SynthFs {
         }
         let ino = self.free_inodes.pop().unwrap_or_else(|| {
             self.next_inode += 1;
-            self.next_inode
+            InodeNo(self.next_inode)
         });
         let (ibm, ioff, imask) = Self::inode_bitmap(ino);
         let ib = c.create_bit(ibm, ioff, imask, &[], META)?;
@@ -190,7 +201,7 @@ impl SynthFs {
         let d = c.create_byte(BlockNo(block), 0, &ZEROS, &[b], DATA)?;
         let d2 = c.create_byte(BlockNo(block), 0, &FILL[..len], &[], DATA)?;
         let (iblock, ioffset) = Self::inode_at(f.ino);
-        let ptr = (block as u32).to_le_bytes();
+        let ptr = ondisk(block).to_le_bytes();
         let n = f.blocks.len();
         if n < DIRECT {
             c.create_byte(iblock, ioffset + 40 + 4 * n, &ptr, &[b, d, d2], META)?;
@@ -203,7 +214,7 @@ impl SynthFs {
                     c.create_byte(
                         iblock,
                         ioffset + 40 + 4 * DIRECT,
-                        &(ind as u32).to_le_bytes(),
+                        &ondisk(ind).to_le_bytes(),
                         &[ib, init],
                         META,
                     )?;
@@ -233,7 +244,7 @@ impl SynthFs {
     fn link(&mut self, c: &mut PatchCache, f: &mut File, inode: PatchId) -> Result<()> {
         let dir = self.dirs.last_mut().expect("a directory exists");
         let mut entry = [0u8; 32];
-        entry[0..4].copy_from_slice(&(f.ino as u32).to_le_bytes());
+        entry[0..4].copy_from_slice(&f.ino.0.to_le_bytes());
         entry[4..6].copy_from_slice(&32u16.to_le_bytes());
         entry[8..16].copy_from_slice(b"file.txt");
         c.create_byte(BlockNo(dir.block), dir.used * 32, &entry, &[inode], META)?;
@@ -256,12 +267,7 @@ impl SynthFs {
             let free = c.create_bit(bm, off, mask, &[cleared], META)?;
             self.pending_blocks.push((block, free));
         }
-        self.count(
-            c,
-            f.ino / (INODE_TABLE_BLOCKS * INODES_PER_BLOCK),
-            14,
-            f.ino as u32,
-        )?;
+        self.count(c, Self::inode_place(f.ino).0, 14, f.ino.0)?;
         self.pending_inodes.push((f.ino, ifree));
         self.ops += 1;
         Ok(())

@@ -27,8 +27,6 @@
 //! Architecture invariant: this crate knows nothing about patches, file
 //! systems or the on-disk format. It moves whole blocks.
 
-use std::fmt;
-
 pub mod fault;
 pub mod file;
 pub mod geometry;
@@ -45,15 +43,9 @@ pub use record::{
     LogEntry, LogPos, Origin, Persisted, RecordingDevice, SectorMask, TornModel,
 };
 
-/// A block number on a device, in units of the device's block size.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct BlockNo(pub u64);
-
-impl fmt::Display for BlockNo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "block {}", self.0)
-    }
-}
+/// A block number on a device, in units of the device's block size: the
+/// one block number of every layer (`stitch-units`).
+pub use stitch_units::BlockNo;
 
 /// One block write in a batch.
 #[derive(Copy, Clone, Debug)]

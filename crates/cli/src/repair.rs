@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use stitch_blockdev::{BlockDevice, FileDevice, OpenOptions};
-use stitch_diskfs::{DiskFs, InodeNo, Leak, StackOptions};
+use stitch_diskfs::{BlockNo, DiskFs, InodeNo, Leak, StackOptions};
 use stitch_fsck::{CheckOptions, FindingKind, Phase, Report};
 
 const MAX_PASSES: usize = 5;
@@ -48,8 +48,10 @@ impl Reclaimed {
             .count();
         for leak in leaks {
             match *leak {
-                Leak::BlocksLeaked { first, last } => self.blocks += u64::from(last - first) + 1,
-                Leak::InodesLeaked { first, last } => self.inodes += u64::from(last - first) + 1,
+                Leak::BlocksLeaked { first, last } => self.blocks += last.since(first) + 1,
+                Leak::InodesLeaked { first, last } => {
+                    self.inodes += u64::from(last.0 - first.0) + 1
+                }
                 Leak::LinkCount { counted: 0, .. } | Leak::UnconnectedDirectory { .. } => {
                     self.reconnected += 1
                 }
@@ -182,8 +184,14 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
             FindingKind::UnconnectedDirectory { ino, .. } => {
                 Some(Leak::UnconnectedDirectory { ino: InodeNo(ino) })
             }
-            FindingKind::BlocksLeaked { first, last } => Some(Leak::BlocksLeaked { first, last }),
-            FindingKind::InodesLeaked { first, last } => Some(Leak::InodesLeaked { first, last }),
+            FindingKind::BlocksLeaked { first, last } => Some(Leak::BlocksLeaked {
+                first: BlockNo::from(first),
+                last: BlockNo::from(last),
+            }),
+            FindingKind::InodesLeaked { first, last } => Some(Leak::InodesLeaked {
+                first: InodeNo(first),
+                last: InodeNo(last),
+            }),
             FindingKind::BadBlockCount { ino, should_be, .. } => Some(Leak::BlockCount {
                 ino: InodeNo(ino),
                 should_be,
@@ -206,7 +214,7 @@ pub fn leaks_of(report: &Report) -> Vec<Leak> {
                 refcount,
                 should_be,
             } if refcount > should_be => Some(Leak::XattrRefcount {
-                block,
+                block: BlockNo::from(block),
                 users: should_be,
             }),
             FindingKind::GroupFreeBlocksWrong { group, counted, .. } => {

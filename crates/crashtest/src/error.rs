@@ -16,7 +16,7 @@
 use crate::workload::Action;
 use std::sync::Arc;
 use stitch_blockdev::DevError;
-use stitch_diskfs::DiskError;
+use stitch_diskfs::{DiskError, InodeNo};
 use stitch_memfs::MemError;
 use stitch_model::Errno;
 
@@ -172,11 +172,11 @@ impl StepError {
 
 /// A call that failed while a tree was read back through diskfs.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} {ino}: {error}")]
+#[error("{call} {}: {error}", .ino.0)]
 pub struct ReadError {
     /// `inode`, `read inode`, `readlink`, `readdir`, `extended attributes of`.
     pub call: &'static str,
-    pub ino: u64,
+    pub ino: InodeNo,
     pub error: DiskError,
 }
 

@@ -534,11 +534,12 @@ mod tests {
     use crate::check::Verdict;
     use crate::oracle::Flush;
     use crate::state::{Inode, ROOT};
+    use stitch_diskfs::InodeNo;
 
-    fn dir(entries: &[(&str, u64)]) -> Inode {
+    fn dir(entries: &[(&str, u32)]) -> Inode {
         let mut d = Inode::new(FileKind::Dir, 0o755, 0, 0);
         for (n, i) in entries {
-            d.entries.insert(n.as_bytes().to_vec(), *i);
+            d.entries.insert(n.as_bytes().to_vec(), InodeNo(*i));
         }
         d
     }
@@ -555,10 +556,10 @@ mod tests {
         let mut root = vec![("a", 12)];
         if with_b {
             root.push(("b", 13));
-            s.inodes.insert(13, file(b"bb"));
+            s.inodes.insert(InodeNo(13), file(b"bb"));
         }
         s.inodes.insert(ROOT, dir(&root));
-        s.inodes.insert(12, file(a));
+        s.inodes.insert(InodeNo(12), file(a));
         s
     }
 
@@ -615,8 +616,8 @@ mod tests {
             .get_mut(&ROOT)
             .unwrap()
             .entries
-            .insert(b"b".to_vec(), 12);
-        bad.inodes.remove(&13);
+            .insert(b"b".to_vec(), InodeNo(12));
+        bad.inodes.remove(&InodeNo(13));
         bad
     }
 
@@ -651,7 +652,7 @@ mod tests {
         let with_count = |n: u32| {
             let mut f = facts(&s);
             if let Ok(t) = &mut f.tree {
-                t.links.insert(12, n);
+                t.links.insert(InodeNo(12), n);
             }
             f
         };

@@ -21,47 +21,47 @@
 
 use crate::state::{FileKind, Inode, State, ROOT};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use stitch_memfs::Order;
+use stitch_memfs::{InodeNo, Order};
 
 /// One logged change, on inode numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LOp {
     Create {
-        parent: u64,
+        parent: InodeNo,
         name: Vec<u8>,
-        ino: u64,
+        ino: InodeNo,
         init: Inode,
     },
     Link {
-        ino: u64,
-        parent: u64,
+        ino: InodeNo,
+        parent: InodeNo,
         name: Vec<u8>,
     },
     Unlink {
-        parent: u64,
+        parent: InodeNo,
         name: Vec<u8>,
-        ino: u64,
+        ino: InodeNo,
     },
     Rename {
-        from_dir: u64,
+        from_dir: InodeNo,
         from: Vec<u8>,
-        to_dir: u64,
+        to_dir: InodeNo,
         to: Vec<u8>,
-        moved: u64,
+        moved: InodeNo,
         /// The inode the rename replaced.
-        other: Option<u64>,
+        other: Option<InodeNo>,
         /// For a directory that changes parent: the ancestors, at the time,
         /// of the directory it moves into (McoreFS Appendix A).
-        ancestors: Vec<u64>,
+        ancestors: Vec<InodeNo>,
     },
     /// The inode's data or attributes changed since its last flush.
-    Dirty { ino: u64 },
+    Dirty { ino: InodeNo },
 }
 
 impl LOp {
     /// The objects an operation touches: an earlier operation on any of
     /// them goes to disk no later than this one.
-    pub fn objects(&self) -> Vec<u64> {
+    pub fn objects(&self) -> Vec<InodeNo> {
         let mut v = match self {
             LOp::Create { parent, ino, .. }
             | LOp::Link { parent, ino, .. }
@@ -86,6 +86,7 @@ impl LOp {
         v
     }
 
+    /// The operation in a report, inode numbers bare.
     pub fn show(&self) -> String {
         let n = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         match self {
@@ -94,10 +95,18 @@ impl LOp {
                 name,
                 ino,
                 init,
-            } => format!("create {:?} {ino} in {parent} as {}", init.kind, n(name)),
-            LOp::Link { ino, parent, name } => format!("link {ino} into {parent} as {}", n(name)),
+            } => format!(
+                "create {:?} {} in {} as {}",
+                init.kind,
+                ino.0,
+                parent.0,
+                n(name)
+            ),
+            LOp::Link { ino, parent, name } => {
+                format!("link {} into {} as {}", ino.0, parent.0, n(name))
+            }
             LOp::Unlink { parent, name, ino } => {
-                format!("unlink {} ({ino}) from {parent}", n(name))
+                format!("unlink {} ({}) from {}", n(name), ino.0, parent.0)
             }
             LOp::Rename {
                 from_dir,
@@ -108,13 +117,16 @@ impl LOp {
                 other,
                 ancestors,
             } => format!(
-                "rename {}/{} -> {}/{} (moves {moved}, replaces {other:?}, ancestors {ancestors:?})",
-                from_dir,
+                "rename {}/{} -> {}/{} (moves {}, replaces {:?}, ancestors {:?})",
+                from_dir.0,
                 n(from),
-                to_dir,
-                n(to)
+                to_dir.0,
+                n(to),
+                moved.0,
+                other.map(|o| o.0),
+                ancestors.iter().map(|a| a.0).collect::<Vec<_>>()
             ),
-            LOp::Dirty { ino } => format!("data/attributes of {ino}"),
+            LOp::Dirty { ino } => format!("data/attributes of {}", ino.0),
         }
     }
 }
@@ -122,7 +134,7 @@ impl LOp {
 impl State {
     /// Applies a namespace operation; returns the inodes it freed (their
     /// last entry went).
-    pub fn apply(&mut self, op: &LOp) -> Vec<(u64, Inode)> {
+    pub fn apply(&mut self, op: &LOp) -> Vec<(InodeNo, Inode)> {
         let mut freed = Vec::new();
         match op {
             LOp::Create {
@@ -161,15 +173,15 @@ impl State {
         freed
     }
 
-    fn dir_mut(&mut self, dir: u64) -> &mut BTreeMap<Vec<u8>, u64> {
+    fn dir_mut(&mut self, dir: InodeNo) -> &mut BTreeMap<Vec<u8>, InodeNo> {
         &mut self
             .inodes
             .get_mut(&dir)
-            .unwrap_or_else(|| panic!("oracle: directory {dir} missing"))
+            .unwrap_or_else(|| panic!("oracle: directory {} missing", dir.0))
             .entries
     }
 
-    fn free_if_unnamed(&mut self, ino: u64) -> Option<(u64, Inode)> {
+    fn free_if_unnamed(&mut self, ino: InodeNo) -> Option<(InodeNo, Inode)> {
         let named = self
             .inodes
             .values()
@@ -189,7 +201,7 @@ pub struct Flush {
     pub states: Vec<State>,
     /// For each inode whose state the flush writes: the smallest size it
     /// had in memory since its last flush (memfs truncates to it first).
-    pub min_sizes: BTreeMap<u64, u64>,
+    pub min_sizes: BTreeMap<InodeNo, u64>,
     /// The operations taken, for reports.
     pub ops: Vec<String>,
 }
@@ -208,13 +220,13 @@ impl Flush {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     All,
-    Inode(u64),
+    Inode(InodeNo),
 }
 
 /// What an fsync of `ino` covers (memfs's `Order`, stated again here):
 /// in sequential order every change made before it, in precise order the
 /// closure of the inode.
-pub fn fsync_scope(order: Order, ino: u64) -> Scope {
+pub fn fsync_scope(order: Order, ino: InodeNo) -> Scope {
     match order {
         Order::Sequential => Scope::All,
         Order::Precise => Scope::Inode(ino),
@@ -226,13 +238,13 @@ pub fn fsync_scope(order: Order, ino: u64) -> Scope {
 pub struct Oracle {
     mem: State,
     /// Inodes memory unlinked, as they were (the disk may still hold them).
-    gone: BTreeMap<u64, Inode>,
+    gone: BTreeMap<InodeNo, Inode>,
     disk: State,
     ops: BTreeMap<u64, LOp>,
-    by_obj: HashMap<u64, BTreeSet<u64>>,
+    by_obj: HashMap<InodeNo, BTreeSet<u64>>,
     stamp: u64,
-    dirty: BTreeSet<u64>,
-    min_size: BTreeMap<u64, u64>,
+    dirty: BTreeSet<InodeNo>,
+    min_size: BTreeMap<InodeNo, u64>,
 }
 
 impl Oracle {
@@ -287,7 +299,7 @@ impl Oracle {
     }
 
     /// Changes the data or attributes of `ino` in memory.
-    pub fn change(&mut self, ino: u64, f: impl FnOnce(&mut Inode)) {
+    pub fn change(&mut self, ino: InodeNo, f: impl FnOnce(&mut Inode)) {
         let i = self
             .mem
             .inodes
@@ -306,7 +318,7 @@ impl Oracle {
     }
 
     /// The ancestors of `dir` in memory, itself included, up to the root.
-    pub fn ancestors(&self, dir: u64) -> Vec<u64> {
+    pub fn ancestors(&self, dir: InodeNo) -> Vec<InodeNo> {
         let mut out = vec![dir];
         let mut at = dir;
         while at != ROOT {
@@ -328,7 +340,7 @@ impl Oracle {
             Scope::Inode(i) => i,
         };
         let mut selected = BTreeSet::new();
-        let mut reached: HashMap<u64, u64> = HashMap::new();
+        let mut reached: HashMap<InodeNo, u64> = HashMap::new();
         let mut work = vec![(ino, u64::MAX)];
         while let Some((obj, limit)) = work.pop() {
             let from = match reached.get(&obj) {
@@ -427,7 +439,7 @@ mod tests {
         Oracle::new(s)
     }
 
-    fn create(o: &mut Oracle, parent: u64, name: &str, ino: u64, init: Inode) {
+    fn create(o: &mut Oracle, parent: InodeNo, name: &str, ino: InodeNo, init: Inode) {
         o.log(LOp::Create {
             parent,
             name: name.into(),
@@ -439,12 +451,12 @@ mod tests {
     #[test]
     fn fsync_of_a_file_takes_its_data_not_its_neighbours() {
         let mut o = start();
-        create(&mut o, ROOT, "a", 12, file());
-        create(&mut o, ROOT, "b", 13, file());
-        o.change(12, |i| i.bytes = vec![1; 10]);
-        let f = o.flush(Scope::Inode(12));
-        assert_eq!(f.after().lookup("a"), Some(12));
-        assert_eq!(f.after().inodes[&12].bytes, vec![1; 10]);
+        create(&mut o, ROOT, "a", InodeNo(12), file());
+        create(&mut o, ROOT, "b", InodeNo(13), file());
+        o.change(InodeNo(12), |i| i.bytes = vec![1; 10]);
+        let f = o.flush(Scope::Inode(InodeNo(12)));
+        assert_eq!(f.after().lookup("a"), Some(InodeNo(12)));
+        assert_eq!(f.after().inodes[&InodeNo(12)].bytes, vec![1; 10]);
         // The closure of a's create includes everything earlier on the
         // root, but b came later.
         assert_eq!(f.after().lookup("b"), None);
@@ -454,27 +466,27 @@ mod tests {
     #[test]
     fn fsync_of_a_directory_takes_the_partner_of_a_cross_directory_rename() {
         let mut o = start();
-        create(&mut o, ROOT, "x", 20, dir());
-        create(&mut o, ROOT, "y", 21, dir());
-        create(&mut o, 20, "f", 22, file());
+        create(&mut o, ROOT, "x", InodeNo(20), dir());
+        create(&mut o, ROOT, "y", InodeNo(21), dir());
+        create(&mut o, InodeNo(20), "f", InodeNo(22), file());
         o.flush(Scope::All);
-        create(&mut o, 20, "g", 23, file());
+        create(&mut o, InodeNo(20), "g", InodeNo(23), file());
         o.log(LOp::Rename {
-            from_dir: 20,
+            from_dir: InodeNo(20),
             from: "f".into(),
-            to_dir: 21,
+            to_dir: InodeNo(21),
             to: "f".into(),
-            moved: 22,
+            moved: InodeNo(22),
             other: None,
             ancestors: vec![],
         });
-        create(&mut o, 20, "h", 24, file());
-        let f = o.flush(Scope::Inode(21));
+        create(&mut o, InodeNo(20), "h", InodeNo(24), file());
+        let f = o.flush(Scope::Inode(InodeNo(21)));
         let after = f.after();
-        assert_eq!(after.lookup("y/f"), Some(22));
+        assert_eq!(after.lookup("y/f"), Some(InodeNo(22)));
         assert_eq!(after.lookup("x/f"), None);
         // Up to the rename: g came before it, h after.
-        assert_eq!(after.lookup("x/g"), Some(23));
+        assert_eq!(after.lookup("x/g"), Some(InodeNo(23)));
         assert_eq!(after.lookup("x/h"), None);
     }
 
@@ -482,38 +494,38 @@ mod tests {
     fn fsync_of_a_directory_a_subdirectory_moved_into_takes_the_ancestors() {
         // McoreFS Figure 4-3: /a/b/c/d; mv a/b/c c; mv a/b c/d/b; fsync(d).
         let mut o = start();
-        create(&mut o, ROOT, "a", 30, dir());
-        create(&mut o, 30, "b", 31, dir());
-        create(&mut o, 31, "c", 32, dir());
-        create(&mut o, 32, "d", 33, dir());
+        create(&mut o, ROOT, "a", InodeNo(30), dir());
+        create(&mut o, InodeNo(30), "b", InodeNo(31), dir());
+        create(&mut o, InodeNo(31), "c", InodeNo(32), dir());
+        create(&mut o, InodeNo(32), "d", InodeNo(33), dir());
         o.flush(Scope::All);
         let anc = o.ancestors(ROOT);
         o.log(LOp::Rename {
-            from_dir: 31,
+            from_dir: InodeNo(31),
             from: "c".into(),
             to_dir: ROOT,
             to: "c".into(),
-            moved: 32,
+            moved: InodeNo(32),
             other: None,
             ancestors: anc,
         });
-        let anc = o.ancestors(33);
-        assert_eq!(anc, vec![33, 32, ROOT]);
+        let anc = o.ancestors(InodeNo(33));
+        assert_eq!(anc, vec![InodeNo(33), InodeNo(32), ROOT]);
         o.log(LOp::Rename {
-            from_dir: 30,
+            from_dir: InodeNo(30),
             from: "b".into(),
-            to_dir: 33,
+            to_dir: InodeNo(33),
             to: "b".into(),
-            moved: 31,
+            moved: InodeNo(31),
             other: None,
             ancestors: anc,
         });
-        let f = o.flush(Scope::Inode(33));
+        let f = o.flush(Scope::Inode(InodeNo(33)));
         let after = f.after();
-        assert_eq!(after.lookup("c/d/b"), Some(31));
+        assert_eq!(after.lookup("c/d/b"), Some(InodeNo(31)));
         assert_eq!(after.lookup("a/b"), None);
         // c's move out of b went first: no loop.
-        assert_eq!(after.lookup("c"), Some(32));
-        assert!(after.inodes[&31].entries.is_empty());
+        assert_eq!(after.lookup("c"), Some(InodeNo(32)));
+        assert!(after.inodes[&InodeNo(31)].entries.is_empty());
     }
 }

@@ -157,7 +157,7 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, SetupError> {
         let mut at = Vec::new();
         for l in 0..JOURNAL_BYTES / BS as u64 {
             match check.physical_block(InodeNo(8), l) {
-                Ok(Some(b)) => at.push(b as usize),
+                Ok(Some(b)) => at.push(b.0 as usize),
                 found => {
                     return Err(SetupError::JournalBlock {
                         logical: l,
@@ -287,13 +287,13 @@ fn split(path: &str) -> (&str, &str) {
 }
 
 /// The directory of `path` in memfs, and its last name.
-fn parent_of(fs: &MemFs, path: &str) -> Result<(u64, Vec<u8>), MemError> {
+fn parent_of(fs: &MemFs, path: &str) -> Result<(InodeNo, Vec<u8>), MemError> {
     let (d, n) = split(path);
     Ok((resolve(fs, d)?, n.as_bytes().to_vec()))
 }
 
 /// The inode `path` names in memfs (`/` or empty: the root).
-fn resolve(fs: &MemFs, path: &str) -> Result<u64, MemError> {
+fn resolve(fs: &MemFs, path: &str) -> Result<InodeNo, MemError> {
     let mut at = ROOT;
     for name in path.split('/').filter(|c| !c.is_empty()) {
         at = fs.lookup(at, name.as_bytes())?.ino;
@@ -311,7 +311,7 @@ struct Driver<'a> {
     /// The model's count, to check both sides count alike.
     model_writes: u64,
     /// memfs's open handles by slot (the model numbers them alike).
-    handles: Vec<Option<u64>>,
+    handles: Vec<Option<InodeNo>>,
     /// The device, when recording.
     rec: Option<Arc<RecordingDevice<MemDevice>>>,
     /// The flushes memfs began on its own (`MemFs::on_own_flush`) and the
@@ -549,7 +549,7 @@ impl<'a> Driver<'a> {
     /// The current write's pattern, `len` bytes at `offset` of `ino` (its
     /// size, when appending). Bytes written through a handle to an orphan
     /// are on no name: the oracle expects nothing of them.
-    fn write(&mut self, ino: u64, offset: u64, len: u64, via: Via) -> Result<(), MemError> {
+    fn write(&mut self, ino: InodeNo, offset: u64, len: u64, via: Via) -> Result<(), MemError> {
         let bytes = data(self.writes, offset, len);
         let append = via == Via::Append;
         self.fs
@@ -597,7 +597,7 @@ impl<'a> Driver<'a> {
     /// `attrs` set on memfs, and `change` on the oracle's inode.
     fn setattr(
         &mut self,
-        ino: u64,
+        ino: InodeNo,
         attrs: SetAttrs,
         change: impl FnOnce(&mut Inode),
     ) -> Result<(), MemError> {
@@ -654,10 +654,11 @@ impl<'a> Driver<'a> {
         let (fd, fname) = parent_of(self.fs, from)?;
         let (td, tname) = parent_of(self.fs, to)?;
         let mem = self.oracle.mem();
-        let entry = |d: u64, n: &[u8]| mem.inodes.get(&d).and_then(|i| i.entries.get(n).copied());
+        let entry =
+            |d: InodeNo, n: &[u8]| mem.inodes.get(&d).and_then(|i| i.entries.get(n).copied());
         let moved = entry(fd, &fname);
         let other = entry(td, &tname);
-        let is_dir = |i: Option<u64>| {
+        let is_dir = |i: Option<InodeNo>| {
             i.and_then(|i| mem.inodes.get(&i))
                 .is_some_and(|i| i.kind == FileKind::Dir)
         };
@@ -857,7 +858,7 @@ fn put(bytes: &mut Vec<u8>, at: u64, src: &[u8]) {
 }
 
 /// The tree memfs shows, with its link counts.
-fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<u64, u32>), MemError> {
+fn memfs_tree(fs: &MemFs) -> Result<(State, BTreeMap<InodeNo, u32>), MemError> {
     let mut st = State::default();
     let mut links = BTreeMap::new();
     let mut stack = vec![ROOT];

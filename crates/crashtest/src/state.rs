@@ -11,10 +11,11 @@
 
 use crate::error::ReadError;
 use std::collections::{BTreeMap, BTreeSet};
+use stitch_diskfs::InodeNo;
 use stitch_model::{Content, Meta, Node, Tree};
 
 /// The root directory's inode number.
-pub const ROOT: u64 = 2;
+pub const ROOT: InodeNo = InodeNo::ROOT;
 
 /// Longest file the judge reads back from an image (a corrupt size is a
 /// finding, not an allocation).
@@ -52,7 +53,7 @@ pub struct Inode {
     /// A file's bytes or a symlink's target.
     pub bytes: Vec<u8>,
     /// A directory's entries, without `.` and `..`.
-    pub entries: BTreeMap<Vec<u8>, u64>,
+    pub entries: BTreeMap<Vec<u8>, InodeNo>,
     /// Extended attributes by full name (`user.k`).
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
@@ -74,12 +75,12 @@ impl Inode {
 /// A whole tree.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct State {
-    pub inodes: BTreeMap<u64, Inode>,
+    pub inodes: BTreeMap<InodeNo, Inode>,
 }
 
 impl State {
     /// The inode `path` (`a/b`, empty for the root) names.
-    pub fn lookup(&self, path: &str) -> Option<u64> {
+    pub fn lookup(&self, path: &str) -> Option<InodeNo> {
         let mut at = ROOT;
         for name in path.split('/').filter(|c| !c.is_empty()) {
             at = *self.inodes.get(&at)?.entries.get(name.as_bytes())?;
@@ -88,7 +89,7 @@ impl State {
     }
 
     /// The directory holding the entry of directory `dir`.
-    pub fn parent(&self, dir: u64) -> Option<u64> {
+    pub fn parent(&self, dir: InodeNo) -> Option<InodeNo> {
         if dir == ROOT {
             return Some(ROOT);
         }
@@ -100,8 +101,8 @@ impl State {
 
     /// Link counts computed from the entries (a directory: 2 plus its
     /// subdirectories).
-    pub fn links(&self) -> BTreeMap<u64, u32> {
-        let mut n: BTreeMap<u64, u32> = BTreeMap::new();
+    pub fn links(&self) -> BTreeMap<InodeNo, u32> {
+        let mut n: BTreeMap<InodeNo, u32> = BTreeMap::new();
         for (&ino, i) in &self.inodes {
             if i.kind == FileKind::Dir {
                 *n.entry(ino).or_default() += 2;
@@ -119,14 +120,20 @@ impl State {
     }
 
     /// Paths from the root, depth first, each with its inode.
-    pub fn paths(&self) -> Vec<(Vec<u8>, u64)> {
+    pub fn paths(&self) -> Vec<(Vec<u8>, InodeNo)> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         self.walk(ROOT, Vec::new(), &mut out, &mut seen);
         out
     }
 
-    fn walk(&self, ino: u64, at: Vec<u8>, out: &mut Vec<(Vec<u8>, u64)>, seen: &mut BTreeSet<u64>) {
+    fn walk(
+        &self,
+        ino: InodeNo,
+        at: Vec<u8>,
+        out: &mut Vec<(Vec<u8>, InodeNo)>,
+        seen: &mut BTreeSet<InodeNo>,
+    ) {
         out.push((at.clone(), ino));
         let Some(i) = self.inodes.get(&ino) else {
             return;
@@ -146,7 +153,7 @@ impl State {
 
     /// The tree as the reference model describes trees, with `links` as
     /// the link counts (computed ones unless the disk's are given).
-    pub fn to_tree(&self, links: Option<&BTreeMap<u64, u32>>) -> Tree {
+    pub fn to_tree(&self, links: Option<&BTreeMap<InodeNo, u32>>) -> Tree {
         let computed;
         let links = match links {
             Some(l) => l,
@@ -198,14 +205,14 @@ impl State {
     }
 
     /// A listing for reports: one line per path.
-    pub fn show(&self, links: Option<&BTreeMap<u64, u32>>) -> String {
+    pub fn show(&self, links: Option<&BTreeMap<InodeNo, u32>>) -> String {
         show_tree(&self.to_tree(links), &self.paths())
     }
 }
 
 /// One line per path of `tree`: inode, kind, permissions, links, size and
 /// a digest of the contents.
-fn show_tree(tree: &Tree, paths: &[(Vec<u8>, u64)]) -> String {
+fn show_tree(tree: &Tree, paths: &[(Vec<u8>, InodeNo)]) -> String {
     let mut s = String::new();
     for (path, ino) in paths {
         let Some(n) = tree.nodes.get(path) else {
@@ -219,7 +226,7 @@ fn show_tree(tree: &Tree, paths: &[(Vec<u8>, u64)]) -> String {
         s.push_str(&format!(
             "/{:<12} ino {:<3} {:?} {:o} uid {} gid {} links {} size {:?}{}\n",
             String::from_utf8_lossy(path),
-            ino,
+            ino.0,
             n.meta.kind,
             n.meta.perm,
             n.meta.uid,
@@ -268,7 +275,7 @@ pub fn digest(b: &[u8]) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct Found {
     pub state: State,
-    pub links: BTreeMap<u64, u32>,
+    pub links: BTreeMap<InodeNo, u32>,
     pub problems: Vec<String>,
 }
 
@@ -298,34 +305,31 @@ struct TreeReader<'a> {
     fs: &'a mut stitch_diskfs::DiskFs,
     found: Found,
     /// Inodes named but not read yet.
-    stack: Vec<u64>,
+    stack: Vec<InodeNo>,
     /// Directories met so far by a name (a second name is a problem).
-    named_dirs: BTreeSet<u64>,
+    named_dirs: BTreeSet<InodeNo>,
     /// 1 once the root's lost+found is met: its ".." counts in the root's
     /// links, and the state leaves it out, so the count does too.
     lost_found: u32,
 }
 
 /// The error of a failed diskfs `call` on `ino`.
-fn failed(call: &'static str, ino: u64) -> impl FnOnce(stitch_diskfs::DiskError) -> ReadError {
+fn failed(call: &'static str, ino: InodeNo) -> impl FnOnce(stitch_diskfs::DiskError) -> ReadError {
     move |error| ReadError { call, ino, error }
 }
 
 impl TreeReader<'_> {
     /// Reads inode `ino` whole: attributes, contents, extended attributes.
-    fn inode(&mut self, ino: u64) -> Result<(), ReadError> {
-        use stitch_diskfs::{FileType, InodeNo};
-        let a = self
-            .fs
-            .getattr(InodeNo(ino as u32))
-            .map_err(failed("inode", ino))?;
+    fn inode(&mut self, ino: InodeNo) -> Result<(), ReadError> {
+        use stitch_diskfs::FileType;
+        let a = self.fs.getattr(ino).map_err(failed("inode", ino))?;
         let kind = match a.kind {
             Some(FileType::Regular) => FileKind::File,
             Some(FileType::Directory) => FileKind::Dir,
             Some(FileType::Symlink) => FileKind::Symlink,
             Some(t) => FileKind::Special(special(t, a.rdev.unwrap_or((0, 0)))),
             None => {
-                let problem = format!("an entry names inode {ino}, which has no file type");
+                let problem = format!("an entry names inode {}, which has no file type", ino.0);
                 self.found.problems.push(problem);
                 return Ok(());
             }
@@ -333,20 +337,17 @@ impl TreeReader<'_> {
         let mut inode = Inode::new(kind, a.perm, a.uid, a.gid);
         match kind {
             FileKind::File if a.size > READ_LIMIT => {
-                let problem = format!("inode {ino} has size {}", a.size);
+                let problem = format!("inode {} has size {}", ino.0, a.size);
                 self.found.problems.push(problem);
             }
             FileKind::File => {
                 inode.bytes = self
                     .fs
-                    .read(InodeNo(ino as u32), 0, a.size as usize)
+                    .read(ino, 0, a.size as usize)
                     .map_err(failed("read inode", ino))?;
             }
             FileKind::Symlink => {
-                inode.bytes = self
-                    .fs
-                    .readlink(InodeNo(ino as u32))
-                    .map_err(failed("readlink", ino))?;
+                inode.bytes = self.fs.readlink(ino).map_err(failed("readlink", ino))?;
             }
             FileKind::Dir => self.entries(ino, &mut inode)?,
             FileKind::Special(_) => {}
@@ -358,12 +359,9 @@ impl TreeReader<'_> {
     }
 
     /// The entries of directory `ino`, whose children join the walk.
-    fn entries(&mut self, ino: u64, inode: &mut Inode) -> Result<(), ReadError> {
-        use stitch_diskfs::{FileType, InodeNo};
-        let list = self
-            .fs
-            .readdir(InodeNo(ino as u32))
-            .map_err(failed("readdir", ino))?;
+    fn entries(&mut self, ino: InodeNo, inode: &mut Inode) -> Result<(), ReadError> {
+        use stitch_diskfs::FileType;
+        let list = self.fs.readdir(ino).map_err(failed("readdir", ino))?;
         for e in list {
             if e.name == b"." || e.name == b".." {
                 continue;
@@ -372,12 +370,14 @@ impl TreeReader<'_> {
                 self.lost_found = 1;
                 continue;
             }
-            let child = u64::from(e.ino.0);
+            let child = e.ino;
             let is_dir = e.kind == Some(FileType::Directory);
             if is_dir && (child == ROOT || !self.named_dirs.insert(child)) {
                 self.found.problems.push(format!(
-                    "directory {child} is reachable twice (again as {} in {ino})",
-                    String::from_utf8_lossy(&e.name)
+                    "directory {} is reachable twice (again as {} in {})",
+                    child.0,
+                    String::from_utf8_lossy(&e.name),
+                    ino.0
                 ));
                 continue;
             }
@@ -388,10 +388,10 @@ impl TreeReader<'_> {
     }
 
     /// The extended attributes of `ino`.
-    fn xattrs(&mut self, ino: u64, inode: &mut Inode) -> Result<(), ReadError> {
+    fn xattrs(&mut self, ino: InodeNo, inode: &mut Inode) -> Result<(), ReadError> {
         let list = self
             .fs
-            .xattrs(stitch_diskfs::InodeNo(ino as u32))
+            .xattrs(ino)
             .map_err(failed("extended attributes of", ino))?;
         for x in list {
             match x.full_name() {
@@ -399,8 +399,8 @@ impl TreeReader<'_> {
                     inode.xattrs.insert(name, x.value);
                 }
                 None => self.found.problems.push(format!(
-                    "inode {ino} has an extended attribute of unknown index {}",
-                    x.index
+                    "inode {} has an extended attribute of unknown index {}",
+                    ino.0, x.index
                 )),
             }
         }
@@ -412,21 +412,21 @@ impl TreeReader<'_> {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Cell {
     /// The entry `name` of directory `dir`: which inode it names.
-    Entry(u64, Vec<u8>),
-    Kind(u64),
-    Perm(u64),
-    Owner(u64),
-    Links(u64),
-    Size(u64),
+    Entry(InodeNo, Vec<u8>),
+    Kind(InodeNo),
+    Perm(InodeNo),
+    Owner(InodeNo),
+    Links(InodeNo),
+    Size(InodeNo),
     /// A file's bytes or a symlink's target.
-    Bytes(u64),
+    Bytes(InodeNo),
     /// The value of an inode's extended attribute.
-    Xattr(u64, Vec<u8>),
+    Xattr(InodeNo, Vec<u8>),
 }
 
 impl Cell {
     /// The inode the fact is about (the directory, for an entry).
-    pub fn ino(&self) -> u64 {
+    pub fn ino(&self) -> InodeNo {
         match self {
             Cell::Entry(d, _) | Cell::Xattr(d, _) => *d,
             Cell::Kind(i)
@@ -440,17 +440,18 @@ impl Cell {
 
     pub fn show(&self) -> String {
         match self {
-            Cell::Entry(d, n) => format!("entry {:?} of dir {d}", String::from_utf8_lossy(n)),
-            Cell::Kind(i) => format!("kind of inode {i}"),
-            Cell::Perm(i) => format!("permissions of inode {i}"),
-            Cell::Owner(i) => format!("owner of inode {i}"),
-            Cell::Links(i) => format!("link count of inode {i}"),
-            Cell::Size(i) => format!("size of inode {i}"),
-            Cell::Bytes(i) => format!("contents of inode {i}"),
-            Cell::Xattr(i, n) => format!(
-                "extended attribute {:?} of inode {i}",
-                String::from_utf8_lossy(n)
-            ),
+            Cell::Entry(d, n) => {
+                format!("entry {:?} of dir {}", String::from_utf8_lossy(n), d.0)
+            }
+            Cell::Kind(i) => format!("kind of {i}"),
+            Cell::Perm(i) => format!("permissions of {i}"),
+            Cell::Owner(i) => format!("owner of {i}"),
+            Cell::Links(i) => format!("link count of {i}"),
+            Cell::Size(i) => format!("size of {i}"),
+            Cell::Bytes(i) => format!("contents of {i}"),
+            Cell::Xattr(i, n) => {
+                format!("extended attribute {:?} of {i}", String::from_utf8_lossy(n))
+            }
         }
     }
 }
@@ -458,7 +459,7 @@ impl Cell {
 /// A fact's value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
-    Ino(u64),
+    Ino(InodeNo),
     Kind(FileKind),
     Num(u64),
     Pair(u32, u32),
@@ -468,7 +469,7 @@ pub enum Value {
 impl Value {
     pub fn show(&self) -> String {
         match self {
-            Value::Ino(i) => format!("inode {i}"),
+            Value::Ino(i) => format!("{i}"),
             Value::Kind(k) => format!("{k:?}"),
             Value::Num(n) => format!("{n}"),
             Value::Pair(a, b) => format!("{a}:{b}"),
@@ -485,7 +486,7 @@ pub fn show_opt(v: Option<&Value>) -> String {
 pub type Cells = BTreeMap<Cell, Value>;
 
 /// The facts of `state`, with `links` as its link counts.
-pub fn cells(state: &State, links: &BTreeMap<u64, u32>) -> Cells {
+pub fn cells(state: &State, links: &BTreeMap<InodeNo, u32>) -> Cells {
     let mut c = Cells::new();
     for (&ino, i) in &state.inodes {
         c.insert(Cell::Kind(ino), Value::Kind(i.kind));
@@ -521,15 +522,15 @@ mod tests {
     fn sample() -> State {
         let mut s = State::default();
         let mut root = Inode::new(FileKind::Dir, 0o755, 0, 0);
-        root.entries.insert(b"a".to_vec(), 12);
-        root.entries.insert(b"d".to_vec(), 13);
+        root.entries.insert(b"a".to_vec(), InodeNo(12));
+        root.entries.insert(b"d".to_vec(), InodeNo(13));
         let mut d = Inode::new(FileKind::Dir, 0o755, 0, 0);
-        d.entries.insert(b"b".to_vec(), 12);
+        d.entries.insert(b"b".to_vec(), InodeNo(12));
         let mut f = Inode::new(FileKind::File, 0o644, 0, 0);
         f.bytes = vec![1, 2, 3];
         s.inodes.insert(ROOT, root);
-        s.inodes.insert(13, d);
-        s.inodes.insert(12, f);
+        s.inodes.insert(InodeNo(13), d);
+        s.inodes.insert(InodeNo(12), f);
         s
     }
 
@@ -538,10 +539,10 @@ mod tests {
         let s = sample();
         let l = s.links();
         assert_eq!(l[&ROOT], 3);
-        assert_eq!(l[&13], 2);
-        assert_eq!(l[&12], 2);
-        assert_eq!(s.lookup("d/b"), Some(12));
-        assert_eq!(s.parent(13), Some(ROOT));
+        assert_eq!(l[&InodeNo(13)], 2);
+        assert_eq!(l[&InodeNo(12)], 2);
+        assert_eq!(s.lookup("d/b"), Some(InodeNo(12)));
+        assert_eq!(s.parent(InodeNo(13)), Some(ROOT));
     }
 
     #[test]

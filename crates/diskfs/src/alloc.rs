@@ -60,7 +60,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use stitch_format::bitmap::Bitmap;
 use stitch_format::group_desc::{free_totals, GroupDesc};
-use stitch_format::{Geometry, GroupNo, InodeNo, Superblock};
+use stitch_format::{GroupNo, InodeNo, Layout, Superblock};
 use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
@@ -74,7 +74,7 @@ use stitch_patch::{BlockNo, PatchId};
 /// uncommitted patch applied); a descriptor changes only here, through
 /// `write_group`, which patches the cached block to match.
 pub(crate) struct Allocator {
-    geo: Geometry,
+    layout: Layout,
     /// The first inode number files may use (`s_first_ino`).
     first_ino: u32,
     gds: Vec<GroupDesc>,
@@ -92,9 +92,9 @@ impl Allocator {
     /// The allocator of a file system whose superblock is `sb` and whose
     /// descriptors (checked) are `gds`; the totals are the superblock's
     /// until [`Allocator::sum_totals`].
-    pub(crate) fn new(sb: &Superblock, geo: Geometry, gds: Vec<GroupDesc>) -> Allocator {
+    pub(crate) fn new(sb: &Superblock, layout: Layout, gds: Vec<GroupDesc>) -> Allocator {
         Allocator {
-            geo,
+            layout,
             first_ino: sb.first_ino(),
             gds,
             free_blocks_total: sb.free_blocks_count_lo,
@@ -141,7 +141,7 @@ impl Allocator {
     /// checker counted them), checked as mount checks it; the totals
     /// follow the descriptors.
     pub(crate) fn set_group(&mut self, m: &mut Modes, g: usize, gd: GroupDesc) -> Result<()> {
-        gd.validate(&self.geo, GroupNo(g as u32))?;
+        gd.validate(&self.layout, GroupNo(g as u32))?;
         self.gds[g] = gd;
         self.sum_totals();
         self.write_group(m, g).map(drop)
@@ -149,9 +149,9 @@ impl Allocator {
 
     /// Patches the cached descriptor of group `g` to match `self.gds[g]`.
     fn write_group(&mut self, m: &mut Modes, g: usize) -> Result<Vec<PatchId>> {
-        let bs = self.geo.block_size.bytes() as usize;
+        let bs = self.layout.block_size.bytes() as usize;
         let at = g * GroupDesc::SIZE;
-        let blk = BlockNo(u64::from(self.geo.first_data_block) + 1 + (at / bs) as u64);
+        let blk = BlockNo::from(self.layout.first_data_block).plus(1 + (at / bs) as u64);
         let off = at % bs;
         let mut bytes = vec![0u8; GroupDesc::SIZE];
         self.gds[g].encode_into(&mut bytes);
@@ -159,7 +159,11 @@ impl Allocator {
     }
 
     /// Allocates a block, preferably at or after `goal`.
-    pub(crate) fn alloc_block(&mut self, m: &mut Modes, goal: u32) -> Result<(u32, PatchId)> {
+    pub(crate) fn alloc_block(
+        &mut self,
+        m: &mut Modes,
+        goal: BlockNo,
+    ) -> Result<(BlockNo, PatchId)> {
         let (block, _, patches) = self.alloc_run(m, goal, 1)?;
         Ok((block, patches[0]))
     }
@@ -173,9 +177,9 @@ impl Allocator {
     pub(crate) fn alloc_run(
         &mut self,
         m: &mut Modes,
-        goal: u32,
+        goal: BlockNo,
         want: usize,
-    ) -> Result<(u32, usize, Vec<PatchId>)> {
+    ) -> Result<(BlockNo, usize, Vec<PatchId>)> {
         match self.alloc_run_once(m, goal, want) {
             Err(DiskError::NoSpace(_)) if !self.pending.is_empty() => {
                 m.sync()?;
@@ -189,32 +193,30 @@ impl Allocator {
     fn alloc_run_once(
         &mut self,
         m: &mut Modes,
-        goal: u32,
+        goal: BlockNo,
         want: usize,
-    ) -> Result<(u32, usize, Vec<PatchId>)> {
+    ) -> Result<(BlockNo, usize, Vec<PatchId>)> {
         self.pending.release_durable(m.cache());
         let groups = self.gds.len();
-        let goal = goal.clamp(self.geo.first_data_block, self.geo.blocks_count - 1);
-        let g0 = self
-            .geo
-            .group_of_block(stitch_format::BlockNo(goal))
-            .map_or(0, |g| g.0 as usize);
+        let first = BlockNo::from(self.layout.first_data_block);
+        let goal = goal.clamp(first, BlockNo(self.layout.end().0 - 1));
+        let g0 = self.layout.group_of_block(goal).map_or(0, |g| g.0 as usize);
         for k in 0..groups {
             let g = (g0 + k) % groups;
             if self.gds[g].free_blocks_count == 0 {
                 continue;
             }
             let start = if k == 0 {
-                (goal - self.group_first(g)) as usize
+                goal.since(self.group_first(g)) as usize
             } else {
                 0
             };
-            let in_group = self.geo.blocks_in_group(GroupNo(g as u32)) as usize;
+            let in_group = self.layout.blocks_in_group(GroupNo(g as u32)) as usize;
             if let Some((bit, len)) = self.free_run(m, g, start, in_group, want)? {
                 self.move_count(m, g, Summary::FreeBlocks, -(len as i64))?;
                 let patches = self.set_run(m, self.gds[g].block_bitmap, bit, len)?;
                 self.write_group(m, g)?;
-                return Ok((self.group_first(g) + bit as u32, len, patches));
+                return Ok((self.group_first(g).plus(bit as u64), len, patches));
             }
         }
         Err(DiskError::NoSpace("no free block"))
@@ -247,17 +249,15 @@ impl Allocator {
     pub(crate) fn free_block(
         &mut self,
         m: &mut Modes,
-        block: u32,
+        block: BlockNo,
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let g = self
-            .geo
-            .group_of_block(stitch_format::BlockNo(block))
-            .ok_or_else(|| {
-                DiskError::Corrupt(format!("freeing block {block} beyond the file system"))
-            })?
+            .layout
+            .group_of_block(block)
+            .ok_or_else(|| DiskError::Corrupt(format!("freeing {block} beyond the file system")))?
             .0 as usize;
-        let bit = (block - self.group_first(g)) as usize;
+        let bit = block.since(self.group_first(g)) as usize;
         self.expect_bit(
             m,
             self.gds[g].block_bitmap,
@@ -286,14 +286,14 @@ impl Allocator {
         wanted: Option<InodeNo>,
     ) -> Result<(InodeNo, PatchId)> {
         let (ino, marked) = match wanted {
-            Some(ino) => match self.reserved.allocated(ino, self.geo.inodes_per_group) {
+            Some(ino) => match self.reserved.allocated(ino, self.layout.inodes_per_group) {
                 Some(marked) => (ino, marked),
                 None => return Err(DiskError::Invalid("inode number not reserved")),
             },
             None => (self.pick_inode(m, parent, dir)?, None),
         };
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
         let g = g.0 as usize;
@@ -342,14 +342,15 @@ impl Allocator {
         let ino = self.pick_inode(m, parent, dir)?;
         let marked = if m.consistency() == crate::Consistency::SoftUpdates {
             let (g, index) = self
-                .geo
+                .layout
                 .inode_group(ino)
                 .ok_or(DiskError::Invalid("inode out of range"))?;
             Some(self.mark_inode(m, g.0 as usize, index as usize)?)
         } else {
             None
         };
-        self.reserved.insert(ino, self.geo.inodes_per_group, marked);
+        self.reserved
+            .insert(ino, self.layout.inodes_per_group, marked);
         Ok(ino)
     }
 
@@ -364,7 +365,7 @@ impl Allocator {
     /// its links: an inode in use but marked free, which e2fsck calls
     /// corruption (the crash tests found it under load).
     pub(crate) fn unreserve_inode(&mut self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
-        if let Some(Some(mark)) = self.reserved.remove(ino, self.geo.inodes_per_group) {
+        if let Some(Some(mark)) = self.reserved.remove(ino, self.layout.inodes_per_group) {
             self.free_inode(m, ino, false, &[mark])?;
             return Ok(true);
         }
@@ -382,12 +383,12 @@ impl Allocator {
         let g0 = if dir {
             self.roomiest_group()
         } else {
-            self.geo
+            self.layout
                 .inode_group(parent)
                 .map_or(0, |(g, _)| g.0 as usize)
         };
         let first_ino = self.first_ino as usize;
-        let ipg = self.geo.inodes_per_group as usize;
+        let ipg = self.layout.inodes_per_group as usize;
         for k in 0..groups {
             let g = (g0 + k) % groups;
             let free = self.gds[g].free_inodes_count as usize;
@@ -397,7 +398,7 @@ impl Allocator {
             // Inodes below first_ino are reserved (root, journal, ...).
             let start = if g == 0 { first_ino - 1 } else { 0 };
             let mut from = start.max(self.reserved.hint(g));
-            let bytes = m.read(BlockNo(u64::from(self.gds[g].inode_bitmap)))?;
+            let bytes = m.read(self.gds[g].inode_bitmap)?;
             let bitmap = Bitmap::new(bytes);
             while let Some(bit) = bitmap.find_clear(from, ipg) {
                 let ino = InodeNo((g * ipg + bit + 1) as u32);
@@ -419,7 +420,7 @@ impl Allocator {
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
         let g = g.0 as usize;
@@ -451,13 +452,13 @@ impl Allocator {
         let group = GroupNo(g as u32);
         let gd = &self.gds[g];
         let (now, cap) = match what {
-            Summary::FreeBlocks => (gd.free_blocks_count, self.geo.blocks_in_group(group)),
-            Summary::FreeInodes => (gd.free_inodes_count, self.geo.inodes_per_group),
-            Summary::Dirs => (gd.used_dirs_count, self.geo.inodes_per_group),
+            Summary::FreeBlocks => (gd.free_blocks_count, self.layout.blocks_in_group(group)),
+            Summary::FreeInodes => (gd.free_inodes_count, self.layout.inodes_per_group),
+            Summary::Dirs => (gd.used_dirs_count, self.layout.inodes_per_group),
         };
         let total = match what {
-            Summary::FreeBlocks => Some((self.free_blocks_total, self.geo.blocks_count)),
-            Summary::FreeInodes => Some((self.free_inodes_total, self.geo.inodes_count())),
+            Summary::FreeBlocks => Some((self.free_blocks_total, self.layout.blocks_count)),
+            Summary::FreeInodes => Some((self.free_inodes_total, self.layout.inodes_count())),
             Summary::Dirs => None,
         };
         let new = stepped(u32::from(now), delta, cap).and_then(|n| u16::try_from(n).ok());
@@ -492,25 +493,23 @@ impl Allocator {
 
     /// The first block of `ino`'s group: where its blocks go when nothing
     /// better is known.
-    pub(crate) fn inode_group_start(&self, ino: InodeNo) -> u32 {
-        let g = self.geo.inode_group(ino).map_or(0, |(g, _)| g.0);
-        self.geo.group_first_block(GroupNo(g)).0
+    pub(crate) fn inode_group_start(&self, ino: InodeNo) -> BlockNo {
+        let g = self.layout.inode_group(ino).map_or(0, |(g, _)| g.0);
+        self.layout.group_first_block(GroupNo(g))
     }
 
     /// Where an indirect block goes: away from the data stream (three
     /// quarters into the data block's group), so the file's data blocks stay
     /// one contiguous run that can be written in one request (§4.5).
-    pub(crate) fn indirect_goal(&self, data: u32) -> u32 {
-        let g = self
-            .geo
-            .group_of_block(stitch_format::BlockNo(data))
-            .map_or(0, |g| g.0);
-        let gn = stitch_format::GroupNo(g);
-        self.geo.group_first_block(gn).0 + self.geo.blocks_in_group(gn) / 4 * 3
+    pub(crate) fn indirect_goal(&self, data: BlockNo) -> BlockNo {
+        let g = self.layout.group_of_block(data).map_or(0, |g| g.0);
+        let gn = GroupNo(g);
+        let in_group = self.layout.blocks_in_group(gn) / 4 * 3;
+        self.layout.group_first_block(gn).plus(u64::from(in_group))
     }
 
-    fn group_first(&self, g: usize) -> u32 {
-        self.geo.group_first_block(GroupNo(g as u32)).0
+    fn group_first(&self, g: usize) -> BlockNo {
+        self.layout.group_first_block(GroupNo(g as u32))
     }
 
     /// The group with the most free inodes among those with at least the
@@ -540,7 +539,7 @@ impl Allocator {
         end: usize,
         want: usize,
     ) -> Result<Option<(usize, usize)>> {
-        let bytes = m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        let bytes = m.read(self.gds[g].block_bitmap)?;
         let seen: Cow<[u8]> = match self.pending.mask(g) {
             None => Cow::Borrowed(bytes),
             Some(mask) => {
@@ -568,7 +567,7 @@ impl Allocator {
     fn set_run(
         &mut self,
         m: &mut Modes,
-        bitmap: u32,
+        bitmap: BlockNo,
         bit: usize,
         len: usize,
     ) -> Result<Vec<PatchId>> {
@@ -578,47 +577,46 @@ impl Allocator {
             let n = (32 - i % 32).min(end - i);
             let mask = (u32::MAX >> (32 - n)) << (i % 32);
             let word = i / 32 * 4;
-            let block = BlockNo(u64::from(bitmap));
-            patches.push(m.bit(block, word, mask, &[], META)?);
+            patches.push(m.bit(bitmap, word, mask, &[], META)?);
             i += n;
         }
         Ok(patches)
     }
 
     /// Whether block `block` is marked used in its group's bitmap.
-    pub(crate) fn block_marked(&self, m: &mut Modes, block: u32) -> Result<bool> {
+    pub(crate) fn block_marked(&self, m: &mut Modes, block: BlockNo) -> Result<bool> {
         let g = self
-            .geo
-            .group_of_block(stitch_format::BlockNo(block))
+            .layout
+            .group_of_block(block)
             .ok_or(DiskError::Invalid("block beyond the file system"))?
             .0 as usize;
-        let bit = (block - self.group_first(g)) as usize;
-        let bytes = m.read(BlockNo(u64::from(self.gds[g].block_bitmap)))?;
+        let bit = block.since(self.group_first(g)) as usize;
+        let bytes = m.read(self.gds[g].block_bitmap)?;
         Ok(Bitmap::new(bytes).get(bit) == Some(true))
     }
 
     /// Whether inode `ino` is marked used in its group's bitmap.
     pub(crate) fn inode_marked(&self, m: &mut Modes, ino: InodeNo) -> Result<bool> {
         let (g, index) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or(DiskError::Invalid("inode out of range"))?;
-        let bytes = m.read(BlockNo(u64::from(self.gds[g.0 as usize].inode_bitmap)))?;
+        let bytes = m.read(self.gds[g.0 as usize].inode_bitmap)?;
         Ok(Bitmap::new(bytes).get(index as usize) == Some(true))
     }
 
     fn expect_bit(
         &self,
         m: &mut Modes,
-        bitmap: u32,
+        bitmap: BlockNo,
         bit: usize,
         want: bool,
         what: &str,
     ) -> Result<()> {
-        let bytes = m.read(BlockNo(u64::from(bitmap)))?;
+        let bytes = m.read(bitmap)?;
         if Bitmap::new(bytes).get(bit) != Some(want) {
             return Err(DiskError::Corrupt(format!(
-                "{what}: bit {bit} of bitmap block {bitmap}"
+                "{what}: bit {bit} of bitmap {bitmap}"
             )));
         }
         Ok(())
@@ -628,18 +626,12 @@ impl Allocator {
     fn flip(
         &mut self,
         m: &mut Modes,
-        bitmap: u32,
+        bitmap: BlockNo,
         bit: usize,
         deps: &[PatchId],
     ) -> Result<PatchId> {
         let word = bit / 32 * 4;
-        Ok(m.bit(
-            BlockNo(u64::from(bitmap)),
-            word,
-            1 << (bit % 32),
-            deps,
-            META,
-        )?)
+        Ok(m.bit(bitmap, word, 1 << (bit % 32), deps, META)?)
     }
 }
 

@@ -6,8 +6,8 @@ use crate::fs::DiskFs;
 use stitch_format::inode::mode::S_IFMT;
 use stitch_format::inode::{TimeField, ROOT_INO};
 use stitch_format::symlink;
-use stitch_format::{FileType, InodeNo, Timestamp};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_format::{FileType, InodeNo, Timestamp, NO_BLOCK};
+use stitch_patch::PatchId;
 
 /// The attributes `stat` shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ impl DiskFs {
     pub fn getattr(&mut self, ino: InodeNo) -> Result<Attr> {
         let i = self.read_inode(ino)?;
         let xattr_block = match i.file_acl() {
-            0 => XattrBlock::None,
+            NO_BLOCK => XattrBlock::None,
             b => match self.xattr_block(ino, b, stitch_format::xattr::XattrHeader::parse) {
                 Ok(h) if h.refcount == 1 => XattrBlock::Own,
                 _ => XattrBlock::Shared,
@@ -124,10 +124,7 @@ impl DiskFs {
         if symlink::is_fast(&inode) {
             return Ok(symlink::fast_target(&inode)?);
         }
-        let blk = inode.core.block[0];
-        Ok(symlink::slow_target(
-            &inode,
-            self.m.read(BlockNo(u64::from(blk)))?,
-        )?)
+        let blk = inode.block_ptr(0);
+        Ok(symlink::slow_target(&inode, self.m.read(blk)?)?)
     }
 }

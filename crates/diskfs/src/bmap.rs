@@ -6,8 +6,8 @@
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::indirect::{map_path, pointer, pointers, ptrs_per_block, set_pointer};
-use stitch_format::{Inode, InodeNo};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_format::{BlockNo, Inode, InodeNo, NO_BLOCK};
+use stitch_patch::PatchId;
 
 /// Where one block pointer lives.
 #[derive(Clone, Copy)]
@@ -15,27 +15,27 @@ enum PtrAt {
     /// Slot `slot` of the inode's `i_block`.
     Inode { slot: usize },
     /// Entry `index` of indirect block `block`.
-    Indirect { block: u32, index: u32 },
+    Indirect { block: BlockNo, index: u32 },
 }
 
 impl DiskFs {
     /// The physical block of logical block `logical`, if mapped.
-    pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<u32>> {
+    pub(crate) fn bmap(&mut self, inode: &Inode, logical: u64) -> Result<Option<BlockNo>> {
         let path = map_path(logical, self.bs)?;
-        let mut ptr = inode.core.block[path.slot];
+        let mut ptr = inode.block_ptr(path.slot);
         for &index in path.levels() {
-            if ptr == 0 {
+            if ptr == NO_BLOCK {
                 return Ok(None);
             }
-            let block = self.m.read(BlockNo(u64::from(ptr)))?;
+            let block = self.m.read(ptr)?;
             ptr = pointer(block, index)
-                .ok_or_else(|| DiskError::Corrupt(format!("indirect block {ptr} too short")))?;
+                .ok_or_else(|| DiskError::Corrupt(format!("indirect block {} too short", ptr.0)))?;
         }
-        Ok((ptr != 0).then_some(ptr))
+        Ok((ptr != NO_BLOCK).then_some(ptr))
     }
 
     /// The physical block behind logical block `logical` of `ino`, if any.
-    pub fn physical_block(&mut self, ino: InodeNo, logical: u64) -> Result<Option<u32>> {
+    pub fn physical_block(&mut self, ino: InodeNo, logical: u64) -> Result<Option<BlockNo>> {
         let inode = self.read_inode(ino)?;
         self.bmap(&inode, logical)
     }
@@ -48,32 +48,32 @@ impl DiskFs {
         ino: InodeNo,
         inode: &mut Inode,
         logical: u64,
-        run: &[u32],
+        run: &[BlockNo],
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
         let path = map_path(logical, self.bs)?;
         let phys = run[0];
         if path.depth == 0 {
             inode.core.blocks_lo += (run.len() * self.bs / 512) as u32;
-            inode.core.block[path.slot..path.slot + run.len()].copy_from_slice(run);
+            for (k, &b) in run.iter().enumerate() {
+                inode.set_block_ptr(path.slot + k, b);
+            }
             return self.inodes.write(&mut self.m, ino, inode, deps);
         }
         let mut out = Vec::new();
         // Walk down, creating indirect blocks where the map has holes.
-        let mut parent: Option<u32> = None;
-        let mut ptr = inode.core.block[path.slot];
+        let mut parent: Option<BlockNo> = None;
+        let mut ptr = inode.block_ptr(path.slot);
         let levels = path.levels().to_vec();
         for (depth, &index) in levels.iter().enumerate() {
-            if ptr == 0 {
+            if ptr == NO_BLOCK {
                 let (ind, ib) = self
                     .alloc
                     .alloc_block(&mut self.m, self.alloc.indirect_goal(phys))?;
                 // Like a data block, a new block's contents need not wait
                 // for its bitmap bit (see `write_new_run`); the pointer to
                 // it waits for both.
-                let init =
-                    self.m
-                        .byte(BlockNo(u64::from(ind)), 0, &vec![0u8; self.bs], &[], META)?;
+                let init = self.m.byte(ind, 0, &vec![0u8; self.bs], &[], META)?;
                 out.extend([ib, init]);
                 let counted = self.count_blocks(ino, inode, 1, parent.is_some())?;
                 let mut after = vec![ib, init];
@@ -87,8 +87,8 @@ impl DiskFs {
                 ptr = ind;
             }
             parent = Some(ptr);
-            let block = self.m.read(BlockNo(u64::from(ptr)))?;
-            let next = pointer(block, index).unwrap_or(0);
+            let block = self.m.read(ptr)?;
+            let next = pointer(block, index).unwrap_or(NO_BLOCK);
             if depth + 1 == levels.len() {
                 let counted = self.count_blocks(ino, inode, run.len(), true)?;
                 let mut after = deps.to_vec();
@@ -128,24 +128,18 @@ impl DiskFs {
         ino: InodeNo,
         inode: &mut Inode,
         at: PtrAt,
-        value: u32,
+        value: BlockNo,
         deps: &[PatchId],
     ) -> Result<Vec<PatchId>> {
         match at {
             PtrAt::Indirect { block: p, index: i } => {
-                let mut bytes = self.m.read(BlockNo(u64::from(p)))?.to_vec();
-                set_pointer(&mut bytes, i, stitch_format::BlockNo(value));
+                let mut bytes = self.m.read(p)?.to_vec();
+                set_pointer(&mut bytes, i, value);
                 let at = i as usize * 4;
-                Ok(vec![self.m.byte(
-                    BlockNo(u64::from(p)),
-                    at,
-                    &bytes[at..at + 4],
-                    deps,
-                    META,
-                )?])
+                Ok(vec![self.m.byte(p, at, &bytes[at..at + 4], deps, META)?])
             }
             PtrAt::Inode { slot } => {
-                inode.core.block[slot] = value;
+                inode.set_block_ptr(slot, value);
                 self.inodes.write(&mut self.m, ino, inode, deps)
             }
         }
@@ -155,19 +149,17 @@ impl DiskFs {
     /// in one patch.
     fn set_ptrs(
         &mut self,
-        parent: u32,
+        parent: BlockNo,
         index: u32,
-        run: &[u32],
+        run: &[BlockNo],
         deps: &[PatchId],
     ) -> Result<PatchId> {
-        let mut bytes = self.m.read(BlockNo(u64::from(parent)))?.to_vec();
+        let mut bytes = self.m.read(parent)?.to_vec();
         for (k, &phys) in run.iter().enumerate() {
-            set_pointer(&mut bytes, index + k as u32, stitch_format::BlockNo(phys));
+            set_pointer(&mut bytes, index + k as u32, phys);
         }
         let (lo, hi) = (index as usize * 4, (index as usize + run.len()) * 4);
-        Ok(self
-            .m
-            .byte(BlockNo(u64::from(parent)), lo, &bytes[lo..hi], deps, META)?)
+        Ok(self.m.byte(parent, lo, &bytes[lo..hi], deps, META)?)
     }
 
     /// Unmaps every logical block from `keep` on, without touching any
@@ -182,12 +174,12 @@ impl DiskFs {
         &mut self,
         inode: &mut Inode,
         keep: u64,
-    ) -> Result<(Vec<u32>, Vec<PatchId>)> {
+    ) -> Result<(Vec<BlockNo>, Vec<PatchId>)> {
         let (mut freed, mut written) = (Vec::new(), Vec::new());
         for slot in 0..12 {
-            if slot as u64 >= keep && inode.core.block[slot] != 0 {
-                freed.push(inode.core.block[slot]);
-                inode.core.block[slot] = 0;
+            if slot as u64 >= keep && inode.block_ptr(slot) != NO_BLOCK {
+                freed.push(inode.block_ptr(slot));
+                inode.set_block_ptr(slot, NO_BLOCK);
             }
         }
         let p = ptrs_per_block(self.bs);
@@ -195,15 +187,15 @@ impl DiskFs {
         let sectors = (self.bs / 512) as u32;
         for (slot, depth) in [(12usize, 1u32), (13, 2), (14, 3)] {
             let span = p.pow(depth);
-            let top = inode.core.block[slot];
-            if top != 0 && keep < base + span {
+            let top = inode.block_ptr(slot);
+            if top != NO_BLOCK && keep < base + span {
                 if keep <= base {
                     self.collect_tree(top, depth, &mut freed)?;
-                    inode.core.block[slot] = 0;
+                    inode.set_block_ptr(slot, NO_BLOCK);
                 } else {
                     let (copy, made) =
                         self.copy_cut(top, depth, base, keep, &mut freed, &mut written)?;
-                    inode.core.block[slot] = copy;
+                    inode.set_block_ptr(slot, copy);
                     inode.core.blocks_lo += made * sectors;
                 }
             }
@@ -219,21 +211,21 @@ impl DiskFs {
     /// how many blocks were allocated for copies.
     fn copy_cut(
         &mut self,
-        block: u32,
+        block: BlockNo,
         depth: u32,
         base: u64,
         keep: u64,
-        freed: &mut Vec<u32>,
+        freed: &mut Vec<BlockNo>,
         written: &mut Vec<PatchId>,
-    ) -> Result<(u32, u32)> {
+    ) -> Result<(BlockNo, u32)> {
         let per = ptrs_per_block(self.bs).pow(depth - 1);
-        let mut bytes = self.m.read(BlockNo(u64::from(block)))?.to_vec();
-        let children: Vec<u32> = pointers(&bytes).collect();
+        let mut bytes = self.m.read(block)?.to_vec();
+        let children: Vec<BlockNo> = pointers(&bytes).collect();
         let mut made = 0;
         let mut deps = Vec::new();
         for (i, &child) in children.iter().enumerate() {
             let child_base = base + i as u64 * per;
-            if child == 0 || child_base + per <= keep {
+            if child == NO_BLOCK || child_base + per <= keep {
                 continue;
             }
             let replacement = if child_base >= keep {
@@ -242,7 +234,7 @@ impl DiskFs {
                 } else {
                     freed.push(child);
                 }
-                0
+                NO_BLOCK
             } else {
                 let before = written.len();
                 let (copy, m) =
@@ -251,19 +243,17 @@ impl DiskFs {
                 made += m;
                 copy
             };
-            set_pointer(&mut bytes, i as u32, stitch_format::BlockNo(replacement));
+            set_pointer(&mut bytes, i as u32, replacement);
         }
         let (copy, ab) = self.alloc.alloc_block(&mut self.m, block)?;
-        let w = self
-            .m
-            .byte(BlockNo(u64::from(copy)), 0, &bytes, &deps, META)?;
+        let w = self.m.byte(copy, 0, &bytes, &deps, META)?;
         written.extend([ab, w]);
         freed.push(block);
         Ok((copy, made + 1))
     }
 
     /// Every block the file owns (data and indirect), for freeing it.
-    pub(crate) fn owned_blocks(&mut self, inode: &Inode) -> Result<Vec<u32>> {
+    pub(crate) fn owned_blocks(&mut self, inode: &Inode) -> Result<Vec<BlockNo>> {
         // Device numbers and fast symlink targets live in `i_block`: those
         // inodes own no blocks.
         let maps_blocks = match inode.file_type() {
@@ -274,31 +264,30 @@ impl DiskFs {
         if !maps_blocks {
             return Ok(Vec::new());
         }
-        let mut out: Vec<u32> = inode.core.block[..12]
-            .iter()
-            .copied()
-            .filter(|&b| b != 0)
+        let mut out: Vec<BlockNo> = inode
+            .block_ptrs()
+            .take(12)
+            .filter(|&b| b != NO_BLOCK)
             .collect();
         for (slot, depth) in [(12, 1), (13, 2), (14, 3)] {
-            self.collect_tree(inode.core.block[slot], depth, &mut out)?;
+            self.collect_tree(inode.block_ptr(slot), depth, &mut out)?;
         }
         Ok(out)
     }
 
     pub(crate) fn collect_tree(
         &mut self,
-        block: u32,
+        block: BlockNo,
         depth: u32,
-        out: &mut Vec<u32>,
+        out: &mut Vec<BlockNo>,
     ) -> Result<()> {
-        if block == 0 {
+        if block == NO_BLOCK {
             return Ok(());
         }
         out.push(block);
-        let children: Vec<u32> =
-            stitch_format::indirect::pointers(self.m.read(BlockNo(u64::from(block)))?)
-                .filter(|&p| p != 0)
-                .collect();
+        let children: Vec<BlockNo> = pointers(self.m.read(block)?)
+            .filter(|&p| p != NO_BLOCK)
+            .collect();
         for c in children {
             if depth > 1 {
                 self.collect_tree(c, depth - 1, out)?;

@@ -11,7 +11,7 @@ use crate::fs::{DiskFs, LINK_MAX, META};
 use stitch_format::dir::new_dir_block;
 use stitch_format::symlink::{self, FAST_MAX};
 use stitch_format::{FileType, Inode, InodeNo, Timestamp};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_patch::PatchId;
 
 /// The kind of special file `mknod` makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(FileType::Regular, perm, self.geo.inode_size, now);
+        let mut inode = Inode::new(FileType::Regular, perm, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         let init = self
             .inodes
@@ -85,13 +85,11 @@ impl DiskFs {
             .alloc
             .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
         let contents = new_dir_block(self.bs, ino, parent);
-        let data = self
-            .m
-            .byte(BlockNo(u64::from(blk)), 0, &contents, &plink, META)?;
-        let mut inode = Inode::new(FileType::Directory, perm, self.geo.inode_size, now);
+        let data = self.m.byte(blk, 0, &contents, &plink, META)?;
+        let mut inode = Inode::new(FileType::Directory, perm, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         inode.core.links_count = 2;
-        inode.core.block[0] = blk;
+        inode.set_block_ptr(0, blk);
         inode.set_size(self.bs as u64);
         inode.core.blocks_lo = (self.bs / 512) as u32;
         let init = self
@@ -127,7 +125,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(FileType::Symlink, 0o777, self.geo.inode_size, now);
+        let mut inode = Inode::new(FileType::Symlink, 0o777, self.layout.inode_size, now);
         inode.set_owner(uid, gid);
         let mut deps = vec![ib];
         if target.len() < FAST_MAX {
@@ -137,7 +135,7 @@ impl DiskFs {
                 .alloc
                 .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
             let data = self.m.byte(
-                BlockNo(u64::from(blk)),
+                blk,
                 0,
                 &symlink::slow_block(target, self.bs)?,
                 &[],
@@ -146,7 +144,7 @@ impl DiskFs {
                 // it like any metadata).
                 META,
             )?;
-            inode.core.block[0] = blk;
+            inode.set_block_ptr(0, blk);
             inode.core.blocks_lo = (self.bs / 512) as u32;
             inode.set_size(target.len() as u64);
             deps.extend([bb, data]);
@@ -178,7 +176,7 @@ impl DiskFs {
         let (ino, ib) =
             self.alloc
                 .alloc_inode(&mut self.m, parent, false, self.wanted_ino.take())?;
-        let mut inode = Inode::new(ft, perm, self.geo.inode_size, now);
+        let mut inode = Inode::new(ft, perm, self.layout.inode_size, now);
         inode.set_owner(owner.uid, owner.gid);
         if let Some((major, minor)) = dev {
             inode.set_device(major, minor);

@@ -100,7 +100,7 @@ impl<'a> Src<'a> {
 #[derive(Default)]
 struct Filled {
     /// The blocks, in logical order.
-    blocks: Vec<u32>,
+    blocks: Vec<BlockNo>,
     /// Their bitmap bits and contents.
     patches: Vec<PatchId>,
     /// The bytes of the write they hold.
@@ -217,7 +217,7 @@ impl DiskFs {
             let mut len = (self.bs - in_block).min(data.len() - pos);
             let step = match self.bmap(inode, logical) {
                 Ok(Some(phys)) => self
-                    .write_block(BlockNo(u64::from(phys)), in_block, data, pos, len, inode)
+                    .write_block(phys, in_block, data, pos, len, inode)
                     .map(|p| vec![p]),
                 Ok(None) => self
                     .new_run_len(inode, logical, in_block, data.len() - pos)
@@ -363,7 +363,7 @@ impl DiskFs {
                 Err(e) => return Err(e),
             };
             filled.patches.extend(bits);
-            for phys in start..start + n as u32 {
+            for block in (start.0..start.0 + n as u64).map(BlockNo) {
                 let len = (self.bs - at).min(data.len() - pos);
                 // A whole block is patched from `data` as it is; a partial
                 // one is padded with zeros (a new block has no old bytes to
@@ -373,7 +373,6 @@ impl DiskFs {
                 // takes a block whose free is not durable: see `alloc`).
                 // Only the pointer waits for both, so data and bitmap go out
                 // in one device flush.
-                let block = BlockNo(u64::from(phys));
                 let d = if len == self.bs {
                     self.write_block(block, 0, data, pos, len, inode)?
                 } else {
@@ -382,11 +381,11 @@ impl DiskFs {
                     self.m.byte(block, 0, &b, &[], contents_flags(inode))?
                 };
                 filled.patches.push(d);
-                filled.blocks.push(phys);
+                filled.blocks.push(block);
                 pos += len;
                 at = 0;
             }
-            goal = start + n as u32;
+            goal = start.plus(n as u64);
         }
         filled.len = pos;
         Ok(filled)
@@ -404,7 +403,7 @@ impl DiskFs {
         inode: &mut Inode,
         first: u64,
         end: u64,
-        blocks: &[u32],
+        blocks: &[BlockNo],
         mut pointer_deps: Vec<PatchId>,
     ) -> Result<Vec<PatchId>> {
         let mut out = Vec::new();
@@ -466,10 +465,10 @@ impl DiskFs {
 
     /// Where the next block of the file should go: right after its previous
     /// block, or at the start of its inode's group.
-    fn goal(&mut self, ino: InodeNo, inode: &Inode, logical: u64) -> Result<u32> {
+    fn goal(&mut self, ino: InodeNo, inode: &Inode, logical: u64) -> Result<BlockNo> {
         if logical > 0 {
             if let Some(prev) = self.bmap(inode, logical - 1)? {
-                return Ok(prev + 1);
+                return Ok(prev.plus(1));
             }
         }
         Ok(self.alloc.inode_group_start(ino))
@@ -486,9 +485,7 @@ impl DiskFs {
             let (logical, in_block) = (at / bs, (at % bs) as usize);
             let n = ((bs - in_block as u64).min(end - at)) as usize;
             match self.bmap(&inode, logical)? {
-                Some(p) => out.extend_from_slice(
-                    &self.m.read_data(BlockNo(u64::from(p)))?[in_block..in_block + n],
-                ),
+                Some(p) => out.extend_from_slice(&self.m.read_data(p)?[in_block..in_block + n]),
                 None => out.resize(out.len() + n, 0),
             }
             at += n as u64;

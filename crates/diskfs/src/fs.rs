@@ -26,7 +26,7 @@ use crate::stack::StackOptions;
 use std::sync::Arc;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
-use stitch_format::{Geometry, InodeNo, Superblock, TimeRange, Timestamp};
+use stitch_format::{InodeNo, Layout, Superblock, TimeRange, Timestamp};
 use stitch_modes::{Consistency, JournalConfig, Modes};
 use stitch_patch::{BlockDevice, BlockNo, PatchCache, PatchFlags, PatchId};
 
@@ -43,11 +43,11 @@ pub(crate) const LINK_MAX: u16 = 32_000;
 /// table (`inode`), the directory indexes and the names added since mount
 /// (`dir`), the open files and orphans (`orphan`); the operations, each in
 /// a module named for it, join them through their methods, and the
-/// superblock, geometry and consistency mode (`m`) are shared by all.
+/// superblock, layout and consistency mode (`m`) are shared by all.
 pub struct DiskFs {
     pub(crate) m: Modes,
     pub(crate) sb: Superblock,
-    pub(crate) geo: Geometry,
+    pub(crate) layout: Layout,
     pub(crate) alloc: Allocator,
     pub(crate) inodes: InodeTable,
     pub(crate) bs: usize,
@@ -103,13 +103,13 @@ impl DiskFs {
     fn read_and_check(cache: PatchCache, consistency: Consistency) -> Result<Opened> {
         let mut m = Modes::new(cache, consistency);
         let bs = m.cache().block_size();
-        let (sb, geo, gds) = load(&mut m, bs)?;
+        let (sb, layout, gds) = load(&mut m, bs)?;
         let mut fs = DiskFs {
             m,
-            alloc: Allocator::new(&sb, geo.clone(), gds.clone()),
-            inodes: inode_table(&geo, &gds),
+            alloc: Allocator::new(&sb, layout.clone(), gds.clone()),
+            inodes: inode_table(&layout, &gds),
             sb,
-            geo,
+            layout,
             bs,
             orphans: Default::default(),
             adds: Default::default(),
@@ -121,15 +121,15 @@ impl DiskFs {
         if replay.is_some() {
             // Every later read sees the file system as replayed: that is
             // what is checked, and what is mounted.
-            let (sb, geo, gds) = load(&mut fs.m, bs).map_err(|e| match e {
+            let (sb, layout, gds) = load(&mut fs.m, bs).map_err(|e| match e {
                 e if e.is_damage() => {
                     Damage::Journal(format!("replays into a damaged file system: {e}")).into()
                 }
                 e => e,
             })?;
-            fs.inodes = inode_table(&geo, &gds);
-            fs.alloc = Allocator::new(&sb, geo.clone(), gds);
-            (fs.sb, fs.geo) = (sb, geo);
+            fs.inodes = inode_table(&layout, &gds);
+            fs.alloc = Allocator::new(&sb, layout.clone(), gds);
+            (fs.sb, fs.layout) = (sb, layout);
             fs.sb.feature_incompat &= !incompat::RECOVER.bit;
         }
         fs.check_tree(consistency)?;
@@ -200,8 +200,8 @@ impl DiskFs {
         self.bs
     }
 
-    pub fn geometry(&self) -> &Geometry {
-        &self.geo
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// The superblock as the next write of it will hold it (with the free
@@ -215,7 +215,7 @@ impl DiskFs {
     /// The times this file system's inodes hold (its inode size decides,
     /// as for the kernel): what the layer above clamps times to.
     pub fn time_range(&self) -> TimeRange {
-        TimeRange::of_inode_size(self.geo.inode_size)
+        TimeRange::of_inode_size(self.layout.inode_size)
     }
 
     pub fn modes(&self) -> &Modes {
@@ -344,9 +344,9 @@ impl Opened {
 }
 
 /// The inode table of a file system with descriptors `gds`.
-fn inode_table(geo: &Geometry, gds: &[GroupDesc]) -> InodeTable {
-    let tables = gds.iter().map(|g| g.inode_table_block().0).collect();
-    InodeTable::new(geo.clone(), tables)
+fn inode_table(layout: &Layout, gds: &[GroupDesc]) -> InodeTable {
+    let tables = gds.iter().map(|g| g.inode_table).collect();
+    InodeTable::new(layout.clone(), tables)
 }
 
 /// Where the primary superblock lives: byte 1024 of the device.
@@ -361,10 +361,10 @@ fn superblock_location(bs: usize) -> (BlockNo, usize) {
 /// The superblock and descriptors as the cache holds them, checked: the
 /// superblock's values, its block size against the device's (`bs`), the
 /// device's size against its block count, every descriptor.
-fn load(m: &mut Modes, bs: usize) -> Result<(Superblock, Geometry, Vec<GroupDesc>)> {
+fn load(m: &mut Modes, bs: usize) -> Result<(Superblock, Layout, Vec<GroupDesc>)> {
     let sb = read_super(m, bs)?;
-    let geo = Geometry::from_superblock(&sb)?;
-    let fs_bs = geo.block_size.bytes() as usize;
+    let layout = Layout::from_superblock(&sb)?;
+    let fs_bs = layout.block_size.bytes() as usize;
     if fs_bs != bs {
         return Err(Damage::BlockSize {
             fs: fs_bs,
@@ -373,15 +373,15 @@ fn load(m: &mut Modes, bs: usize) -> Result<(Superblock, Geometry, Vec<GroupDesc
         .into());
     }
     let held = m.cache().device().num_blocks();
-    if held < u64::from(geo.blocks_count) {
+    if held < u64::from(layout.blocks_count) {
         return Err(Damage::TooSmall {
             held,
-            claimed: geo.blocks_count,
+            claimed: layout.blocks_count,
         }
         .into());
     }
-    let gds = read_descriptors(m, &geo)?;
-    Ok((sb, geo, gds))
+    let gds = read_descriptors(m, &layout)?;
+    Ok((sb, layout, gds))
 }
 
 fn read_super(m: &mut Modes, bs: usize) -> Result<Superblock> {
@@ -391,12 +391,12 @@ fn read_super(m: &mut Modes, bs: usize) -> Result<Superblock> {
     )?)
 }
 
-fn read_descriptors(m: &mut Modes, geo: &Geometry) -> Result<Vec<GroupDesc>> {
-    let first = u64::from(geo.first_data_block) + 1;
+fn read_descriptors(m: &mut Modes, layout: &Layout) -> Result<Vec<GroupDesc>> {
+    let first = BlockNo::from(layout.first_data_block).plus(1);
     let mut table = Vec::new();
-    for i in 0..u64::from(geo.gdt_blocks()) {
-        table.extend_from_slice(m.read(BlockNo(first + i))?);
+    for i in 0..u64::from(layout.gdt_blocks()) {
+        table.extend_from_slice(m.read(first.plus(i))?);
     }
     // Each descriptor validated as the kernel checks it.
-    Ok(decode_table(&table, geo)?)
+    Ok(decode_table(&table, layout)?)
 }

@@ -5,16 +5,16 @@ use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
-use stitch_format::{Geometry, Inode, InodeLocation, InodeNo};
+use stitch_format::{Inode, InodeLocation, InodeNo, Layout};
 use stitch_modes::Modes;
 use stitch_patch::{BlockNo, PatchId};
 
 /// Where every inode lives: each group's inode table (fixed once mounted)
 /// and the slot size.
 pub(crate) struct InodeTable {
-    geo: Geometry,
+    layout: Layout,
     /// The first block of each group's table.
-    tables: Vec<u32>,
+    tables: Vec<BlockNo>,
 }
 
 /// How much of an inode's slot a write patches.
@@ -30,42 +30,38 @@ enum Span {
 }
 
 impl InodeTable {
-    /// The table of a file system of geometry `geo` whose groups' tables
+    /// The table of a file system laid out as `layout` whose groups' tables
     /// start at `tables`.
-    pub(crate) fn new(geo: Geometry, tables: Vec<u32>) -> InodeTable {
-        InodeTable { geo, tables }
+    pub(crate) fn new(layout: Layout, tables: Vec<BlockNo>) -> InodeTable {
+        InodeTable { layout, tables }
     }
 
     fn locate(&self, ino: InodeNo) -> Result<InodeLocation> {
         let (g, _) = self
-            .geo
+            .layout
             .inode_group(ino)
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} out of range", ino.0)))?;
-        let table = stitch_format::BlockNo(self.tables[g.0 as usize]);
-        self.geo
-            .inode_location(ino, table)
+        self.layout
+            .inode_location(ino, self.tables[g.0 as usize])
             .ok_or_else(|| DiskError::Corrupt(format!("inode {} has no slot", ino.0)))
     }
 
     /// The bytes of `ino`'s slot as the cache holds them, and the block
     /// they are in.
-    pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, u64)> {
+    pub(crate) fn slot(&self, m: &mut Modes, ino: InodeNo) -> Result<(Vec<u8>, BlockNo)> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let block = u64::from(loc.block.0);
-        Ok((
-            m.read(BlockNo(block))?[loc.offset..loc.offset + size].to_vec(),
-            block,
-        ))
+        let size = usize::from(self.layout.inode_size);
+        let slot = m.read(loc.block)?[loc.offset..loc.offset + size].to_vec();
+        Ok((slot, loc.block))
     }
 
     /// The inode as the cache holds it (uncommitted changes included).
     pub(crate) fn read(&self, m: &mut Modes, ino: InodeNo) -> Result<Inode> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let block = m.read(BlockNo(u64::from(loc.block.0)))?;
+        let size = usize::from(self.layout.inode_size);
+        let block = m.read(loc.block)?;
         let inode = Inode::decode(&block[loc.offset..loc.offset + size])
-            .map_err(|e| e.in_block(u64::from(loc.block.0)))?;
+            .map_err(|e| e.in_block(loc.block.0))?;
         inode.check_mapping_supported()?;
         Ok(inode)
     }
@@ -120,8 +116,8 @@ impl InodeTable {
         span: Span,
     ) -> Result<Vec<PatchId>> {
         let loc = self.locate(ino)?;
-        let size = usize::from(self.geo.inode_size);
-        let blk = BlockNo(u64::from(loc.block.0));
+        let size = usize::from(self.layout.inode_size);
+        let blk = loc.block;
         let mut slot = m.read(blk)?[loc.offset..loc.offset + size].to_vec();
         inode.encode_into(&mut slot);
         if span == Span::ClearingAttrs {

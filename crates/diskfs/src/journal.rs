@@ -19,7 +19,7 @@ use stitch_format::features::incompat;
 use stitch_format::inode::JOURNAL_INO;
 use stitch_format::jbd2::recovery::{recover, RecoverError, Recovery};
 use stitch_format::jbd2::JournalSuperblock;
-use stitch_format::FileType;
+use stitch_format::{FileType, JournalBlockNo};
 use stitch_patch::{BlockNo, PatchId};
 
 /// What replay at mount did.
@@ -69,13 +69,13 @@ impl DiskFs {
         for logical in 0..n {
             let phys = self
                 .bmap(&inode, logical)?
-                .filter(|&b| self.in_data_area(b));
+                .filter(|&b| self.layout.in_data_area(b));
             let phys = phys.ok_or_else(|| {
                 bad(format!(
                     "block {logical} is not mapped inside the file system"
                 ))
             })?;
-            area.push(BlockNo(u64::from(phys)));
+            area.push(phys);
         }
         Ok(area)
     }
@@ -113,9 +113,7 @@ impl DiskFs {
         let rec = self.recovery(&jsb, &area)?;
         let hold = self.m.cache_mut().create_held(&[])?;
         for (&b, data) in &rec.blocks {
-            self.m
-                .cache_mut()
-                .create_byte(BlockNo(b), 0, data, &[hold], META)?;
+            self.m.cache_mut().create_byte(b, 0, data, &[hold], META)?;
         }
         self.sb.feature_incompat &= !incompat::RECOVER.bit;
         Ok(Some(Staged {
@@ -134,9 +132,9 @@ impl DiskFs {
     /// What replaying the log writes, every block inside the file system.
     fn recovery(&mut self, jsb: &JournalSuperblock, area: &[BlockNo]) -> Result<Recovery> {
         let cache = self.m.cache_mut();
-        let rec = recover(jsb, |n: u32| -> Result<Vec<u8>> {
-            let at = area.get(n as usize).ok_or_else(|| {
-                DiskError::from(Damage::Journal(format!("block {n} is past its end")))
+        let rec = recover(jsb, |n: JournalBlockNo| -> Result<Vec<u8>> {
+            let at = area.get(n.0 as usize).ok_or_else(|| {
+                DiskError::from(Damage::Journal(format!("block {} is past its end", n.0)))
             })?;
             Ok(cache.read(*at)?.to_vec())
         })
@@ -144,15 +142,15 @@ impl DiskFs {
             RecoverError::Read { source, .. } => source,
             RecoverError::Corrupt(e) => Damage::Journal(format!("cannot be recovered: {e}")).into(),
         })?;
-        let fs_blocks = u64::from(self.geo.blocks_count);
-        if let Some((&b, _)) = rec.blocks.range(fs_blocks..).next() {
+        let fs_blocks = self.layout.blocks_count;
+        if let Some((&b, _)) = rec.blocks.range(self.layout.end()..).next() {
             return Err(Damage::Journal(format!(
-                "replays block {b}, outside the file system ({fs_blocks} blocks)"
+                "replays {b}, outside the file system ({fs_blocks} blocks)"
             ))
             .into());
         }
         if let Some((&b, _)) = rec.blocks.iter().find(|(_, d)| d.len() != self.bs) {
-            return Err(Damage::Journal(format!("replays block {b} with a short copy")).into());
+            return Err(Damage::Journal(format!("replays {b} with a short copy")).into());
         }
         Ok(rec)
     }
@@ -169,10 +167,5 @@ impl DiskFs {
         cache.create_byte(staged.log_superblock, 0, &emptied, &[], META)?;
         cache.sync()?;
         Ok(staged.replayed)
-    }
-
-    /// Whether block `b` lies in the file system's data area.
-    pub(crate) fn in_data_area(&self, b: u32) -> bool {
-        b >= self.geo.first_data_block && b < self.geo.blocks_count
     }
 }

@@ -67,6 +67,6 @@ pub use stack::StackOptions;
 pub use stitch_format::inode::TimeField;
 pub use stitch_format::symlink::FAST_MAX as FAST_SYMLINK_MAX;
 pub use stitch_format::xattr::{fits_block as xattrs_fit_block, Xattr};
-pub use stitch_format::{FileType, InodeNo, TimeRange, Timestamp};
+pub use stitch_format::{BlockNo, FileType, InodeNo, TimeRange, Timestamp};
 pub use stitch_modes::{Consistency, DataMode, JournalConfig};
 pub use stitch_patch::{BlockDevice, CacheConfig};

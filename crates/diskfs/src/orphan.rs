@@ -153,7 +153,7 @@ impl DiskFs {
         // inodes ahead of it, so the result also names their places.
         let mut ahead: Vec<PatchId> = Vec::new();
         let mut at = self.sb.last_orphan;
-        for _ in 0..self.geo.inodes_count() {
+        for _ in 0..self.layout.inodes_count() {
             if at == 0 {
                 break;
             }
@@ -181,7 +181,7 @@ impl DiskFs {
         let mut seen = 0;
         while self.sb.last_orphan != 0 {
             seen += 1;
-            if seen > self.geo.inodes_count() {
+            if seen > self.layout.inodes_count() {
                 return Err(DiskError::Corrupt("the orphan list loops".into()));
             }
             let ino = InodeNo(self.sb.last_orphan);

@@ -30,7 +30,7 @@ use crate::fs::{DiskFs, LINK_MAX};
 use stitch_format::dir::set_inode;
 use stitch_format::inode::TimeField;
 use stitch_format::{FileType, InodeNo, Timestamp};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_patch::PatchId;
 
 /// `renameat2` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -259,7 +259,6 @@ impl DiskFs {
         let blk = self
             .bmap(&inode, 0)?
             .ok_or_else(|| DiskError::Corrupt(format!("directory {} has no block", dir.0)))?;
-        let blk = BlockNo(u64::from(blk));
         let mut bytes = self.m.read(blk)?.to_vec();
         if !set_inode(&mut bytes, b"..", parent, FileType::Directory)? {
             return Err(DiskError::Corrupt(format!("directory {} has no ..", dir.0)));

@@ -13,7 +13,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
-use stitch_format::{FileType, InodeNo, Timestamp};
+use stitch_format::{BlockNo, FileType, InodeNo, Timestamp};
 
 /// One soft-updates leak, as a checker reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,13 +30,13 @@ pub enum Leak {
     },
     /// Blocks marked used that nothing references.
     BlocksLeaked {
-        first: u32,
-        last: u32,
+        first: BlockNo,
+        last: BlockNo,
     },
     /// Inodes marked used that are not in use.
     InodesLeaked {
-        first: u32,
-        last: u32,
+        first: InodeNo,
+        last: InodeNo,
     },
     /// `i_blocks` above the blocks the inode maps (in 512-byte sectors).
     BlockCount {
@@ -81,7 +81,7 @@ pub enum Leak {
     /// An extended-attribute block's reference count above the inodes
     /// naming it (`users`, at least one).
     XattrRefcount {
-        block: u32,
+        block: BlockNo,
         users: u32,
     },
 }
@@ -158,7 +158,7 @@ impl DiskFs {
             }
             Leak::BlocksLeaked { first, last } => {
                 // Mounting may already have freed some (an orphan's blocks).
-                for b in first..=last {
+                for b in (first.0..=last.0).map(BlockNo) {
                     if self.alloc.block_marked(&mut self.m, b)? {
                         self.alloc.free_block(&mut self.m, b, &[])?;
                     }
@@ -166,7 +166,7 @@ impl DiskFs {
                 Ok(())
             }
             Leak::InodesLeaked { first, last } => {
-                for i in (first..=last).map(InodeNo) {
+                for i in (first.0..=last.0).map(InodeNo) {
                     if self.alloc.inode_marked(&mut self.m, i)? {
                         self.free_inode(i, false, &[])?;
                     }
@@ -216,8 +216,7 @@ impl DiskFs {
         self.alloc.set_group(&mut self.m, g, gd)
     }
 
-    fn set_xattr_refcount(&mut self, block: u32, users: u32) -> Result<()> {
-        let at = stitch_patch::BlockNo(u64::from(block));
+    fn set_xattr_refcount(&mut self, at: BlockNo, users: u32) -> Result<()> {
         let mut h = stitch_format::xattr::XattrHeader::parse(self.m.read(at)?)?;
         if users == 0 || users > h.refcount {
             return Err(DiskError::Invalid(

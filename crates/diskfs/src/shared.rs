@@ -28,7 +28,7 @@ use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use stitch_format::xattr::Xattr;
-use stitch_format::{InodeNo, TimeRange, Timestamp};
+use stitch_format::{BlockNo, InodeNo, TimeRange, Timestamp};
 use stitch_patch::{PatchId, SyncStep};
 
 /// diskfs shared between threads.
@@ -139,7 +139,7 @@ impl Disk {
     }
 
     /// The block a file's `logical` block is stored in, if any.
-    pub fn physical_block(&self, ino: InodeNo, logical: u64) -> Result<Option<u32>> {
+    pub fn physical_block(&self, ino: InodeNo, logical: u64) -> Result<Option<BlockNo>> {
         self.lock()?.fs().physical_block(ino, logical)
     }
 

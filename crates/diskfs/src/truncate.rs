@@ -8,7 +8,7 @@
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA};
 use stitch_format::{FileType, Inode, InodeNo, Timestamp};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_patch::PatchId;
 
 impl DiskFs {
     /// Sets the size of regular file `ino`: growing leaves a hole, shrinking
@@ -58,7 +58,7 @@ impl DiskFs {
         }
         match self.bmap(inode, size / self.bs as u64)? {
             Some(p) => Ok(vec![self.m.byte(
-                BlockNo(u64::from(p)),
+                p,
                 in_block,
                 &vec![0u8; self.bs - in_block],
                 &[],

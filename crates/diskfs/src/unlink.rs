@@ -12,7 +12,7 @@
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
 use stitch_format::inode::TimeField;
-use stitch_format::{InodeNo, Timestamp};
+use stitch_format::{InodeNo, Timestamp, NO_BLOCK};
 use stitch_patch::PatchId;
 
 impl DiskFs {
@@ -119,7 +119,7 @@ impl DiskFs {
         for b in blocks {
             out.push(self.alloc.free_block(&mut self.m, b, &cleared)?);
         }
-        if xattrs != 0 {
+        if xattrs != NO_BLOCK {
             out.push(self.release_xattr_block(ino, xattrs, &cleared)?);
         }
         out.push(self.free_inode(ino, dir, &cleared)?);

@@ -13,10 +13,10 @@ use crate::error::{Damage, DiskError, Result};
 use crate::fs::DiskFs;
 use rustc_hash::FxHashSet;
 use stitch_format::features::compat;
+use stitch_format::indirect::DIND_SLOT;
 use stitch_format::inode::{RESIZE_INO, ROOT_INO};
-use stitch_format::{dir, FileType, Inode, InodeNo};
+use stitch_format::{dir, FileType, Inode, InodeNo, NO_BLOCK};
 use stitch_modes::Consistency;
-use stitch_patch::BlockNo;
 
 impl DiskFs {
     /// Every check of this module, for a mount in `consistency`.
@@ -79,14 +79,14 @@ impl DiskFs {
     fn check_root_block(&mut self, root: &Inode) -> Result<()> {
         let bad = |why: String| DiskError::from(Damage::Root(why));
         let first = self.bmap(root, 0)?;
-        let Some(b) = first.filter(|&b| self.in_data_area(b)) else {
+        let Some(b) = first.filter(|&b| self.layout.in_data_area(b)) else {
             return Err(bad(format!(
                 "maps its first block at {}, not inside the file system",
-                first.unwrap_or(0)
+                first.unwrap_or(NO_BLOCK).0
             )));
         };
-        let block = self.m.read(BlockNo(u64::from(b)))?;
-        dir::check_block(block).map_err(|e| bad(format!("first block {b}: {e}")))?;
+        let block = self.m.read(b)?;
+        dir::check_block(block).map_err(|e| bad(format!("first block {}: {e}", b.0)))?;
         for name in [&b"."[..], b".."] {
             let named = dir::lookup(block, name)?.map(|e| e.inode);
             if named != Some(ROOT_INO) {
@@ -106,7 +106,7 @@ impl DiskFs {
     /// inside the file system, marked used, and freed once.
     fn check_orphans(&mut self) -> Result<()> {
         let bad = |why: String| DiskError::from(Damage::OrphanList(why));
-        let (first, last) = (self.sb.first_ino(), self.geo.inodes_count());
+        let (first, last) = (self.sb.first_ino(), self.layout.inodes_count());
         let mut seen = FxHashSet::default();
         let mut freed = FxHashSet::default();
         let mut at = self.sb.last_orphan;
@@ -128,12 +128,12 @@ impl DiskFs {
             }
             if inode.core.links_count == 0 {
                 for b in self.owned_blocks(&inode)? {
-                    if !self.in_data_area(b)
+                    if !self.layout.in_data_area(b)
                         || !self.alloc.block_marked(&mut self.m, b)?
                         || !freed.insert(b)
                     {
                         return Err(bad(format!(
-                            "names inode {at}, whose block {b} is outside the file system, \
+                            "names inode {at}, whose {b} is outside the file system, \
                              marked free or owned twice"
                         )));
                     }
@@ -158,10 +158,11 @@ impl DiskFs {
                 inode.core.mode
             )));
         }
-        let dind = inode.core.block[13];
-        if !self.in_data_area(dind) {
+        let dind = inode.block_ptr(DIND_SLOT);
+        if !self.layout.in_data_area(dind) {
             return Err(bad(format!(
-                "has its double indirect block at {dind}, not inside the file system"
+                "has its double indirect block at {}, not inside the file system",
+                dind.0
             )));
         }
         Ok(())

@@ -16,8 +16,9 @@ use stitch_format::features::compat;
 use stitch_format::inode::TimeField;
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
 use stitch_format::xattr::{self, Xattr};
-use stitch_format::{Inode, InodeNo, Timestamp};
-use stitch_patch::{BlockNo, PatchId};
+use stitch_format::BlockNo;
+use stitch_format::{Inode, InodeNo, Timestamp, NO_BLOCK};
+use stitch_patch::PatchId;
 
 impl DiskFs {
     /// Can this image hold extended attributes (the `ext_attr` feature)?
@@ -30,7 +31,7 @@ impl DiskFs {
     /// malformed list or block is a corruption error naming both.
     pub fn xattrs(&mut self, ino: InodeNo) -> Result<Vec<Xattr>> {
         let (slot, block) = self.inodes.slot(&mut self.m, ino)?;
-        let inode = Inode::decode(&slot).map_err(|e| e.in_block(block))?;
+        let inode = Inode::decode(&slot).map_err(|e| e.in_block(block.0))?;
         let mut out = match &inode.extra {
             Some(x) => {
                 let from = usize::from(GOOD_OLD_INODE_SIZE + x.extra_isize);
@@ -41,7 +42,7 @@ impl DiskFs {
             None => Vec::new(),
         };
         let block = inode.file_acl();
-        if block != 0 {
+        if block != NO_BLOCK {
             out.extend(self.xattr_block(ino, block, xattr::parse_block)?);
         }
         Ok(out)
@@ -53,22 +54,19 @@ impl DiskFs {
     pub(crate) fn xattr_block<T>(
         &mut self,
         ino: InodeNo,
-        block: u32,
+        block: BlockNo,
         parse: impl FnOnce(&[u8]) -> stitch_format::Result<T>,
     ) -> Result<T> {
         let corrupt = |why: String| {
             DiskError::Corrupt(format!(
-                "inode {ino}: extended-attribute block {block}: {why}"
+                "inode {ino}: extended-attribute block {}: {why}",
+                block.0
             ))
         };
-        if self
-            .geo
-            .group_of_block(stitch_format::BlockNo(block))
-            .is_none()
-        {
+        if self.layout.group_of_block(block).is_none() {
             return Err(corrupt("beyond the file system".into()));
         }
-        parse(self.m.read(BlockNo(u64::from(block)))?).map_err(|e| corrupt(e.to_string()))
+        parse(self.m.read(block)?).map_err(|e| corrupt(e.to_string()))
     }
 
     /// Replaces the extended attributes of `ino` with `attrs` (the whole
@@ -83,7 +81,7 @@ impl DiskFs {
         let mut inode: Inode = self.read_inode(ino)?;
         let old = inode.file_acl();
         let mut made = Vec::new();
-        let mut new = 0;
+        let mut new = NO_BLOCK;
         if !attrs.is_empty() {
             let data = xattr::encode_block(attrs, self.bs).ok_or(DiskError::NoSpace(
                 "extended attributes do not fit one block",
@@ -91,24 +89,24 @@ impl DiskFs {
             let (blk, bb) = self
                 .alloc
                 .alloc_block(&mut self.m, self.alloc.inode_group_start(ino))?;
-            let init = self.m.byte(BlockNo(u64::from(blk)), 0, &data, &[], META)?;
+            let init = self.m.byte(blk, 0, &data, &[], META)?;
             made.extend([bb, init]);
             new = blk;
         }
         let sectors = (self.bs / 512) as u32;
-        match (old != 0, new != 0) {
+        match (old != NO_BLOCK, new != NO_BLOCK) {
             (false, true) => inode.core.blocks_lo += sectors,
             (true, false) => inode.core.blocks_lo -= sectors,
             _ => {}
         }
-        inode.core.file_acl_lo = new;
+        inode.set_file_acl(new);
         inode.set_time(TimeField::Change, now);
         let named = self
             .inodes
             .write_clearing_attrs(&mut self.m, ino, &inode, &made)?;
         let mut all = made;
         all.extend(&named);
-        if old != 0 {
+        if old != NO_BLOCK {
             let released = self.release_xattr_block(ino, old, &named)?;
             all.push(released);
         }
@@ -123,7 +121,7 @@ impl DiskFs {
     pub(crate) fn release_xattr_block(
         &mut self,
         ino: InodeNo,
-        block: u32,
+        block: BlockNo,
         cleared: &[PatchId],
     ) -> Result<PatchId> {
         let mut h = self.xattr_block(ino, block, stitch_format::xattr::XattrHeader::parse)?;
@@ -131,8 +129,6 @@ impl DiskFs {
             return self.alloc.free_block(&mut self.m, block, cleared);
         }
         h.refcount -= 1;
-        Ok(self
-            .m
-            .byte(BlockNo(u64::from(block)), 0, &h.to_bytes(), cleared, META)?)
+        Ok(self.m.byte(block, 0, &h.to_bytes(), cleared, META)?)
     }
 }

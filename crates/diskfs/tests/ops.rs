@@ -2,7 +2,7 @@
 //! `e2fsck -fn` and `stitchfs fsck` must find the image clean, and a fresh
 //! mount must read back exactly what was written.
 
-use stitch_diskfs::{Consistency, DiskError, FileType, InodeNo, Pages};
+use stitch_diskfs::{BlockNo, Consistency, DiskError, FileType, InodeNo, Pages};
 use stitch_testkit::JournalSize;
 
 mod common;
@@ -260,11 +260,11 @@ fn data_blocks_stay_contiguous_across_the_indirect_boundary() {
     let root = fs.root();
     let (f, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
     fs.write(f, 0, &pattern(1, 100 * 4096), NOW).unwrap();
-    let blocks: Vec<u32> = (0..100)
+    let blocks: Vec<BlockNo> = (0..100)
         .map(|l| fs.physical_block(f, l).unwrap().unwrap())
         .collect();
     for w in blocks.windows(2) {
-        assert_eq!(w[1], w[0] + 1, "data run broken: {blocks:?}");
+        assert_eq!(w[1], w[0].plus(1), "data run broken: {blocks:?}");
     }
 }
 
@@ -339,8 +339,8 @@ fn reclaiming_leaks_outside_soft_updates_is_refused_untouched() {
     let dev =
         std::sync::Arc::new(stitch_blockdev::MemDevice::from_image(4096, image.clone()).unwrap());
     let leak = Leak::BlocksLeaked {
-        first: 100,
-        last: 100,
+        first: BlockNo(100),
+        last: BlockNo(100),
     };
     for mode in [Consistency::Async, Consistency::Journal(DataMode::Ordered)] {
         let stack = StackOptions {
@@ -538,7 +538,7 @@ fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
         .map(|i| block_of(&mut fs, &[b'a' + i], i))
         .collect();
     for w in files.windows(2) {
-        assert_eq!(w[1].1, w[0].1 + 1, "{files:?}");
+        assert_eq!(w[1].1, w[0].1.plus(1), "{files:?}");
     }
     // a's block is free and durable, b's is freed but not yet durable, and
     // d's is free and durable with c still in use before it.
@@ -549,7 +549,7 @@ fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
     let (big, _) = fs.create(root, b"big", 0o644, 0, 0, NOW).unwrap();
     let data = pattern(9, 8 * 4096);
     fs.write(big, 0, &data, NOW).unwrap();
-    let blocks: Vec<u32> = (0..8)
+    let blocks: Vec<BlockNo> = (0..8)
         .map(|l| fs.physical_block(big, l).unwrap().unwrap())
         .collect();
     let (a, b, c, d, e) = (files[0].1, files[1].1, files[2].1, files[3].1, files[4].1);
@@ -557,9 +557,9 @@ fn a_run_of_new_blocks_stops_at_used_blocks_and_undurable_frees() {
     assert!(!blocks.contains(&b), "b's free is not durable: {blocks:?}");
     assert!(!blocks.contains(&c) && !blocks.contains(&e), "{blocks:?}");
     assert_eq!(blocks[1], d, "the next free block after c: {blocks:?}");
-    assert_eq!(blocks[2], e + 1, "then the run after e: {blocks:?}");
+    assert_eq!(blocks[2], e.plus(1), "then the run after e: {blocks:?}");
     for w in blocks[2..].windows(2) {
-        assert_eq!(w[1], w[0] + 1, "one run after e: {blocks:?}");
+        assert_eq!(w[1], w[0].plus(1), "one run after e: {blocks:?}");
     }
     assert_eq!(fs.read(big, 0, data.len()).unwrap(), data);
     for (i, &(f, _)) in files.iter().enumerate() {

@@ -10,6 +10,8 @@
 //! and end within the struct's size (checked by [`check_layout`] at compile time);
 //! `decode` never reads and `encode_into` never writes outside `0..SIZE`.
 
+use crate::units::{BlockNo, InodeNo};
+
 /// A byte order.
 pub trait Endian {
     fn u16_from(b: [u8; 2]) -> u16;
@@ -145,6 +147,40 @@ impl<const N: usize> Field for [u32; N] {
             v.put::<E>(&mut b[4 * i..]);
         }
     }
+}
+
+/// ext2 keeps a block number in 32 bits (`64bit` is refused). It is
+/// widened at decode and narrowed here at encode, and nowhere else.
+impl Field for BlockNo {
+    const SIZE: usize = 4;
+    fn get<E: Endian>(b: &[u8]) -> Self {
+        BlockNo::from(u32::get::<E>(b))
+    }
+    fn put<E: Endian>(&self, b: &mut [u8]) {
+        ondisk_block(*self).put::<E>(b);
+    }
+}
+
+/// An inode number is 32 bits on disk and in memory alike.
+impl Field for InodeNo {
+    const SIZE: usize = 4;
+    fn get<E: Endian>(b: &[u8]) -> Self {
+        InodeNo(u32::get::<E>(b))
+    }
+    fn put<E: Endian>(&self, b: &mut [u8]) {
+        self.0.put::<E>(b);
+    }
+}
+
+/// The 32 bits ext2 keeps of block number `b`: the one narrowing of a
+/// block number to its on-disk form. Every block number written into an
+/// ext2 structure names a block of that file system: one decoded from it,
+/// or one allocated or laid out below `s_blocks_count`, itself a 32-bit
+/// field. So it fits; a number that does not is a bug above, which debug
+/// builds stop on.
+pub fn ondisk_block(b: BlockNo) -> u32 {
+    debug_assert!(b.to_u32().is_some(), "{b} is past ext2's 32 bits");
+    b.0 as u32
 }
 
 /// Reads one integer at `off` of `buf`, or `None` if it does not fit. For the

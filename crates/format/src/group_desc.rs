@@ -8,16 +8,17 @@
 
 use crate::codec::{ondisk, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
-use crate::geometry::Geometry;
+use crate::layout::Layout;
 use crate::units::{BlockNo, GroupNo};
+use std::ops::Range;
 
 ondisk! {
     /// One group descriptor (`struct ext2_group_desc`).
     pub struct GroupDesc: Le, size = 32;
     {
-        0x00 block_bitmap: u32,
-        0x04 inode_bitmap: u32,
-        0x08 inode_table: u32,
+        0x00 block_bitmap: BlockNo,
+        0x04 inode_bitmap: BlockNo,
+        0x08 inode_table: BlockNo,
         0x0C free_blocks_count: u16,
         0x0E free_inodes_count: u16,
         0x10 used_dirs_count: u16,
@@ -31,7 +32,7 @@ ondisk! {
 }
 
 impl GroupDesc {
-    /// Checks this descriptor of group `g` against the geometry, as the
+    /// Checks this descriptor of group `g` against the layout, as the
     /// kernel's `ext4_check_descriptors` and e2fsck's `ext2fs_check_desc`
     /// do without `flex_bg` (which is refused): the block bitmap, inode
     /// bitmap and inode table lie inside the file system and inside their
@@ -40,63 +41,63 @@ impl GroupDesc {
     /// message names the group, the structure and the block, as e2fsck
     /// would ("group 3's inode table at block 70000 lies outside the file
     /// system").
-    pub fn validate(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
+    pub fn validate(&self, layout: &Layout, g: GroupNo) -> Result<()> {
         let s = Structure::GroupDescriptor;
-        let l = geo.layout(g, self);
+        let l = layout.group_layout(g, self);
         let copy = l
             .super_copy
             .as_ref()
             .map_or(l.blocks.start..l.blocks.start, |c| {
-                c.superblock.0..c.reserved_gdt.end
+                c.superblock..c.reserved_gdt.end
             });
         ensure(copy.end <= l.blocks.end, s, || {
             format!(
                 "{g}'s superblock copy and descriptor tables ({}) run past the group's end \
                  (block {})",
                 span(&copy),
-                l.blocks.end.saturating_sub(1)
+                l.blocks.end.0.saturating_sub(1)
             )
         })?;
-        let itb = geo.inode_table_blocks();
+        let itb = layout.inode_table_blocks();
         let parts = [
             ("block bitmap", self.block_bitmap, 1),
             ("inode bitmap", self.inode_bitmap, 1),
             ("inode table", self.inode_table, itb),
         ];
         for (i, &(what, start, len)) in parts.iter().enumerate() {
-            let at = u64::from(start)..u64::from(start) + u64::from(len);
-            let place = |problem: String| format!("{g}'s {what} at block {start} {problem}");
-            let fs = u64::from(geo.first_data_block)..u64::from(geo.blocks_count);
+            let at = start..start.plus(u64::from(len));
+            let place = |problem: String| format!("{g}'s {what} at {start} {problem}");
+            let fs = BlockNo::from(layout.first_data_block)..layout.end();
             ensure(within(&at, &fs), s, || {
                 place(format!("lies outside the file system ({})", span(&fs)))
             })?;
-            let group = wide(&l.blocks);
-            ensure(within(&at, &group), s, || {
-                place(format!("lies outside its group ({})", span(&group)))
+            let group = &l.blocks;
+            ensure(within(&at, group), s, || {
+                place(format!("lies outside its group ({})", span(group)))
             })?;
-            ensure(!overlaps(&at, &wide(&copy)), s, || {
+            ensure(!overlaps(&at, &copy), s, || {
                 place(format!(
                     "lies on the group's superblock copy or descriptor tables ({})",
                     span(&copy)
                 ))
             })?;
             for &(other, o_start, o_len) in &parts[..i] {
-                let o = u64::from(o_start)..u64::from(o_start) + u64::from(o_len);
+                let o = o_start..o_start.plus(u64::from(o_len));
                 ensure(!overlaps(&at, &o), s, || {
                     place(format!("lies on its {other} ({})", span(&o)))
                 })?;
             }
         }
-        self.validate_counts(geo, g)
+        self.validate_counts(layout, g)
     }
 
     /// Free and directory counts within the group's size.
-    fn validate_counts(&self, geo: &Geometry, g: GroupNo) -> Result<()> {
+    fn validate_counts(&self, layout: &Layout, g: GroupNo) -> Result<()> {
         let s = Structure::GroupDescriptor;
         let too_many = |what: &str, count: u16, total: u32| {
             format!("{g}'s free {what} count {count} is above the {total} it has")
         };
-        let (blocks, inodes) = (geo.blocks_in_group(g), geo.inodes_per_group);
+        let (blocks, inodes) = (layout.blocks_in_group(g), layout.inodes_per_group);
         ensure(u32::from(self.free_blocks_count) <= blocks, s, || {
             too_many("block", self.free_blocks_count, blocks)
         })?;
@@ -110,15 +111,11 @@ impl GroupDesc {
             )
         })
     }
-
-    pub fn inode_table_block(&self) -> BlockNo {
-        BlockNo(self.inode_table)
-    }
 }
 
 /// A block range as `blocks a-b` (inclusive), or `block a`.
-fn span<T: Into<u64> + Copy>(r: &std::ops::Range<T>) -> String {
-    let (a, b) = (r.start.into(), r.end.into());
+fn span(r: &Range<BlockNo>) -> String {
+    let (a, b) = (r.start.0, r.end.0);
     match b.saturating_sub(a) {
         0 => format!("no blocks, at {a}"),
         1 => format!("block {a}"),
@@ -126,15 +123,11 @@ fn span<T: Into<u64> + Copy>(r: &std::ops::Range<T>) -> String {
     }
 }
 
-fn wide(r: &std::ops::Range<u32>) -> std::ops::Range<u64> {
-    u64::from(r.start)..u64::from(r.end)
-}
-
-fn within(inner: &std::ops::Range<u64>, outer: &std::ops::Range<u64>) -> bool {
+fn within(inner: &Range<BlockNo>, outer: &Range<BlockNo>) -> bool {
     inner.start >= outer.start && inner.end <= outer.end
 }
 
-fn overlaps(a: &std::ops::Range<u64>, b: &std::ops::Range<u64>) -> bool {
+fn overlaps(a: &Range<BlockNo>, b: &Range<BlockNo>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
@@ -149,8 +142,8 @@ pub fn free_totals(descs: &[GroupDesc]) -> (u32, u32) {
 
 /// Decodes and validates the whole descriptor table from the concatenated GDT
 /// blocks (`buf.len() >= group_count * 32`).
-pub fn decode_table(buf: &[u8], geo: &Geometry) -> Result<Vec<GroupDesc>> {
-    let n = geo.group_count as usize;
+pub fn decode_table(buf: &[u8], layout: &Layout) -> Result<Vec<GroupDesc>> {
+    let n = layout.group_count as usize;
     ensure(
         buf.len() / GroupDesc::SIZE >= n,
         Structure::GroupDescriptor,
@@ -167,16 +160,16 @@ pub fn decode_table(buf: &[u8], geo: &Geometry) -> Result<Vec<GroupDesc>> {
             let gd = GroupDesc::decode_raw(&buf[off..]).ok_or_else(|| {
                 FormatError::corrupt_at(Structure::GroupDescriptor, off, "truncated")
             })?;
-            gd.validate(geo, GroupNo(i as u32))?;
+            gd.validate(layout, GroupNo(i as u32))?;
             Ok(gd)
         })
         .collect()
 }
 
-/// Encodes the table into whole GDT blocks (`geo.gdt_blocks()` of them),
+/// Encodes the table into whole GDT blocks (`layout.gdt_blocks()` of them),
 /// zero past the last descriptor as mke2fs leaves it.
-pub fn encode_table(descs: &[GroupDesc], geo: &Geometry) -> Vec<u8> {
-    let mut out = vec![0u8; geo.gdt_blocks() as usize * geo.block_size.usize()];
+pub fn encode_table(descs: &[GroupDesc], layout: &Layout) -> Vec<u8> {
+    let mut out = vec![0u8; layout.gdt_blocks() as usize * layout.block_size.usize()];
     for (i, gd) in descs.iter().enumerate() {
         gd.encode_into(&mut out[i * GroupDesc::SIZE..]);
     }
@@ -189,8 +182,8 @@ mod tests {
     use crate::units::BlockSize;
 
     /// Four full groups of 4 KiB blocks, 16 inode-table blocks each.
-    fn geo() -> Geometry {
-        Geometry {
+    fn layout() -> Layout {
+        Layout {
             block_size: BlockSize::DEFAULT,
             blocks_count: 4 * 32768,
             first_data_block: 0,
@@ -204,23 +197,23 @@ mod tests {
     }
 
     fn standard(g: u32) -> GroupDesc {
-        let l = geo().standard_layout(GroupNo(g));
+        let l = layout().standard_group_layout(GroupNo(g));
         GroupDesc {
-            block_bitmap: l.block_bitmap.0,
-            inode_bitmap: l.inode_bitmap.0,
+            block_bitmap: l.block_bitmap,
+            inode_bitmap: l.inode_bitmap,
             inode_table: l.inode_table.start,
             ..GroupDesc::default()
         }
     }
 
     fn why(gd: &GroupDesc, g: u32) -> String {
-        gd.validate(&geo(), GroupNo(g)).unwrap_err().to_string()
+        gd.validate(&layout(), GroupNo(g)).unwrap_err().to_string()
     }
 
     #[test]
     fn the_standard_layout_passes() {
         for g in 0..4 {
-            standard(g).validate(&geo(), GroupNo(g)).unwrap();
+            standard(g).validate(&layout(), GroupNo(g)).unwrap();
         }
     }
 
@@ -237,7 +230,7 @@ mod tests {
         );
         assert!(why(&zero, 2).contains("group 2's block bitmap at block 0 lies outside its group"));
         let far = GroupDesc {
-            inode_table: 200_000,
+            inode_table: BlockNo(200_000),
             ..standard(3)
         };
         assert!(
@@ -246,12 +239,12 @@ mod tests {
             why(&far, 3)
         );
         let tail = GroupDesc {
-            inode_table: 4 * 32768 - 8,
+            inode_table: BlockNo(4 * 32768 - 8),
             ..standard(3)
         };
         assert!(why(&tail, 3).contains("inode table at block 131064 lies outside the file system"));
         let on_table = GroupDesc {
-            inode_bitmap: standard(2).inode_table + 3,
+            inode_bitmap: standard(2).inode_table.plus(3),
             ..standard(2)
         };
         assert!(

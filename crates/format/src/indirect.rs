@@ -6,10 +6,10 @@
 //! can address, and [`check_pointers`] accepts an indirect block only if each
 //! non-zero pointer lies in the file system's data area.
 
-use crate::codec::{read, write, Le};
+use crate::codec::{read, write, Field, Le};
 use crate::error::{FormatError, Result, Structure};
-use crate::geometry::Geometry;
-use crate::units::BlockNo;
+use crate::layout::Layout;
+use crate::units::{BlockNo, NO_BLOCK};
 
 /// Direct pointers in `i_block`.
 pub const N_DIRECT: u64 = 12;
@@ -78,33 +78,32 @@ pub fn map_path(logical: u64, block_len: usize) -> Result<MapPath> {
     ))
 }
 
-/// Pointer `index` of an indirect block (0 = hole), `None` past the block.
-pub fn pointer(block: &[u8], index: u32) -> Option<u32> {
-    read::<u32, Le>(block, index as usize * 4)
+/// Pointer `index` of an indirect block ([`NO_BLOCK`] = hole), `None`
+/// past the block.
+pub fn pointer(block: &[u8], index: u32) -> Option<BlockNo> {
+    read::<BlockNo, Le>(block, index as usize * 4)
 }
 
 /// Sets pointer `index`; `false` past the block.
 pub fn set_pointer(block: &mut [u8], index: u32, value: BlockNo) -> bool {
-    write::<u32, Le>(block, index as usize * 4, value.0)
+    write::<BlockNo, Le>(block, index as usize * 4, value)
 }
 
 /// All pointers of an indirect block, in order.
-pub fn pointers(block: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    block
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+pub fn pointers(block: &[u8]) -> impl Iterator<Item = BlockNo> + '_ {
+    block.chunks_exact(4).map(BlockNo::get::<Le>)
 }
 
 /// Checks that every non-zero pointer is inside the data area.
-pub fn check_pointers(block: &[u8], geo: &Geometry) -> Result<()> {
+pub fn check_pointers(block: &[u8], layout: &Layout) -> Result<()> {
     for (i, p) in pointers(block).enumerate() {
-        if p != 0 && (p < geo.first_data_block || p >= geo.blocks_count) {
+        if p != NO_BLOCK && !layout.in_data_area(p) {
             return Err(FormatError::corrupt_at(
                 Structure::IndirectBlock,
                 i * 4,
                 format!(
-                    "pointer {i} = {p} outside the file system ({} blocks)",
-                    geo.blocks_count
+                    "pointer {i} = {} outside the file system ({} blocks)",
+                    p.0, layout.blocks_count
                 ),
             ));
         }

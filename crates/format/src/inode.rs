@@ -15,16 +15,17 @@
 //! and is a multiple of 4 (what e2fsck requires); `extra` fields it does not
 //! cover read as zero.
 
-use crate::codec::{offset_of, ondisk, Le};
+use crate::codec::{offset_of, ondisk, ondisk_block, Le};
 use crate::error::{ensure, FormatError, Result, Structure};
 use crate::superblock::GOOD_OLD_INODE_SIZE;
 use crate::time::{TimeRange, Timestamp};
+use crate::units::BlockNo;
 pub use crate::units::InodeNo;
 
 /// The bad-blocks inode.
 pub const BAD_INO: InodeNo = InodeNo(1);
 /// The root directory.
-pub const ROOT_INO: InodeNo = InodeNo(2);
+pub const ROOT_INO: InodeNo = InodeNo::ROOT;
 /// The `resize_inode` feature's reserved-GDT inode.
 pub const RESIZE_INO: InodeNo = InodeNo(7);
 /// The journal (ext3).
@@ -424,9 +425,32 @@ impl Inode {
         self.core.blocks_lo
     }
 
-    /// Extended attribute block, 0 if none.
-    pub fn file_acl(&self) -> u32 {
-        self.core.file_acl_lo
+    /// Extended attribute block, [`NO_BLOCK`](crate::units::NO_BLOCK) if none.
+    pub fn file_acl(&self) -> BlockNo {
+        BlockNo::from(self.core.file_acl_lo)
+    }
+
+    /// Names `block` as the extended attribute block ([`NO_BLOCK`](crate::units::NO_BLOCK): none).
+    pub fn set_file_acl(&mut self, block: BlockNo) {
+        self.core.file_acl_lo = ondisk_block(block);
+    }
+
+    /// Block pointer `slot` of `i_block` ([`NO_BLOCK`](crate::units::NO_BLOCK) = hole): the
+    /// twelve direct blocks, then the single, double and triple indirect
+    /// ones, in an inode that maps blocks (not a device or a fast symlink,
+    /// which keep other things there).
+    pub fn block_ptr(&self, slot: usize) -> BlockNo {
+        BlockNo::from(self.core.block[slot])
+    }
+
+    /// Sets block pointer `slot` of `i_block`.
+    pub fn set_block_ptr(&mut self, slot: usize, block: BlockNo) {
+        self.core.block[slot] = ondisk_block(block);
+    }
+
+    /// Every block pointer of `i_block`, in slot order.
+    pub fn block_ptrs(&self) -> impl Iterator<Item = BlockNo> + '_ {
+        self.core.block.iter().map(|&b| BlockNo::from(b))
     }
 
     pub fn uid(&self) -> u32 {

@@ -3,11 +3,11 @@
 //!
 //! The primary copy lives at byte [`SUPERBLOCK_OFFSET`] of the device whatever
 //! the block size; backups start at the first byte of their group's first block
-//! (see [`crate::geometry`]).
+//! (see [`crate::layout`]).
 //!
 //! Invariant: a [`Superblock`] returned by [`Superblock::decode`] has passed
-//! [`Superblock::validate`]: its geometry is self-consistent and every
-//! incompat/ro_compat flag is supported, so [`crate::geometry::Geometry`] can
+//! [`Superblock::validate`]: its layout is self-consistent and every
+//! incompat/ro_compat flag is supported, so [`crate::layout::Layout`] can
 //! be built from it without further checks.
 
 use crate::codec::{ondisk, Le};
@@ -221,7 +221,7 @@ impl Superblock {
         self.features().has_ro_compat(ro_compat::SPARSE_SUPER)
     }
 
-    /// Checks every value the geometry depends on. Feature flags are
+    /// Checks every value the layout depends on. Feature flags are
     /// checked separately by [`Features::check_supported`].
     pub fn validate(&self) -> Result<()> {
         let s = Structure::Superblock;

@@ -1,18 +1,20 @@
 //! Newtypes for the identifiers and units of an ext2 file system.
 //!
-//! ext2 block and inode numbers are 32-bit on disk (the `64bit` feature is
-//! refused), so both wrap `u32`; conversions to wider types are lossless and
-//! conversions from wider types are checked by the caller.
+//! Block and inode numbers come from `stitch-units`, the one definition
+//! every layer shares. A block number is 64 bits there (a device's) and 32
+//! in ext2's structures (the `64bit` feature is refused), converted as
+//! they are decoded and encoded: in [`codec`](crate::codec) for ext2's
+//! fields, in [`jbd2`](crate::jbd2) for tags and revoke records, which may
+//! hold 64. An inode number is 32 bits in both.
 
 use std::fmt;
 
-/// A file-system block number (in units of the file system's block size).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct BlockNo(pub u32);
+pub use stitch_units::{BlockNo, InodeNo};
 
-/// An inode number; 0 means "none", the first inode is 1.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct InodeNo(pub u32);
+/// What a block pointer that points nowhere holds: a hole in a block map,
+/// no attribute block. Block 0 holds the boot sector (and, with blocks
+/// over 1 KiB, the superblock), so no pointer names it.
+pub const NO_BLOCK: BlockNo = BlockNo(0);
 
 /// A block group number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -56,27 +58,9 @@ impl BlockSize {
     }
 }
 
-impl fmt::Display for BlockNo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "block {}", self.0)
-    }
-}
-
-impl fmt::Display for InodeNo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "inode {}", self.0)
-    }
-}
-
 impl fmt::Display for GroupNo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "group {}", self.0)
-    }
-}
-
-impl From<BlockNo> for u64 {
-    fn from(b: BlockNo) -> u64 {
-        u64::from(b.0)
     }
 }
 

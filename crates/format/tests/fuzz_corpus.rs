@@ -5,7 +5,7 @@
 use std::path::Path;
 use stitch_format::jbd2::blocks::decode_descriptor;
 use stitch_format::jbd2::{CommitBlock, JournalSuperblock, RevokeBlock, TagFormat};
-use stitch_format::{dir, Inode, Superblock};
+use stitch_format::{dir, Inode, JournalBlockNo, Superblock};
 
 #[path = "../../../fuzz/common/jbd2_journal.rs"]
 mod jbd2_journal;
@@ -70,7 +70,8 @@ fn jbd2_recovery_corpus_recovers_without_panic_and_seeds_replay() {
         }
         seeds += 1;
         let (jsb, blocks, _) = jbd2_journal::journal(&std::fs::read(&path).unwrap());
-        let read = |n| Ok::<_, ()>(blocks.get(&n).cloned().unwrap_or(vec![0; 1024]));
+        let read =
+            |n: JournalBlockNo| Ok::<_, ()>(blocks.get(&n.0).cloned().unwrap_or(vec![0; 1024]));
         let r = stitch_format::jbd2::recover(&jsb, read).unwrap();
         assert!(
             r.transactions > 0 && !r.blocks.is_empty(),

@@ -10,7 +10,7 @@ use std::process::Command;
 use stitch_format::indirect::pointer;
 use stitch_format::jbd2::blocks::decode_descriptor;
 use stitch_format::jbd2::{BlockHeader, BlockType, CommitBlock, JournalSuperblock};
-use stitch_format::Superblock;
+use stitch_format::{BlockNo, Superblock};
 use stitch_testkit::{mke2fs, scratch};
 
 #[test]
@@ -43,9 +43,9 @@ fn kernel_written_log_decodes() {
     let sb = Superblock::decode(&read_at(&path, 1024, 1024)).unwrap();
     // A 1024-block journal needs the direct and the single indirect level;
     // `s_jnl_blocks` backs up the journal inode's i_block.
-    let ind = block(&path, 4096, sb.jnl_blocks[12]);
+    let ind = block(&path, 4096, BlockNo::from(sb.jnl_blocks[12]));
     let phys = |j: u32| match j {
-        0..=11 => sb.jnl_blocks[j as usize],
+        0..=11 => BlockNo::from(sb.jnl_blocks[j as usize]),
         _ => pointer(&ind, j - 12).unwrap(),
     };
     let jsb = JournalSuperblock::decode(&block(&path, 4096, phys(0)), 4096, 1024).unwrap();
@@ -59,7 +59,7 @@ fn kernel_written_log_decodes() {
                 assert_eq!(s, seq);
                 assert!(tags
                     .iter()
-                    .all(|t| t.blocknr < u64::from(sb.blocks_count())));
+                    .all(|t| t.blocknr < BlockNo::from(sb.blocks_count())));
                 descriptors += 1;
             }
             Some((BlockType::Commit, seq)) => {

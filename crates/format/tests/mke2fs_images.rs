@@ -10,12 +10,12 @@ use stitch_format::error::FormatError;
 use stitch_format::group_desc::{decode_table, encode_table};
 use stitch_format::indirect::{map_path, pointer};
 use stitch_format::inode::{JOURNAL_INO, ROOT_INO};
-use stitch_format::{BlockNo, FileType, Geometry, GroupNo, Inode, InodeNo, Superblock};
+use stitch_format::{BlockNo, FileType, GroupNo, Inode, InodeNo, Layout, Superblock, NO_BLOCK};
 use stitch_testkit::{mke2fs, scratch};
 
 struct Image {
     sb: Superblock,
-    geo: Geometry,
+    layout: Layout,
     gds: Vec<stitch_format::GroupDesc>,
 }
 
@@ -23,32 +23,32 @@ fn open(path: &Path) -> Image {
     let raw = read_at(path, 1024, 1024);
     let sb = Superblock::decode(&raw).unwrap();
     assert_eq!(sb.to_bytes(), raw, "superblock re-encodes byte for byte");
-    let geo = Geometry::from_superblock(&sb).unwrap();
-    let bs = geo.block_size.usize();
-    let gdt_start = geo.super_copy(GroupNo(0)).unwrap().gdt.start;
+    let layout = Layout::from_superblock(&sb).unwrap();
+    let bs = layout.block_size.usize();
+    let gdt_start = layout.super_copy(GroupNo(0)).unwrap().gdt.start;
     let table = read_at(
         path,
-        u64::from(gdt_start) * bs as u64,
-        geo.gdt_blocks() as usize * bs,
+        gdt_start.0 * bs as u64,
+        layout.gdt_blocks() as usize * bs,
     );
-    let gds = decode_table(&table, &geo).unwrap();
+    let gds = decode_table(&table, &layout).unwrap();
     assert_eq!(
-        encode_table(&gds, &geo),
+        encode_table(&gds, &layout),
         table,
         "GDT re-encodes byte for byte"
     );
-    Image { sb, geo, gds }
+    Image { sb, layout, gds }
 }
 
 fn read_inode(path: &Path, img: &Image, ino: InodeNo) -> Inode {
-    let (g, _) = img.geo.inode_group(ino).unwrap();
+    let (g, _) = img.layout.inode_group(ino).unwrap();
     let loc = img
-        .geo
-        .inode_location(ino, BlockNo(img.gds[g.0 as usize].inode_table))
+        .layout
+        .inode_location(ino, img.gds[g.0 as usize].inode_table)
         .unwrap();
-    let bs = img.geo.block_size.usize();
-    let blk = block(path, bs, loc.block.0);
-    let slot = &blk[loc.offset..loc.offset + usize::from(img.geo.inode_size)];
+    let bs = img.layout.block_size.usize();
+    let blk = block(path, bs, loc.block);
+    let slot = &blk[loc.offset..loc.offset + usize::from(img.layout.inode_size)];
     let inode = Inode::decode(slot).unwrap();
     let mut again = slot.to_vec();
     inode.encode_into(&mut again);
@@ -56,13 +56,13 @@ fn read_inode(path: &Path, img: &Image, ino: InodeNo) -> Inode {
     inode
 }
 
-/// Physical block of logical block `n` of an inode (0 for a hole).
-fn bmap(path: &Path, bs: usize, inode: &Inode, n: u64) -> u32 {
+/// Physical block of logical block `n` of an inode (`NO_BLOCK` for a hole).
+fn bmap(path: &Path, bs: usize, inode: &Inode, n: u64) -> BlockNo {
     let p = map_path(n, bs).unwrap();
-    let mut b = inode.core.block[p.slot];
+    let mut b = inode.block_ptr(p.slot);
     for &i in p.levels() {
-        if b == 0 {
-            return 0;
+        if b == NO_BLOCK {
+            return NO_BLOCK;
         }
         b = pointer(&block(path, bs, b), i).unwrap();
     }
@@ -72,7 +72,7 @@ fn bmap(path: &Path, bs: usize, inode: &Inode, n: u64) -> u32 {
 fn root_names(path: &Path, img: &Image) -> Vec<(String, u32, Option<FileType>)> {
     let root = read_inode(path, img, ROOT_INO);
     assert!(root.is_dir());
-    let bs = img.geo.block_size.usize();
+    let bs = img.layout.block_size.usize();
     let blk = block(path, bs, bmap(path, bs, &root, 0));
     dir::entries(&blk)
         .map(|e| e.unwrap())
@@ -88,10 +88,14 @@ fn root_names(path: &Path, img: &Image) -> Vec<(String, u32, Option<FileType>)> 
 }
 
 fn check_layouts(img: &Image) {
-    for g in 0..img.geo.group_count {
-        let layout = img.geo.layout(GroupNo(g), &img.gds[g as usize]);
+    for g in 0..img.layout.group_count {
+        let group = img.layout.group_layout(GroupNo(g), &img.gds[g as usize]);
         // Without flex_bg mke2fs puts the bitmaps right after the copy.
-        assert_eq!(layout, img.geo.standard_layout(GroupNo(g)), "group {g}");
+        assert_eq!(
+            group,
+            img.layout.standard_group_layout(GroupNo(g)),
+            "group {g}"
+        );
     }
 }
 
@@ -101,7 +105,7 @@ fn ext2_4k_with_resize_inode_and_dir_index() {
     let path = dir.path().join("a.img");
     mke2fs(&path, 300 << 20, &["-t", "ext2", "-b", "4096", "-I", "256"]);
     let img = open(&path);
-    assert_eq!(img.geo.group_count, 3);
+    assert_eq!(img.layout.group_count, 3);
     assert!(img.sb.reserved_gdt_blocks > 0);
     check_layouts(&img);
     let names = root_names(&path, &img);
@@ -141,7 +145,7 @@ fn ext3_journal_inode_maps_its_blocks() {
     assert_eq!(&img.sb.jnl_blocks[..15], &j.core.block[..]);
     assert_eq!(img.sb.jnl_blocks[16], j.core.size_lo);
     let last = bmap(&path, 4096, &j, 4095);
-    assert!(last != 0 && last < img.geo.blocks_count);
+    assert!(last != NO_BLOCK && last < img.layout.end());
     check_layouts(&img);
 }
 
@@ -152,7 +156,7 @@ fn small_block_sizes_are_read() {
         let path = dir.path().join(format!("b{bs}.img"));
         mke2fs(&path, 40 << 20, &["-t", "ext3", "-b", bs, "-I", "128"]);
         let img = open(&path);
-        assert_eq!(img.geo.block_size.bytes().to_string(), bs);
+        assert_eq!(img.layout.block_size.bytes().to_string(), bs);
         assert_eq!(img.sb.first_data_block, u32::from(bs == "1024"));
         check_layouts(&img);
         let names = root_names(&path, &img);

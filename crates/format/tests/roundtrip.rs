@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use stitch_format::dir;
 use stitch_format::group_desc::decode_table;
 use stitch_format::inode::InodeExtra;
-use stitch_format::{FileType, Geometry, GroupDesc, Inode, InodeCore, InodeNo, Superblock};
+use stitch_format::{FileType, GroupDesc, Inode, InodeCore, InodeNo, Layout, Superblock};
 
-fn geo() -> Geometry {
-    Geometry {
+fn layout() -> Layout {
+    Layout {
         block_size: stitch_format::BlockSize::DEFAULT,
         blocks_count: 100_000,
         first_data_block: 0,
@@ -30,7 +30,7 @@ proptest! {
         prop_assert_eq!(sb.to_bytes(), bytes.clone());
         // Validation may refuse, but must not panic.
         let _ = Superblock::decode(&bytes);
-        let _ = Geometry::from_superblock(&sb);
+        let _ = Layout::from_superblock(&sb);
     }
 
     #[test]
@@ -52,10 +52,10 @@ proptest! {
     fn decoders_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..4200)) {
         let _ = Superblock::decode(&bytes);
         let _ = Inode::decode(&bytes);
-        let _ = decode_table(&bytes, &geo());
+        let _ = decode_table(&bytes, &layout());
         let _ = dir::check_block(&bytes);
         let _ = dir::entries(&bytes).count();
-        let _ = stitch_format::indirect::check_pointers(&bytes, &geo());
+        let _ = stitch_format::indirect::check_pointers(&bytes, &layout());
     }
 
     #[test]

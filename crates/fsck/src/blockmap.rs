@@ -18,9 +18,11 @@ use crate::image::Image;
 use crate::state::{DirBlock, State, BAD};
 use crate::Phase;
 use std::collections::HashMap;
+use stitch_format::codec::ondisk_block;
 use stitch_format::indirect::{self, IND_SLOT, N_DIRECT};
 use stitch_format::inode::{FileType, Inode, RESIZE_INO};
 use stitch_format::symlink;
+use stitch_format::NO_BLOCK;
 
 /// What one inode's map adds up to so far.
 #[derive(Clone, Debug)]
@@ -74,7 +76,7 @@ pub struct Walk {
 fn has_block_map(inode: &Inode) -> bool {
     match inode.file_type() {
         Some(FileType::Directory | FileType::Regular) => true,
-        Some(FileType::Symlink) if inode.file_acl() == 0 => inode.core.blocks_lo != 0,
+        Some(FileType::Symlink) if inode.file_acl() == NO_BLOCK => inode.core.blocks_lo != 0,
         Some(FileType::Symlink) => {
             let size = inode.size();
             size >= symlink::FAST_MAX as u64 || (size > 4 && inode.core.block[1] == 0)
@@ -101,7 +103,7 @@ impl Walk {
     }
 
     fn ext_attr(&mut self, fs: &Fs, st: &mut State, acc: &mut Acc, inode: &Inode) {
-        let b = inode.file_acl();
+        let b = ondisk_block(inode.file_acl());
         if b == 0 {
             return;
         }
@@ -206,7 +208,7 @@ impl Walk {
             return;
         };
         let span = indirect::ptrs_per_block(fs.bs()).pow(t.depth - 1);
-        for (j, b) in indirect::pointers(buf).enumerate() {
+        for (j, b) in indirect::pointers(buf).map(ondisk_block).enumerate() {
             if b == 0 {
                 continue;
             }

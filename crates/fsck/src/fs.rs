@@ -9,14 +9,16 @@ use crate::error::FsckError;
 use crate::finding::{FindingKind, Owner};
 use crate::image::Image;
 use crate::state::State;
+use std::ops::Range;
+use stitch_format::codec::ondisk_block;
 use stitch_format::features::{compat, incompat};
 use stitch_format::group_desc::GroupDesc;
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
-use stitch_format::{FormatError, Geometry, GroupNo, Superblock};
+use stitch_format::{BlockNo, FormatError, GroupNo, Layout, Superblock};
 
 pub struct Fs {
     pub sb: Superblock,
-    pub geo: Geometry,
+    pub layout: Layout,
     pub groups: Vec<GroupDesc>,
     pub valid: Vec<bool>,
     pub first_ino: u32,
@@ -27,15 +29,15 @@ pub struct Fs {
 
 impl Fs {
     pub fn bs(&self) -> usize {
-        self.geo.block_size.usize()
+        self.layout.block_size.usize()
     }
 
     pub fn in_range(&self, b: u32) -> bool {
-        b >= self.geo.first_data_block && b < self.geo.blocks_count
+        b >= self.layout.first_data_block && b < self.layout.blocks_count
     }
 
     pub fn inodes_count(&self) -> u32 {
-        self.geo.inodes_count()
+        self.layout.inodes_count()
     }
 }
 
@@ -43,15 +45,16 @@ impl Fs {
 /// descriptors as findings, fails only if nothing usable is found.
 pub fn load(img: &mut Image, st_findings: &mut Vec<FindingKind>) -> Result<Fs, FsckError> {
     let (sb, sb_block) = read_superblock(img, st_findings)?;
-    let geo = Geometry::from_superblock(&sb).map_err(|e| FsckError::NoSuperblock { primary: e })?;
-    img.set_block_size(geo.block_size.usize());
-    let gdt = img.read_blocks(sb_block + 1, geo.gdt_blocks() as usize)?;
-    let mut groups = Vec::with_capacity(geo.group_count as usize);
-    let mut valid = Vec::with_capacity(geo.group_count as usize);
-    for g in 0..geo.group_count {
+    let layout =
+        Layout::from_superblock(&sb).map_err(|e| FsckError::NoSuperblock { primary: e })?;
+    img.set_block_size(layout.block_size.usize());
+    let gdt = img.read_blocks(sb_block + 1, layout.gdt_blocks() as usize)?;
+    let mut groups = Vec::with_capacity(layout.group_count as usize);
+    let mut valid = Vec::with_capacity(layout.group_count as usize);
+    for g in 0..layout.group_count {
         let off = g as usize * GroupDesc::SIZE;
         let gd = GroupDesc::decode_raw(&gdt[off..]).unwrap_or_default();
-        let problem = check_desc(&geo, g, &gd);
+        let problem = check_desc(&layout, g, &gd);
         if let Some(reason) = &problem {
             st_findings.push(FindingKind::GroupDescriptorCorrupt {
                 group: g,
@@ -68,7 +71,7 @@ pub fn load(img: &mut Image, st_findings: &mut Vec<FindingKind>) -> Result<Fs, F
         ext_attr: f.has_compat(compat::EXT_ATTR),
         resize_inode: f.has_compat(compat::RESIZE_INODE),
         sb,
-        geo,
+        layout,
         groups,
         valid,
     })
@@ -111,26 +114,31 @@ fn read_superblock(
 /// e2fsck's pass-0 descriptor checks (`ext2fs_check_desc`): bitmaps and
 /// table inside their group (no flex_bg), clear of the superblock copy and
 /// of each other, counts within the group's size.
-fn check_desc(geo: &Geometry, g: u32, gd: &GroupDesc) -> Option<String> {
-    gd.validate(geo, GroupNo(g)).err().map(|e| e.to_string())
+fn check_desc(layout: &Layout, g: u32, gd: &GroupDesc) -> Option<String> {
+    gd.validate(layout, GroupNo(g)).err().map(|e| e.to_string())
+}
+
+/// The blocks of `r` as the checker numbers them: 32 bits, as on disk
+/// (`r` lies in the file system, below `s_blocks_count`).
+pub fn raw(r: Range<BlockNo>) -> Range<u32> {
+    ondisk_block(r.start)..ondisk_block(r.end)
 }
 
 /// Claims every block that holds file-system metadata.
 pub fn claim_metadata(fs: &Fs, st: &mut State) {
-    for g in 0..fs.geo.group_count {
-        if let Some(copy) = fs.geo.super_copy(GroupNo(g)) {
-            st.claim(copy.superblock.0, Owner::Metadata);
-            for b in copy.gdt.start..copy.reserved_gdt.end {
+    for g in 0..fs.layout.group_count {
+        if let Some(copy) = fs.layout.super_copy(GroupNo(g)) {
+            for b in raw(copy.superblock..copy.reserved_gdt.end) {
                 st.claim(b, Owner::Metadata);
             }
         }
         if !fs.valid[g as usize] {
             continue;
         }
-        let l = fs.geo.layout(GroupNo(g), &fs.groups[g as usize]);
-        st.claim(l.block_bitmap.0, Owner::Metadata);
-        st.claim(l.inode_bitmap.0, Owner::Metadata);
-        for b in l.inode_table {
+        let l = fs.layout.group_layout(GroupNo(g), &fs.groups[g as usize]);
+        st.claim(ondisk_block(l.block_bitmap), Owner::Metadata);
+        st.claim(ondisk_block(l.inode_bitmap), Owner::Metadata);
+        for b in raw(l.inode_table) {
             st.claim(b, Owner::Metadata);
         }
     }

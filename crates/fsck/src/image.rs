@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use stitch_format::BlockNo;
 
 /// Largest single read, so that a run of many blocks has a bounded buffer.
 const MAX_RUN_BYTES: usize = 1 << 20;
@@ -28,7 +29,7 @@ pub struct Image {
     len: u64,
     block_size: usize,
     /// Replayed blocks by number, in blocks of `overlay_bs` bytes.
-    overlay: BTreeMap<u64, Vec<u8>>,
+    overlay: BTreeMap<BlockNo, Vec<u8>>,
     overlay_bs: u64,
 }
 
@@ -56,7 +57,7 @@ impl Image {
 
     /// Makes every later read see `blocks` (whole blocks of the current
     /// block size) in place of what the file holds.
-    pub fn set_overlay(&mut self, blocks: BTreeMap<u64, Vec<u8>>) {
+    pub fn set_overlay(&mut self, blocks: BTreeMap<BlockNo, Vec<u8>>) {
         assert!(blocks.values().all(|b| b.len() == self.block_size));
         self.overlay = blocks;
         self.overlay_bs = self.block_size as u64;
@@ -103,8 +104,9 @@ impl Image {
     fn apply_overlay(&self, offset: u64, buf: &mut [u8]) {
         let bs = self.overlay_bs;
         let end = offset + buf.len() as u64;
-        for (&b, data) in self.overlay.range(offset / bs..end.div_ceil(bs)) {
-            let start = b * bs;
+        let blocks = BlockNo(offset / bs)..BlockNo(end.div_ceil(bs));
+        for (&b, data) in self.overlay.range(blocks) {
+            let start = b.0 * bs;
             let (from, to) = (start.max(offset), (start + bs).min(end));
             let dst = (from - offset) as usize..(to - offset) as usize;
             buf[dst].copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
@@ -162,14 +164,18 @@ mod tests {
         let mut img = Image::open(&path, false).unwrap();
         img.set_block_size(4096);
         let mut over = BTreeMap::new();
-        over.insert(0, (0..4096).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
-        over.insert(2, vec![3u8; 4096]);
+        let (zero, two) = (BlockNo(0), BlockNo(2));
+        over.insert(
+            zero,
+            (0..4096).map(|i| (i % 251) as u8).collect::<Vec<u8>>(),
+        );
+        over.insert(two, vec![3u8; 4096]);
         img.set_overlay(over.clone());
         let mut sb = vec![0u8; 1024];
         img.read_at(1024, &mut sb).unwrap();
-        assert_eq!(sb, over[&0][1024..2048]);
+        assert_eq!(sb, over[&zero][1024..2048]);
         let all = img.read_blocks(0, 4).unwrap();
-        assert_eq!(all[..4096], over[&0][..]);
+        assert_eq!(all[..4096], over[&zero][..]);
         assert!(all[4096..8192].iter().all(|&b| b == 1));
         assert!(all[8192..12288].iter().all(|&b| b == 3));
         assert!(all[12288..].iter().all(|&b| b == 1));

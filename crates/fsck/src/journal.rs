@@ -19,6 +19,7 @@ use crate::finding::FindingKind;
 use crate::fs::Fs;
 use crate::image::Image;
 use crate::report::RecoverySummary;
+use stitch_format::codec::ondisk_block;
 use stitch_format::features::incompat;
 use stitch_format::indirect;
 use stitch_format::inode::JOURNAL_INO;
@@ -107,7 +108,7 @@ fn recovery(
     file: &mut JournalFile<'_>,
     findings: &mut Vec<FindingKind>,
 ) -> Result<Option<Recovery>, FsckError> {
-    match recover(jsb, |n| file.read(n)) {
+    match recover(jsb, |n| file.read(n.0)) {
         Ok(r) => Ok(Some(r)),
         Err(RecoverError::Read { source, .. }) => match source {
             ReadError::Io(e) => Err(e),
@@ -125,9 +126,9 @@ fn corrupt<T>(findings: &mut Vec<FindingKind>, reason: String) -> Result<Option<
 /// Findings about a recovery, and whether it may be replayed at all.
 fn replayable(fs: &Fs, r: &Recovery, findings: &mut Vec<FindingKind>) -> bool {
     let mut report = |reason: String| findings.push(FindingKind::JournalCorrupt { reason });
-    if let Some((&b, _)) = r.blocks.range(u64::from(fs.geo.blocks_count)..).next() {
+    if let Some((&b, _)) = r.blocks.range(fs.layout.end()..).next() {
         report(format!(
-            "a transaction writes block {b}, outside the file system; not replayed"
+            "a transaction writes {b}, outside the file system; not replayed"
         ));
         return false;
     }
@@ -156,7 +157,7 @@ pub fn replay(img: &mut Image, fs: &Fs, r: &Replay) -> Result<(), FsckError> {
     }
     let bs = fs.bs() as u64;
     for (&b, data) in &r.recovery.blocks {
-        img.write_at(b * bs, data)?;
+        img.write_at(b.0 * bs, data)?;
     }
     // Journal rule: the home blocks are durable before the journal stops
     // holding them, or a crash in between loses committed transactions.
@@ -209,13 +210,13 @@ impl<'a> JournalFile<'a> {
     fn open(img: &'a Image, fs: &'a Fs) -> Result<Result<(Self, Journal), FormatError>, FsckError> {
         let s = Structure::JournalSuperblock;
         let Some(loc) = fs
-            .geo
-            .inode_location(JOURNAL_INO, fs.groups[0].inode_table_block())
+            .layout
+            .inode_location(JOURNAL_INO, fs.groups[0].inode_table)
         else {
             return Ok(Err(FormatError::corrupt(s, "no journal inode")));
         };
-        let blk = img.read_blocks(loc.block.0, 1)?;
-        let slot = &blk[loc.offset..loc.offset + usize::from(fs.geo.inode_size)];
+        let blk = img.read_blocks(ondisk_block(loc.block), 1)?;
+        let slot = &blk[loc.offset..loc.offset + usize::from(fs.layout.inode_size)];
         let inode = match Inode::decode(slot) {
             Ok(i) => i,
             Err(e) => return Ok(Err(e)),
@@ -261,7 +262,7 @@ impl<'a> JournalFile<'a> {
             if self.cache[depth].0 != b {
                 self.cache[depth] = (b, self.img.read_blocks(b, 1)?);
             }
-            b = indirect::pointer(&self.cache[depth].1, index).unwrap_or(0);
+            b = indirect::pointer(&self.cache[depth].1, index).map_or(0, ondisk_block);
         }
         if b == 0 || !self.fs.in_range(b) {
             return Ok(Err(format!("journal block {n} is at invalid block {b}")));

@@ -101,7 +101,7 @@ pub fn check(
     progress(Phase::Journal, 0, 1);
     let (fs, recovery) = with_journal(&mut img, fs, opts, &mut early)?;
     progress(Phase::Journal, 1, 1);
-    let mut st = state::State::new(fs.inodes_count(), fs.geo.blocks_count);
+    let mut st = state::State::new(fs.inodes_count(), fs.layout.blocks_count);
     for k in early {
         st.report(k);
     }
@@ -186,8 +186,8 @@ fn finish(fs: &fs::Fs, st: state::State, t: pass5::Totals) -> Report {
     let mut r = Report {
         findings: st.findings,
         summary: Summary {
-            blocks: fs.geo.blocks_count,
-            blocks_used: fs.geo.blocks_count - t.free_blocks.min(fs.geo.blocks_count),
+            blocks: fs.layout.blocks_count,
+            blocks_used: fs.layout.blocks_count - t.free_blocks.min(fs.layout.blocks_count),
             inodes: fs.inodes_count(),
             inodes_used: fs.inodes_count() - t.free_inodes.min(fs.inodes_count()),
             directories: t.dirs,

@@ -18,6 +18,7 @@ use crate::image::Image;
 use crate::state::{DirInfo, State, BAD, DIR, ORPHAN, REG, USED};
 use crate::Phase;
 use std::collections::HashMap;
+use stitch_format::codec::ondisk_block;
 use stitch_format::inode::{flags, FileType, InodeCore, RESIZE_INO, ROOT_INO};
 use stitch_format::{GroupNo, Inode};
 
@@ -41,8 +42,8 @@ pub fn run(
 ) -> Result<(), FsckError> {
     let mut walk = Walk::default();
     let mut deleted = Deleted::default();
-    let total = u64::from(fs.geo.group_count);
-    for g in 0..fs.geo.group_count {
+    let total = u64::from(fs.layout.group_count);
+    for g in 0..fs.layout.group_count {
         if fs.valid[g as usize] {
             scan_group(img, fs, st, g, &mut walk, &mut deleted)?;
         }
@@ -61,13 +62,14 @@ fn scan_group(
     walk: &mut Walk,
     deleted: &mut Deleted,
 ) -> Result<(), FsckError> {
-    let isz = usize::from(fs.geo.inode_size);
+    let isz = usize::from(fs.layout.inode_size);
     let per_chunk = (CHUNK / fs.bs()).max(1) as u32;
     let table = fs
-        .geo
-        .layout(GroupNo(g), &fs.groups[g as usize])
+        .layout
+        .group_layout(GroupNo(g), &fs.groups[g as usize])
         .inode_table;
-    let per_block = fs.geo.inodes_per_block();
+    let table = ondisk_block(table.start)..ondisk_block(table.end);
+    let per_block = fs.layout.inodes_per_block();
     let mut b = table.start;
     while b < table.end {
         let n = per_chunk.min(table.end - b);
@@ -75,10 +77,10 @@ fn scan_group(
         let first_index = (b - table.start) * per_block;
         for (k, slot) in buf.chunks_exact(isz).enumerate() {
             let index = first_index + k as u32;
-            if index >= fs.geo.inodes_per_group {
+            if index >= fs.layout.inodes_per_group {
                 break;
             }
-            let ino = g * fs.geo.inodes_per_group + index + 1;
+            let ino = g * fs.layout.inodes_per_group + index + 1;
             inspect(fs, st, ino, slot, walk, deleted);
         }
         b += n;

@@ -15,6 +15,7 @@ use crate::image::Image;
 use crate::state::{State, DIR, USED};
 use crate::Phase;
 use stitch_format::bitmap::Bitmap;
+use stitch_format::codec::ondisk_block;
 use stitch_format::GroupNo;
 
 /// Totals over all groups, from the on-disk bitmaps.
@@ -81,14 +82,18 @@ pub fn run(
     );
     let mut totals = Totals::default();
     let mut counts = Vec::new();
-    for g in 0..fs.geo.group_count {
-        progress(Phase::Bitmaps, u64::from(g), u64::from(fs.geo.group_count));
+    for g in 0..fs.layout.group_count {
+        progress(
+            Phase::Bitmaps,
+            u64::from(g),
+            u64::from(fs.layout.group_count),
+        );
         if !fs.valid[g as usize] {
             continue;
         }
         let gd = &fs.groups[g as usize];
-        let bb = img.read_blocks(gd.block_bitmap, 1)?;
-        let ib = img.read_blocks(gd.inode_bitmap, 1)?;
+        let bb = img.read_blocks(ondisk_block(gd.block_bitmap), 1)?;
+        let ib = img.read_blocks(ondisk_block(gd.inode_bitmap), 1)?;
         let free_b = compare_blocks(fs, st, g, &Bitmap::new(&bb), &mut blocks, &mut counts);
         let (free_i, dirs) = compare_inodes(fs, st, g, &Bitmap::new(&ib), &mut inodes);
         totals.free_blocks += free_b;
@@ -114,8 +119,8 @@ fn compare_blocks(
     runs: &mut Runs,
     out: &mut Vec<FindingKind>,
 ) -> u32 {
-    let first = fs.geo.group_first_block(GroupNo(g)).0;
-    let n = fs.geo.blocks_in_group(GroupNo(g));
+    let first = ondisk_block(fs.layout.group_first_block(GroupNo(g)));
+    let n = fs.layout.blocks_in_group(GroupNo(g));
     let mut free = 0;
     for i in 0..n {
         let on = bm.get(i as usize).unwrap_or(false);
@@ -126,7 +131,7 @@ fn compare_blocks(
         free += u32::from(!on);
     }
     // The last group's bits past the end of the file system must be set.
-    let padding_clear = (n..fs.geo.blocks_per_group).any(|i| bm.get(i as usize) == Some(false));
+    let padding_clear = (n..fs.layout.blocks_per_group).any(|i| bm.get(i as usize) == Some(false));
     if padding_clear {
         out.push(FindingKind::BitmapPaddingClear {
             group: g,
@@ -138,7 +143,7 @@ fn compare_blocks(
 
 /// Returns the group's free inodes and used directories by its bitmap.
 fn compare_inodes(fs: &Fs, st: &State, g: u32, bm: &Bitmap, runs: &mut Runs) -> (u32, u32) {
-    let ipg = fs.geo.inodes_per_group;
+    let ipg = fs.layout.inodes_per_group;
     let (mut free, mut dirs) = (0, 0);
     for i in 0..ipg {
         let ino = g * ipg + i + 1;

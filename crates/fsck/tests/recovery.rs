@@ -19,7 +19,7 @@ use stitch_format::inode::{InodeCore, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::blocks::{encode_descriptor, tag_flags};
 use stitch_format::jbd2::{CommitBlock, DescriptorTag, JournalSuperblock};
 use stitch_format::superblock::SUPERBLOCK_OFFSET;
-use stitch_format::{Geometry, GroupDesc, Inode, InodeNo, Superblock};
+use stitch_format::{BlockNo, GroupDesc, Inode, InodeNo, Superblock};
 use stitch_fsck::{CheckOptions, Class, Report};
 use stitch_testkit::{mkfs, scratch, JournalSize};
 
@@ -45,23 +45,23 @@ fn read(img: &Path, offset: u64, len: usize) -> Vec<u8> {
 
 fn layout(img: &Path) -> Layout {
     let sb = Superblock::decode(&read(img, SUPERBLOCK_OFFSET, 1024)).unwrap();
-    let geo = Geometry::from_superblock(&sb).unwrap();
-    let bs = u64::from(geo.block_size.bytes());
+    let fs = stitch_format::Layout::from_superblock(&sb).unwrap();
+    let bs = u64::from(fs.block_size.bytes());
     let gdt = u64::from(sb.first_data_block) + 1;
     let gd = GroupDesc::decode_raw(&read(img, gdt * bs, GroupDesc::SIZE)).unwrap();
     let inode = |ino: InodeNo| {
-        let loc = geo.inode_location(ino, gd.inode_table_block()).unwrap();
-        let at = u64::from(loc.block.0) * bs + loc.offset as u64;
-        let i = Inode::decode(&read(img, at, usize::from(geo.inode_size))).unwrap();
-        (i, (u64::from(loc.block.0), loc.offset))
+        let loc = fs.inode_location(ino, gd.inode_table).unwrap();
+        let at = loc.block.0 * bs + loc.offset as u64;
+        let i = Inode::decode(&read(img, at, usize::from(fs.inode_size))).unwrap();
+        (i, (loc.block.0, loc.offset))
     };
     let (journal, _) = inode(JOURNAL_INO);
     let (root, root_inode) = inode(ROOT_INO);
     Layout {
         bs,
-        blocks_count: geo.blocks_count,
-        journal: std::array::from_fn(|i| u64::from(journal.core.block[i])),
-        root_dir: u64::from(root.core.block[0]),
+        blocks_count: fs.blocks_count,
+        journal: std::array::from_fn(|i| journal.block_ptr(i).0),
+        root_dir: root.block_ptr(0).0,
         root_inode,
     }
 }
@@ -80,7 +80,7 @@ fn journal_transaction(img: &Path, l: &Layout, blocks: &[(u64, Vec<u8>)]) {
     let n = blocks.len();
     let tags: Vec<DescriptorTag> = (0..n)
         .map(|i| DescriptorTag {
-            blocknr: blocks[i].0,
+            blocknr: BlockNo(blocks[i].0),
             flags: if i > 0 { tag_flags::SAME_UUID } else { 0 }
                 | if i + 1 == n { tag_flags::LAST_TAG } else { 0 },
             checksum: 0,

@@ -26,7 +26,7 @@ impl MemFs {
 
     /// Page `idx` of a file, from memory or (within the disk size) from
     /// diskfs; `None` is a hole or past the disk's end.
-    fn page_for_read(&self, ino: u64, s: &NodeState, idx: u64) -> Result<Option<Page>> {
+    fn page_for_read(&self, ino: InodeNo, s: &NodeState, idx: u64) -> Result<Option<Page>> {
         if let Some(p) = s.pages.get(&idx) {
             return Ok(Some(p.clone()));
         }
@@ -35,12 +35,12 @@ impl MemFs {
             return Ok(None);
         }
         let len = (s.disk_size.min(s.min_size) - idx * bs).min(bs) as usize;
-        let mut data = self.on_disk(self.inner.disk.read(InodeNo(ino as u32), idx * bs, len))?;
+        let mut data = self.on_disk(self.inner.disk.read(ino, idx * bs, len))?;
         data.resize(bs as usize, 0);
         Ok(Some(Arc::new(data)))
     }
 
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    pub fn read(&self, ino: InodeNo, offset: u64, size: u32) -> Result<Vec<u8>> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let bs = self.block_size();
@@ -89,7 +89,7 @@ impl MemFs {
 
     /// Writes `data` at `offset` (or at the end, for `append`); returns the
     /// bytes written, short only when the disk is nearly full.
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8], append: bool) -> Result<u32> {
+    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8], append: bool) -> Result<u32> {
         self.write_as(ino, offset, data, append, None)
     }
 
@@ -100,7 +100,7 @@ impl MemFs {
     /// set-user-ID.
     pub fn write_as(
         &self,
-        ino: u64,
+        ino: InodeNo,
         offset: u64,
         data: &[u8],
         append: bool,
@@ -167,7 +167,7 @@ impl MemFs {
     /// already `held`.
     fn copy_into_pages(
         &self,
-        ino: u64,
+        ino: InodeNo,
         s: &mut NodeState,
         offset: u64,
         data: &[u8],
@@ -195,7 +195,13 @@ impl MemFs {
     /// After a write to `ino` (state `s`) ending at `end`: the size, the
     /// times, the set-ID bits `drop_setid` takes away, the mark for the
     /// flush. Returns whether the bits dropped.
-    fn wrote(&self, ino: u64, s: &mut NodeState, end: u64, drop_setid: Option<DropSetId>) -> bool {
+    fn wrote(
+        &self,
+        ino: InodeNo,
+        s: &mut NodeState,
+        end: u64,
+        drop_setid: Option<DropSetId>,
+    ) -> bool {
         // Only a write that happened drops the bits (and marks them
         // for the flush, with the rest).
         let perm = s.perm;
@@ -220,7 +226,7 @@ impl MemFs {
     /// refused). The caller holds the flush locks and the inode's.
     fn what_fits(
         &self,
-        ino: u64,
+        ino: InodeNo,
         s: &NodeState,
         offset: u64,
         len: u64,
@@ -239,7 +245,7 @@ impl MemFs {
                 0
             } else if idx < kept
                 && self
-                    .on_disk(self.inner.disk.physical_block(InodeNo(ino as u32), idx))?
+                    .on_disk(self.inner.disk.physical_block(ino, idx))?
                     .is_some()
             {
                 held.insert(idx);
@@ -274,7 +280,7 @@ impl MemFs {
     /// that block already).
     fn page_for_write<'a>(
         &self,
-        ino: u64,
+        ino: InodeNo,
         s: &'a mut NodeState,
         idx: u64,
         whole: bool,
@@ -305,7 +311,7 @@ impl MemFs {
     }
 
     /// Logs the first change since the last flush.
-    pub(crate) fn mark_dirty(&self, ino: u64, s: &mut NodeState, t: Timestamp) {
+    pub(crate) fn mark_dirty(&self, ino: InodeNo, s: &mut NodeState, t: Timestamp) {
         if !s.dirty && !s.never_disk {
             s.dirty = true;
             self.log(t, LogOp::Dirty { ino });
@@ -314,7 +320,7 @@ impl MemFs {
 
     /// Sets the size: shrinking drops the pages past it and zeroes the
     /// tail of the last one (dirtied, so the disk gets the zeros too).
-    fn truncate_locked(&self, ino: u64, s: &mut NodeState, size: u64) -> Result<()> {
+    fn truncate_locked(&self, ino: InodeNo, s: &mut NodeState, size: u64) -> Result<()> {
         let bs = self.block_size();
         if size < s.size {
             let keep = size.div_ceil(bs);
@@ -343,7 +349,7 @@ impl MemFs {
         Ok(())
     }
 
-    pub fn setattr(&self, ino: u64, set: SetAttrs) -> Result<Attr> {
+    pub fn setattr(&self, ino: InodeNo, set: SetAttrs) -> Result<Attr> {
         self.writable()?;
         if let Some(size) = set.size {
             if size > MAX_FILE {
@@ -413,7 +419,7 @@ impl MemFs {
     /// image without `ext_attr` (unsupported).
     pub fn set_xattr(
         &self,
-        ino: u64,
+        ino: InodeNo,
         name: &[u8],
         value: Option<&[u8]>,
         how: XattrSet,

@@ -5,7 +5,7 @@
 //! diskfs's error whole, so the edge can log what the errno alone loses
 //! ([`MemError::trouble`]).
 
-use stitch_diskfs::{DiskError, ErrorKind};
+use stitch_diskfs::{DiskError, ErrorKind, InodeNo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemError {
@@ -41,8 +41,8 @@ pub enum MemError {
     Latched,
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
-    #[error("stale handle: inode {0} no longer exists")]
-    Stale(u64),
+    #[error("stale handle: {0} no longer exists")]
+    Stale(InodeNo),
     #[error("no such extended attribute")]
     NoAttribute,
     /// The bytes on disk are wrong (what e2fsck would repair).

@@ -29,7 +29,7 @@
 
 use crate::error::{MemError, Result};
 use crate::fs::{MemFs, ROOT};
-use crate::log::{Entry, LogOp, Made};
+use crate::log::{Entry, LogOp, Made, Object};
 use crate::node::{Node, NodeState, Page};
 use crate::types::{FlushCause, Kind, Order};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -47,13 +47,13 @@ const RUN_PAGES: usize = 256;
 #[derive(Default)]
 pub(crate) struct Merged {
     ops: BTreeMap<u64, Entry>,
-    by_obj: FxHashMap<u64, BTreeSet<u64>>,
+    by_obj: FxHashMap<Object, BTreeSet<u64>>,
 }
 
 impl Merged {
     fn add(&mut self, entries: Vec<Entry>) {
         for e in entries {
-            for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+            for o in e.objects() {
                 self.by_obj.entry(o).or_default().insert(e.stamp);
             }
             self.ops.insert(e.stamp, e);
@@ -62,10 +62,10 @@ impl Merged {
 
     /// Every entry that must go with the entries on `targets` (each an
     /// object and the last stamp wanted of it).
-    fn closure(&self, targets: &[(u64, u64)]) -> BTreeSet<u64> {
+    fn closure(&self, targets: &[(Object, u64)]) -> BTreeSet<u64> {
         let mut selected = BTreeSet::new();
-        let mut reached: FxHashMap<u64, u64> = FxHashMap::default();
-        let mut work: Vec<(u64, u64)> = targets.to_vec();
+        let mut reached: FxHashMap<Object, u64> = FxHashMap::default();
+        let mut work: Vec<(Object, u64)> = targets.to_vec();
         while let Some((obj, limit)) = work.pop() {
             let from = match reached.get(&obj) {
                 Some(&r) if r >= limit => continue,
@@ -79,7 +79,7 @@ impl Merged {
             for &st in stamps.range(from..=limit) {
                 if selected.insert(st) {
                     let e = &self.ops[&st];
-                    for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+                    for o in e.objects() {
                         work.push((o, st));
                     }
                 }
@@ -90,7 +90,7 @@ impl Merged {
 
     fn take(&mut self, stamp: u64) -> Entry {
         let e = self.ops.remove(&stamp).expect("selected entry");
-        for o in e.op.objects().into_iter().chain(e.domains.iter().copied()) {
+        for o in e.objects() {
             if let Some(s) = self.by_obj.get_mut(&o) {
                 s.remove(&stamp);
                 if s.is_empty() {
@@ -101,14 +101,16 @@ impl Merged {
         e
     }
 
-    fn pending_on(&self, obj: u64) -> impl Iterator<Item = u64> + '_ {
+    /// The stamps of the entries on inode `ino`.
+    fn pending_on(&self, ino: InodeNo) -> impl Iterator<Item = u64> + '_ {
+        let obj = Object::Inode(ino);
         self.by_obj.get(&obj).into_iter().flatten().copied()
     }
 }
 
 /// What a flush writes of one file: its state at the cut.
 struct FileState {
-    ino: u64,
+    ino: InodeNo,
     pages: Vec<(u64, Page)>,
     size: u64,
     min_size: u64,
@@ -124,14 +126,14 @@ struct FileState {
 
 /// What a flush reads back of an inode it wrote: its number, its size if
 /// it is a directory, its sectors and its attribute block.
-type ReadBack = (u64, Option<u64>, u64, XattrBlock);
+type ReadBack = (InodeNo, Option<u64>, u64, XattrBlock);
 
 /// One flush's work, decided at the cut.
 struct Plan {
     ops: Vec<Entry>,
     files: Vec<FileState>,
     /// Inodes to tell diskfs are open before an unlink reaches them.
-    open: Vec<u64>,
+    open: Vec<InodeNo>,
     absorbed: usize,
     /// Blocks the flushed operations and pages had reserved.
     reserved: i64,
@@ -142,7 +144,7 @@ struct Plan {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Scope {
     All,
-    Inode(u64),
+    Inode(InodeNo),
 }
 
 /// Which applied plans are durable. Plans are numbered as they are
@@ -218,7 +220,7 @@ pub(crate) struct Orders {
     pub stop: bool,
     /// Files to flush now (write-behind); a file stays here until its
     /// flush is done, so a writer does not ask twice.
-    pub behind: BTreeSet<u64>,
+    pub behind: BTreeSet<InodeNo>,
 }
 
 impl MemFs {
@@ -233,12 +235,12 @@ impl MemFs {
     /// creation of its inode (its name too, as diskfs creates both at
     /// once); a directory's entries and whatever they depend on.
     /// `datasync` (fdatasync) is served the same way.
-    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+    pub fn fsync(&self, ino: InodeNo, _datasync: bool) -> Result<()> {
         self.flush(self.fsync_scope(ino))
     }
 
     /// What an fsync of `ino` takes under the mount's order.
-    fn fsync_scope(&self, ino: u64) -> Scope {
+    fn fsync_scope(&self, ino: InodeNo) -> Scope {
         match self.inner.opts.order {
             Order::Sequential => Scope::All,
             Order::Precise => Scope::Inode(ino),
@@ -308,7 +310,7 @@ impl MemFs {
                 if n.is_some_and(|n| n.s.read().never_disk) {
                     return Ok(None);
                 }
-                merged.closure(&[(ino, u64::MAX)])
+                merged.closure(&[(Object::Inode(ino), u64::MAX)])
             }
         };
         if selected.is_empty() {
@@ -368,13 +370,13 @@ impl MemFs {
             plan.ops.push(e);
         }
         plan.reserved += self.absorb(&dead, &nodes);
-        let done = |(ino, _): &(&u64, &Arc<Node>)| merged.pending_on(**ino).next().is_none();
+        let done = |(ino, _): &(&InodeNo, &Arc<Node>)| merged.pending_on(**ino).next().is_none();
         plan.frees += self.take_leaving_frees(nodes.iter().filter(done).map(|(_, n)| n));
         Ok(Some(plan))
     }
 
     /// The nodes in memory with these numbers, looked up together.
-    fn nodes_of(&self, inos: impl IntoIterator<Item = u64>) -> FxHashMap<u64, Arc<Node>> {
+    fn nodes_of(&self, inos: impl IntoIterator<Item = InodeNo>) -> FxHashMap<InodeNo, Arc<Node>> {
         let table = self.inner.nodes.read();
         inos.into_iter()
             .filter_map(|ino| Some((ino, table.get(&ino)?.clone())))
@@ -386,7 +388,7 @@ impl MemFs {
     /// reach the disk, their frees recounted, and those no one holds open
     /// dropped and their numbers recycled. Returns the blocks they had
     /// reserved.
-    fn absorb(&self, dead: &FxHashSet<u64>, nodes: &FxHashMap<u64, Arc<Node>>) -> i64 {
+    fn absorb(&self, dead: &FxHashSet<InodeNo>, nodes: &FxHashMap<InodeNo, Arc<Node>>) -> i64 {
         let mut reserved = 0;
         for ino in dead {
             let Some(n) = nodes.get(ino) else { continue };
@@ -412,9 +414,9 @@ impl MemFs {
         &self,
         merged: &Merged,
         selected: &BTreeSet<u64>,
-        nodes: &FxHashMap<u64, Arc<Node>>,
-    ) -> FxHashSet<u64> {
-        let mut dead: FxHashSet<u64> = selected
+        nodes: &FxHashMap<InodeNo, Arc<Node>>,
+    ) -> FxHashSet<InodeNo> {
+        let mut dead: FxHashSet<InodeNo> = selected
             .iter()
             .filter_map(|st| match &merged.ops[st].op {
                 LogOp::Create { ino, .. } => Some(*ino),
@@ -449,10 +451,10 @@ impl MemFs {
     /// Takes a file's state for writing and marks it clean.
     fn take_state(
         &self,
-        ino: u64,
+        ino: InodeNo,
         merged: &Merged,
         selected: &BTreeSet<u64>,
-        nodes: &FxHashMap<u64, Arc<Node>>,
+        nodes: &FxHashMap<InodeNo, Arc<Node>>,
         (reserved, frees): (&mut i64, &mut u64),
     ) -> Option<FileState> {
         let n = nodes.get(&ino)?;
@@ -562,8 +564,8 @@ impl MemFs {
         plan: &Plan,
         t: Timestamp,
     ) -> stitch_diskfs::Result<(stitch_diskfs::Durability, Vec<ReadBack>)> {
-        let dirs: Vec<u64> = {
-            let mut v: Vec<u64> = plan.ops.iter().flat_map(|e| e.op.dirs_edited()).collect();
+        let dirs: Vec<InodeNo> = {
+            let mut v: Vec<InodeNo> = plan.ops.iter().flat_map(|e| e.op.dirs_edited()).collect();
             v.sort_unstable();
             v.dedup();
             v
@@ -578,7 +580,7 @@ impl MemFs {
             let sectors: Vec<ReadBack> = written
                 .chain(dirs.iter().map(|&ino| (ino, true)))
                 .filter_map(|(ino, dir)| {
-                    let a = b.getattr(InodeNo(ino as u32)).ok()?;
+                    let a = b.getattr(ino).ok()?;
                     let sectors = u64::from(a.sectors);
                     Some((ino, dir.then_some(a.size), sectors, a.xattr_block))
                 })
@@ -608,7 +610,7 @@ impl MemFs {
     /// Takes in what diskfs says of the written files and edited
     /// directories (`nodes` holds their nodes still loaded), and tells the
     /// kernel of the attributes that changed.
-    fn read_back_all(&self, sectors: Vec<ReadBack>, nodes: &FxHashMap<u64, Arc<Node>>) {
+    fn read_back_all(&self, sectors: Vec<ReadBack>, nodes: &FxHashMap<InodeNo, Arc<Node>>) {
         let mut changed = Vec::new();
         for (ino, dir_size, sec, xattr_block) in sectors {
             if let Some(n) = nodes.get(&ino) {
@@ -636,7 +638,7 @@ impl MemFs {
     /// are free on disk now, and a create may already have taken one for a
     /// new inode: remove only the node looked at (in `nodes`), never
     /// whatever holds its number by now.
-    fn drop_removed(&self, plan: &Plan, nodes: &FxHashMap<u64, Arc<Node>>) {
+    fn drop_removed(&self, plan: &Plan, nodes: &FxHashMap<InodeNo, Arc<Node>>) {
         for e in &plan.ops {
             for ino in e.op.subjects() {
                 let Some(n) = nodes.get(&ino) else { continue };
@@ -701,7 +703,7 @@ impl MemFs {
 
     /// After a write: a file holding `write_behind` bytes of dirty pages
     /// is handed to the background flusher, once until it has flushed it.
-    pub(crate) fn behind(&self, ino: u64, dirty_pages: usize) {
+    pub(crate) fn behind(&self, ino: InodeNo, dirty_pages: usize) {
         if self.inner.opts.flush_interval.is_none() || !self.write_behind_due(dirty_pages) {
             return;
         }
@@ -719,7 +721,7 @@ impl MemFs {
     }
 
     /// `ino` holds the write-behind bound's worth of dirty pages.
-    fn over_write_behind(&self, ino: u64) -> bool {
+    fn over_write_behind(&self, ino: InodeNo) -> bool {
         let node = self.cached_node(ino);
         node.is_some_and(|n| self.write_behind_due(n.s.read().dirty_pages.len()))
     }
@@ -731,7 +733,7 @@ impl MemFs {
     /// disk, and without this every page of a large write was memory never
     /// touched before. The locks are eviction's: no cut or apply in progress,
     /// so a clean page is one diskfs holds.
-    fn shed_clean_pages(&self, ino: u64) {
+    fn shed_clean_pages(&self, ino: InodeNo) {
         let _m = self.inner.merged.lock();
         let _a = self.inner.apply_lock.lock();
         let _w = self.inner.gate.write();
@@ -819,12 +821,12 @@ impl MemFs {
             return Err(e);
         }
         self.debug_assert_frees_settled();
-        let pool: Vec<u64> = {
+        let pool: Vec<InodeNo> = {
             let mut p = self.inner.pool.lock();
             p.iter_mut().flat_map(std::mem::take).collect()
         };
         for ino in pool {
-            let r = self.inner.disk.unreserve_inode(InodeNo(ino as u32));
+            let r = self.inner.disk.unreserve_inode(ino);
             self.on_disk(r)?;
         }
         let r = self.inner.disk.unmount(self.now());
@@ -835,14 +837,14 @@ impl MemFs {
 /// Applies the plan's operations in stamp order, then the files' states.
 fn apply_plan(disk: &mut Batch<'_>, plan: &Plan, t: Timestamp) -> stitch_diskfs::Result<()> {
     for ino in &plan.open {
-        disk.open(InodeNo(*ino as u32))?;
+        disk.open(*ino)?;
     }
     for e in &plan.ops {
         apply_entry(disk, e)?;
         disk.split_point()?;
     }
     for f in plan.files.iter().filter(|f| f.write) {
-        disk.settle_unlink(InodeNo(f.ino as u32))?;
+        disk.settle_unlink(f.ino)?;
         write_file(disk, f, t)?;
     }
     Ok(())
@@ -851,18 +853,16 @@ fn apply_plan(disk: &mut Batch<'_>, plan: &Plan, t: Timestamp) -> stitch_diskfs:
 /// One logged namespace operation, as diskfs applies it (a file's data
 /// and attributes are written from its state, not its entries).
 fn apply_entry(disk: &mut Batch<'_>, e: &Entry) -> stitch_diskfs::Result<()> {
-    let ino = |i: &u64| InodeNo(*i as u32);
     match &e.op {
-        LogOp::Release { ino: i } => disk.release(ino(i), e.time),
+        LogOp::Release { ino: i } => disk.release(*i, e.time),
         LogOp::Dirty { .. } => Ok(()),
-        LogOp::Create { ino: i, .. } => disk.apply(&disk_op(&e.op), Some(ino(i)), e.time),
+        LogOp::Create { ino: i, .. } => disk.apply(&disk_op(&e.op), Some(*i), e.time),
         op => disk.apply(&disk_op(op), None, e.time),
     }
 }
 
 /// diskfs's operation for a logged namespace change.
 fn disk_op(op: &LogOp) -> Op {
-    let ino = |i: &u64| InodeNo(*i as u32);
     match op {
         LogOp::Create {
             parent,
@@ -871,14 +871,14 @@ fn disk_op(op: &LogOp) -> Op {
             uid,
             gid,
             ..
-        } => created(ino(parent), name.clone(), made, *uid, *gid),
+        } => created(*parent, name.clone(), made, *uid, *gid),
         LogOp::Link {
             ino: i,
             parent,
             name,
         } => Op::Link {
-            ino: ino(i),
-            parent: ino(parent),
+            ino: *i,
+            parent: *parent,
             name: name.clone(),
         },
         LogOp::Unlink {
@@ -887,11 +887,11 @@ fn disk_op(op: &LogOp) -> Op {
             dir: true,
             ..
         } => Op::Rmdir {
-            parent: ino(parent),
+            parent: *parent,
             name: name.clone(),
         },
         LogOp::Unlink { parent, name, .. } => Op::Unlink {
-            parent: ino(parent),
+            parent: *parent,
             name: name.clone(),
         },
         LogOp::Rename {
@@ -902,9 +902,9 @@ fn disk_op(op: &LogOp) -> Op {
             flags,
             ..
         } => Op::Rename {
-            from_dir: ino(from_dir),
+            from_dir: *from_dir,
             from: from.clone(),
-            to_dir: ino(to_dir),
+            to_dir: *to_dir,
             to: to.clone(),
             flags: *flags,
         },
@@ -952,7 +952,7 @@ fn created(parent: InodeNo, name: Vec<u8>, made: &Made, uid: u32, gid: u32) -> O
 /// One file's state: cut to the smallest size seen, the dirty pages in
 /// runs, the final size, the attributes.
 fn write_file(disk: &mut Batch<'_>, f: &FileState, t: Timestamp) -> stitch_diskfs::Result<()> {
-    let ino = InodeNo(f.ino as u32);
+    let ino = f.ino;
     if !f.file {
         return write_attributes(disk, f, t);
     }
@@ -1014,7 +1014,7 @@ fn write_attributes(
     f: &FileState,
     t: Timestamp,
 ) -> stitch_diskfs::Result<()> {
-    let ino = InodeNo(f.ino as u32);
+    let ino = f.ino;
     if let Some(x) = &f.xattrs {
         let set: Vec<Xattr> = x
             .iter()

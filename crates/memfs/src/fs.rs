@@ -24,7 +24,7 @@ use stitch_diskfs::{
     TimeRange, Timestamp,
 };
 
-pub(crate) const ROOT: u64 = 2;
+pub(crate) const ROOT: InodeNo = InodeNo::ROOT;
 const NAME_MAX: usize = 255;
 const LINK_MAX: u32 = 32_000;
 /// Inode numbers reserved from diskfs at a time.
@@ -38,14 +38,14 @@ pub struct MemFs {
 }
 
 /// See [`MemFs::on_attr_change`].
-pub type AttrHook = Arc<dyn Fn(u64) + Send + Sync>;
+pub type AttrHook = Arc<dyn Fn(InodeNo) + Send + Sync>;
 pub type FlushHook = Arc<dyn Fn(FlushCause) + Send + Sync>;
 
 pub(crate) struct Inner {
     /// diskfs, with its own lock (held for a read, a batch, or a round of
     /// writes; never through a device flush).
     pub disk: Disk,
-    pub nodes: RwLock<FxHashMap<u64, Arc<Node>>>,
+    pub nodes: RwLock<FxHashMap<InodeNo, Arc<Node>>>,
     /// Shared by every operation, exclusive for a cut (McoreFS §4.2).
     pub gate: RwLock<()>,
     pub rename_lock: Mutex<()>,
@@ -59,7 +59,7 @@ pub(crate) struct Inner {
     /// plan applied before its own is.
     pub durable: crate::flush::Durable,
     /// Reserved inode numbers not yet used: [files, directories].
-    pub pool: Mutex<[Vec<u64>; 2]>,
+    pub pool: Mutex<[Vec<InodeNo>; 2]>,
     /// Blocks the in-memory changes will need: every inode's `reserved`,
     /// the log entries' `reserves`, and claims of changes in progress.
     pub reserved_blocks: AtomicI64,
@@ -197,7 +197,7 @@ impl MemFs {
         Ok(fs)
     }
 
-    pub fn root(&self) -> u64 {
+    pub fn root(&self) -> InodeNo {
         ROOT
     }
 
@@ -229,20 +229,21 @@ impl MemFs {
     // ---- inode table ------------------------------------------------
 
     /// The node of `ino` if memory holds it.
-    pub(crate) fn cached_node(&self, ino: u64) -> Option<Arc<Node>> {
+    pub(crate) fn cached_node(&self, ino: InodeNo) -> Option<Arc<Node>> {
         self.inner.nodes.read().get(&ino).cloned()
     }
 
     /// The node of `ino`, loaded from diskfs if memory lacks it.
-    pub(crate) fn node(&self, ino: u64) -> Result<Arc<Node>> {
+    pub(crate) fn node(&self, ino: InodeNo) -> Result<Arc<Node>> {
         match self.cached_node(ino) {
             Some(n) => Ok(n),
-            None => self.load(ino, 0),
+            None => self.load(ino, None),
         }
     }
 
-    fn load(&self, ino: u64, parent: u64) -> Result<Arc<Node>> {
-        let attr = self.on_disk(self.inner.disk.getattr(InodeNo(ino as u32)))?;
+    /// Loads `ino` from diskfs; `parent` is a directory's, if known.
+    fn load(&self, ino: InodeNo, parent: Option<InodeNo>) -> Result<Arc<Node>> {
+        let attr = self.on_disk(self.inner.disk.getattr(ino))?;
         let disk_size = attr.size;
         if attr.nlink == 0 || attr.kind.is_none() {
             return Err(MemError::Stale(ino));
@@ -267,7 +268,7 @@ impl MemFs {
             xattrs: None,
             ..NodeState::fresh(kind, 0, 0, 0, Timestamp::EPOCH)
         };
-        let parent = if ino == ROOT { ROOT } else { parent };
+        let parent = if ino == ROOT { Some(ROOT) } else { parent };
         let node = Node::new(ino, parent, s);
         let mut nodes = self.inner.nodes.write();
         Ok(nodes.entry(ino).or_insert(node).clone())
@@ -297,7 +298,7 @@ impl MemFs {
     }
 
     /// Makes sure a directory's entries are in memory.
-    pub(crate) fn loaded_dir(&self, dir: u64) -> Result<Arc<Node>> {
+    pub(crate) fn loaded_dir(&self, dir: InodeNo) -> Result<Arc<Node>> {
         let n = self.node(dir)?;
         {
             let s = n.s.read();
@@ -310,13 +311,13 @@ impl MemFs {
         }
         let mut s = n.s.write();
         if s.entries.is_none() {
-            let list = self.on_disk(self.inner.disk.readdir(InodeNo(dir as u32)))?;
+            let list = self.on_disk(self.inner.disk.readdir(dir))?;
             let mut map = HashMap::with_capacity(list.len());
             for e in list {
                 if e.name == b"." || e.name == b".." {
                     continue;
                 }
-                map.insert(e.name, (u64::from(e.ino.0), kind_of(e.kind)));
+                map.insert(e.name, (e.ino, kind_of(e.kind)));
             }
             s.entries = Some(map);
         }
@@ -325,31 +326,26 @@ impl MemFs {
     }
 
     /// A directory's parent, read from disk if not yet known.
-    pub fn parent(&self, dir: u64) -> Result<u64> {
+    pub fn parent(&self, dir: InodeNo) -> Result<InodeNo> {
         let n = self.node(dir)?;
         if n.s.read().kind != Kind::Dir {
             return Err(MemError::NotDir);
         }
-        let p = n.parent();
-        if p != 0 {
+        if let Some(p) = n.parent() {
             return Ok(p);
         }
         let e = self
-            .on_disk(self.inner.disk.lookup(InodeNo(dir as u32), b".."))?
+            .on_disk(self.inner.disk.lookup(dir, b".."))?
             .ok_or_else(|| {
-                let why = format!("directory {dir} has no .. entry");
+                let why = format!("directory {} has no .. entry", dir.0);
                 MemError::Corrupt(stitch_diskfs::DiskError::Corrupt(why))
             })?;
-        let p = u64::from(e.ino.0);
         // Only a rename (under the rename lock) sets a known parent.
-        let _ = n
-            .parent
-            .compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire);
-        Ok(n.parent())
+        Ok(n.learn_parent(e.ino))
     }
 
     /// The entry `name` in `dir`.
-    pub(crate) fn entry(&self, dir: &Node, name: &[u8]) -> Result<Option<(u64, Kind)>> {
+    pub(crate) fn entry(&self, dir: &Node, name: &[u8]) -> Result<Option<(InodeNo, Kind)>> {
         let s = dir.s.read();
         let e = s.entries.as_ref().ok_or(MemError::NotDir)?;
         Ok(e.get(name).copied())
@@ -358,7 +354,7 @@ impl MemFs {
     /// Locks `nodes` for writing in inode order (duplicates once).
     pub(crate) fn lock_all<'a>(
         nodes: &[&'a Arc<Node>],
-    ) -> Vec<(u64, RwLockWriteGuard<'a, NodeState>)> {
+    ) -> Vec<(InodeNo, RwLockWriteGuard<'a, NodeState>)> {
         let mut order: Vec<&Arc<Node>> = nodes.to_vec();
         order.sort_by_key(|n| n.ino);
         order.dedup_by_key(|n| n.ino);
@@ -435,7 +431,7 @@ impl MemFs {
     }
 
     /// A reserved inode number for a new inode in `parent`.
-    fn new_ino(&self, parent: u64, dir: bool) -> Result<u64> {
+    fn new_ino(&self, parent: InodeNo, dir: bool) -> Result<InodeNo> {
         let i = usize::from(dir);
         if let Some(ino) = self.inner.pool.lock()[i].pop() {
             return Ok(ino);
@@ -460,12 +456,12 @@ impl MemFs {
     /// blocks and a directory's size after a flush, set-ID bits a write
     /// dropped ([`MemFs::write_as`]). Called on the flushing or writing
     /// thread; it must not wait for other memfs calls.
-    pub fn on_attr_change(&self, hook: impl Fn(u64) + Send + Sync + 'static) {
+    pub fn on_attr_change(&self, hook: impl Fn(InodeNo) + Send + Sync + 'static) {
         *self.inner.attr_changed.write() = Some(Arc::new(hook));
     }
 
     /// Tells the [`MemFs::on_attr_change`] hook that `inos` changed.
-    pub(crate) fn attrs_changed(&self, inos: impl IntoIterator<Item = u64>) {
+    pub(crate) fn attrs_changed(&self, inos: impl IntoIterator<Item = InodeNo>) {
         let hook = self.inner.attr_changed.read().clone();
         if let Some(hook) = hook {
             inos.into_iter().for_each(|ino| hook(ino));
@@ -493,12 +489,12 @@ impl MemFs {
 
     /// Up to `n` inode numbers reserved in diskfs (at least one, or the
     /// error that stopped the first).
-    fn reserve_inodes(&self, parent: u64, dir: bool, n: usize) -> Result<Vec<u64>> {
+    fn reserve_inodes(&self, parent: InodeNo, dir: bool, n: usize) -> Result<Vec<InodeNo>> {
         let mut v = Vec::with_capacity(n);
         for _ in 0..n {
-            match self.inner.disk.reserve_inode(InodeNo(parent as u32), dir) {
+            match self.inner.disk.reserve_inode(parent, dir) {
                 Ok((ino, counts)) => {
-                    v.push(u64::from(ino.0));
+                    v.push(ino);
                     self.note_reserved(counts);
                 }
                 Err(stitch_diskfs::DiskError::NoSpace(_)) if !v.is_empty() => break,
@@ -509,13 +505,13 @@ impl MemFs {
     }
 
     /// Gives back the number of an inode that will never reach the disk.
-    pub(crate) fn recycle_ino(&self, ino: u64, dir: bool) {
+    pub(crate) fn recycle_ino(&self, ino: InodeNo, dir: bool) {
         self.inner.pool.lock()[usize::from(dir)].push(ino);
     }
 
     // ---- lookups ----------------------------------------------------
 
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
         if name.len() > NAME_MAX {
             return Err(MemError::NameTooLong);
         }
@@ -524,13 +520,13 @@ impl MemFs {
         let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
         let child = match self.cached_node(ino) {
             Some(n) => n,
-            None => self.load(ino, if kind == Kind::Dir { parent } else { 0 })?,
+            None => self.load(ino, (kind == Kind::Dir).then_some(parent))?,
         };
         let a = child.s.read().attr(ino, self.inner.block_size);
         Ok(a)
     }
 
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let s = n.s.read();
@@ -540,7 +536,7 @@ impl MemFs {
         Ok(s.attr(ino, self.inner.block_size))
     }
 
-    pub fn readdir(&self, dir: u64) -> Result<Vec<DirEntry>> {
+    pub fn readdir(&self, dir: InodeNo) -> Result<Vec<DirEntry>> {
         let _g = self.inner.gate.read();
         let n = self.loaded_dir(dir)?;
         let s = n.s.read();
@@ -559,7 +555,7 @@ impl MemFs {
         Ok(v)
     }
 
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         {
@@ -571,7 +567,7 @@ impl MemFs {
                 return Ok(t.clone());
             }
         }
-        let t = self.on_disk(self.inner.disk.readlink(InodeNo(ino as u32)))?;
+        let t = self.on_disk(self.inner.disk.readlink(ino))?;
         n.s.write().target = Some(t.clone());
         Ok(t)
     }
@@ -579,13 +575,13 @@ impl MemFs {
     /// The extended attributes of `ino` (full names and values), read from
     /// disk the first time. Attributes under a name index we do not know
     /// are left out.
-    pub fn xattrs(&self, ino: u64) -> Result<Arc<Xattrs>> {
+    pub fn xattrs(&self, ino: InodeNo) -> Result<Arc<Xattrs>> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         if let Some(x) = &n.s.read().xattrs {
             return Ok(x.clone());
         }
-        let stored = self.on_disk(self.inner.disk.xattrs(InodeNo(ino as u32)))?;
+        let stored = self.on_disk(self.inner.disk.xattrs(ino))?;
         let x: Arc<Xattrs> = Arc::new(
             stored
                 .into_iter()
@@ -635,7 +631,7 @@ impl MemFs {
     #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &self,
-        parent: u64,
+        parent: InodeNo,
         name: &[u8],
         kind: Kind,
         perm: u16,
@@ -680,7 +676,14 @@ impl MemFs {
         self.make(parent, name, new)
     }
 
-    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u16, uid: u32, gid: u32) -> Result<Attr> {
+    pub fn mkdir(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        perm: u16,
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         let new = NewNode {
             kind: Kind::Dir,
             made: Made::Dir { perm },
@@ -694,7 +697,7 @@ impl MemFs {
 
     pub fn symlink(
         &self,
-        parent: u64,
+        parent: InodeNo,
         name: &[u8],
         target: &[u8],
         uid: u32,
@@ -724,7 +727,7 @@ impl MemFs {
     /// Makes `name` in `parent`: reserves an inode number, checks the
     /// name under the directory's lock, builds the node
     /// (`new_node_state`), enters and logs it.
-    fn make(&self, parent: u64, name: &[u8], new: NewNode) -> Result<Attr> {
+    fn make(&self, parent: InodeNo, name: &[u8], new: NewNode) -> Result<Attr> {
         check_name(name)?;
         self.writable()?;
         let room = self.claim_or_flush(1 + new.made.blocks())?;
@@ -759,7 +762,7 @@ impl MemFs {
         let kind = new.kind;
         let (made, s) = self.new_node_state(new, &d, t);
         let (uid, gid) = (s.uid, s.gid);
-        let node = Node::new(ino, if is_dir { parent } else { 0 }, s);
+        let node = Node::new(ino, is_dir.then_some(parent), s);
         d.entries
             .as_mut()
             .expect("checked above")
@@ -827,7 +830,7 @@ impl MemFs {
         (made, s)
     }
 
-    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+    pub fn link(&self, ino: InodeNo, newparent: InodeNo, newname: &[u8]) -> Result<Attr> {
         check_name(newname)?;
         self.writable()?;
         let room = self.claim_or_flush(1)?;
@@ -874,11 +877,11 @@ impl MemFs {
         Ok(attr)
     }
 
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         self.remove(parent, name, false)
     }
 
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         if name == b"." {
             return Err(MemError::Invalid("rmdir of ."));
         }
@@ -888,7 +891,7 @@ impl MemFs {
         self.remove(parent, name, true)
     }
 
-    fn remove(&self, parent: u64, name: &[u8], want_dir: bool) -> Result<()> {
+    fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> Result<()> {
         if name.len() > NAME_MAX {
             return Err(MemError::NameTooLong);
         }
@@ -946,9 +949,9 @@ impl MemFs {
     /// log.
     pub fn rename(
         &self,
-        parent: u64,
+        parent: InodeNo,
         name: &[u8],
-        newparent: u64,
+        newparent: InodeNo,
         newname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
@@ -1024,14 +1027,15 @@ impl MemFs {
     /// The ancestors of the directories a rename moves between parents,
     /// in their new places, sorted; refused if one would move below
     /// itself.
-    fn move_ancestors(&self, mv: &Moving<'_>) -> Result<Vec<u64>> {
+    fn move_ancestors(&self, mv: &Moving<'_>) -> Result<Vec<InodeNo>> {
         let mut ancestors = Vec::new();
-        let other = mv.other.map_or(0, |o| o.0);
-        for (k, (d, p)) in [(mv.moved, mv.newparent), (other, mv.parent)]
+        let other = mv.other.map(|o| o.0);
+        for (k, (d, p)) in [(Some(mv.moved), mv.newparent), (other, mv.parent)]
             .into_iter()
             .enumerate()
         {
-            if d == 0 || self.node(d)?.s.read().kind != Kind::Dir {
+            let Some(d) = d else { continue };
+            if self.node(d)?.s.read().kind != Kind::Dir {
                 continue;
             }
             let mut a = p;
@@ -1060,9 +1064,9 @@ impl MemFs {
     fn check_rename(
         &self,
         mv: &Moving<'_>,
-        locks: &mut [(u64, RwLockWriteGuard<'_, NodeState>)],
+        locks: &mut [(InodeNo, RwLockWriteGuard<'_, NodeState>)],
     ) -> Result<bool> {
-        let cur = |locks: &[(u64, RwLockWriteGuard<'_, NodeState>)], dir: u64, n: &[u8]| {
+        let cur = |locks: &[(InodeNo, RwLockWriteGuard<'_, NodeState>)], dir: InodeNo, n: &[u8]| {
             locks
                 .iter()
                 .find(|(i, _)| *i == dir)
@@ -1115,7 +1119,7 @@ impl MemFs {
     fn change_names(
         &self,
         mv: &Moving<'_>,
-        locks: &mut [(u64, RwLockWriteGuard<'_, NodeState>)],
+        locks: &mut [(InodeNo, RwLockWriteGuard<'_, NodeState>)],
         nodes: (&Arc<Node>, Option<&Arc<Node>>),
         t: Timestamp,
     ) {
@@ -1139,7 +1143,7 @@ impl MemFs {
         if mv.mkind == Kind::Dir && mv.parent != mv.newparent {
             get(locks, mv.parent).nlink -= 1;
             get(locks, mv.newparent).nlink += 1;
-            mnode.parent.store(mv.newparent, Ordering::Release);
+            mnode.set_parent(mv.newparent);
         }
         let Some((o, ok)) = mv.other else {
             return;
@@ -1155,7 +1159,7 @@ impl MemFs {
                 get(locks, mv.newparent).nlink -= 1;
                 get(locks, mv.parent).nlink += 1;
                 if let Some(on) = onode {
-                    on.parent.store(mv.parent, Ordering::Release);
+                    on.set_parent(mv.parent);
                 }
             }
         } else {
@@ -1175,7 +1179,7 @@ impl MemFs {
 
     // ---- open handles --------------------------------------------------
 
-    pub fn open(&self, ino: u64) -> Result<()> {
+    pub fn open(&self, ino: InodeNo) -> Result<()> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
@@ -1186,7 +1190,7 @@ impl MemFs {
         Ok(())
     }
 
-    pub fn release(&self, ino: u64) -> Result<()> {
+    pub fn release(&self, ino: InodeNo) -> Result<()> {
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
@@ -1276,9 +1280,9 @@ impl Drop for Claim<'_> {
 /// The guards of two locked inodes (the same inode twice is refused by
 /// the callers' checks, so `a != b` here unless both are the same dir).
 pub(crate) fn pair<'a, 'b>(
-    locks: &'b mut [(u64, RwLockWriteGuard<'a, NodeState>)],
-    a: u64,
-    b: u64,
+    locks: &'b mut [(InodeNo, RwLockWriteGuard<'a, NodeState>)],
+    a: InodeNo,
+    b: InodeNo,
 ) -> (&'b mut NodeState, &'b mut NodeState) {
     let ia = locks.iter().position(|(i, _)| *i == a).expect("locked");
     let ib = locks.iter().position(|(i, _)| *i == b).expect("locked");
@@ -1294,7 +1298,7 @@ pub(crate) fn pair<'a, 'b>(
 
 impl Moving<'_> {
     /// The rename as the log records it.
-    fn log_op(&self, ancestors: Vec<u64>) -> LogOp {
+    fn log_op(&self, ancestors: Vec<InodeNo>) -> LogOp {
         LogOp::Rename {
             from_dir: self.parent,
             from: self.name.to_vec(),
@@ -1324,19 +1328,19 @@ struct NewNode {
 /// `mkind`) to `newname` in `newparent` (naming `other`, if anything).
 #[derive(Clone, Copy)]
 struct Moving<'a> {
-    parent: u64,
+    parent: InodeNo,
     name: &'a [u8],
-    newparent: u64,
+    newparent: InodeNo,
     newname: &'a [u8],
     flags: RenameFlags,
-    moved: u64,
+    moved: InodeNo,
     mkind: Kind,
-    other: Option<(u64, Kind)>,
+    other: Option<(InodeNo, Kind)>,
 }
 
 pub(crate) fn get<'a, 'b>(
-    locks: &'b mut [(u64, RwLockWriteGuard<'a, NodeState>)],
-    ino: u64,
+    locks: &'b mut [(InodeNo, RwLockWriteGuard<'a, NodeState>)],
+    ino: InodeNo,
 ) -> &'b mut NodeState {
     let i = locks.iter().position(|(n, _)| *n == ino).expect("locked");
     &mut locks[i].1

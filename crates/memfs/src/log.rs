@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use stitch_diskfs::{RenameFlags, Special, Timestamp};
+use stitch_diskfs::{InodeNo, RenameFlags, Special, Timestamp};
 
 /// What a create made.
 #[derive(Clone, Debug)]
@@ -46,42 +46,42 @@ impl Made {
 #[derive(Clone, Debug)]
 pub(crate) enum LogOp {
     Create {
-        parent: u64,
+        parent: InodeNo,
         name: Vec<u8>,
-        ino: u64,
+        ino: InodeNo,
         made: Made,
         uid: u32,
         gid: u32,
     },
     Link {
-        ino: u64,
-        parent: u64,
+        ino: InodeNo,
+        parent: InodeNo,
         name: Vec<u8>,
     },
     Unlink {
-        parent: u64,
+        parent: InodeNo,
         name: Vec<u8>,
-        ino: u64,
+        ino: InodeNo,
         dir: bool,
     },
     Rename {
-        from_dir: u64,
+        from_dir: InodeNo,
         from: Vec<u8>,
-        to_dir: u64,
+        to_dir: InodeNo,
         to: Vec<u8>,
         flags: RenameFlags,
-        moved: u64,
+        moved: InodeNo,
         /// The inode the rename replaced (or, for an exchange, the other).
-        other: Option<u64>,
+        other: Option<InodeNo>,
         /// For a directory moved to another parent: the new parent's
         /// ancestors at the time (McoreFS Appendix A, loop avoidance).
-        ancestors: Vec<u64>,
+        ancestors: Vec<InodeNo>,
     },
     /// The inode's data or attributes changed; the flush writes the values
     /// it finds then.
-    Dirty { ino: u64 },
+    Dirty { ino: InodeNo },
     /// The last close of an inode that diskfs holds open.
-    Release { ino: u64 },
+    Release { ino: InodeNo },
 }
 
 #[derive(Clone, Debug)]
@@ -94,10 +94,28 @@ pub(crate) struct Entry {
     pub domains: Vec<u64>,
 }
 
+/// What an entry is ordered with: an inode, or an ordering domain (none
+/// are made yet). The two are numbered apart, so neither is taken for the
+/// other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Object {
+    Inode(InodeNo),
+    Domain(u64),
+}
+
+impl Entry {
+    /// Every object the entry is ordered with: the inodes its operation
+    /// touches, then its ordering domains.
+    pub fn objects(&self) -> impl Iterator<Item = Object> + '_ {
+        let inodes = self.op.objects().into_iter().map(Object::Inode);
+        inodes.chain(self.domains.iter().copied().map(Object::Domain))
+    }
+}
+
 impl LogOp {
-    /// Every object the operation touches: an earlier operation on any of
+    /// Every inode the operation touches: an earlier operation on any of
     /// them must reach the disk no later than this one.
-    pub fn objects(&self) -> Vec<u64> {
+    pub fn objects(&self) -> Vec<InodeNo> {
         match self {
             LogOp::Create { parent, ino, .. } | LogOp::Link { ino, parent, .. } => {
                 vec![*parent, *ino]
@@ -123,7 +141,7 @@ impl LogOp {
     }
 
     /// The directories whose entries the operation changes.
-    pub fn dirs_edited(&self) -> Vec<u64> {
+    pub fn dirs_edited(&self) -> Vec<InodeNo> {
         match self {
             LogOp::Create { parent, .. }
             | LogOp::Link { parent, .. }
@@ -137,7 +155,7 @@ impl LogOp {
 
     /// The inodes the operation is about (not the directories it edits):
     /// it may be absorbed only if every one of them is.
-    pub fn subjects(&self) -> Vec<u64> {
+    pub fn subjects(&self) -> Vec<InodeNo> {
         match self {
             LogOp::Create { ino, .. }
             | LogOp::Link { ino, .. }

@@ -11,7 +11,7 @@ use rustc_hash::FxHashSet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use stitch_diskfs::{Timestamp, XattrBlock};
+use stitch_diskfs::{InodeNo, Timestamp, XattrBlock};
 
 pub(crate) type Page = Arc<Vec<u8>>;
 
@@ -82,10 +82,11 @@ impl PagePool {
 }
 
 pub(crate) struct Node {
-    pub ino: u64,
-    /// A directory's parent; 0 while unknown (read from disk on demand).
-    /// Changed only by renames holding the global rename lock.
-    pub parent: AtomicU64,
+    pub ino: InodeNo,
+    /// A directory's parent's number; 0 while unknown (read from disk on
+    /// demand, [`Node::learn_parent`]). Changed only by renames holding the
+    /// global rename lock ([`Node::set_parent`]).
+    parent: AtomicU32,
     /// Logged operations naming this inode not yet applied to diskfs
     /// (a node with any is never evicted).
     pub pending: AtomicU32,
@@ -130,7 +131,7 @@ pub(crate) struct NodeState {
     pub pages: BTreeMap<u64, Page>,
     pub dirty_pages: BTreeSet<u64>,
     /// A directory's entries, once loaded.
-    pub entries: Option<HashMap<Vec<u8>, (u64, Kind)>>,
+    pub entries: Option<HashMap<Vec<u8>, (InodeNo, Kind)>>,
     /// A symlink's target, once loaded.
     pub target: Option<Vec<u8>>,
     /// Extended attributes (full name, value), once loaded. stitchfs sets
@@ -152,17 +153,34 @@ pub(crate) struct NodeState {
 pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 impl Node {
-    pub fn new(ino: u64, parent: u64, s: NodeState) -> Arc<Node> {
+    /// A node; `parent` is a directory's, if known.
+    pub fn new(ino: InodeNo, parent: Option<InodeNo>, s: NodeState) -> Arc<Node> {
         Arc::new(Node {
             ino,
-            parent: AtomicU64::new(parent),
+            parent: AtomicU32::new(parent.map_or(0, |p| p.0)),
             pending: AtomicU32::new(0),
             s: RwLock::new(s),
         })
     }
 
-    pub fn parent(&self) -> u64 {
-        self.parent.load(Ordering::Acquire)
+    /// A directory's parent, if known.
+    pub fn parent(&self) -> Option<InodeNo> {
+        let p = self.parent.load(Ordering::Acquire);
+        (p != 0).then_some(InodeNo(p))
+    }
+
+    /// A rename moved this directory under `parent`.
+    pub fn set_parent(&self, parent: InodeNo) {
+        self.parent.store(parent.0, Ordering::Release);
+    }
+
+    /// The parent as read from disk, kept unless a rename set one first;
+    /// returns the parent now known.
+    pub fn learn_parent(&self, parent: InodeNo) -> InodeNo {
+        let _ = self
+            .parent
+            .compare_exchange(0, parent.0, Ordering::AcqRel, Ordering::Acquire);
+        InodeNo(self.parent.load(Ordering::Acquire))
     }
 }
 
@@ -221,7 +239,7 @@ impl NodeState {
         }
     }
 
-    pub fn attr(&self, ino: u64, block_size: u64) -> Attr {
+    pub fn attr(&self, ino: InodeNo, block_size: u64) -> Attr {
         // Sectors: what the disk holds, or what the data will need.
         let need = self.size.div_ceil(block_size) * (block_size / 512);
         let blocks = match self.kind {

@@ -1,7 +1,7 @@
 //! The values memfs hands to the frontend.
 
 use std::time::Duration;
-use stitch_diskfs::Timestamp;
+use stitch_diskfs::{InodeNo, Timestamp};
 
 /// What kind of file an inode is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,7 +20,7 @@ pub enum Kind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     /// The ext2 inode number, the same across remounts.
-    pub ino: u64,
+    pub ino: InodeNo,
     pub kind: Kind,
     /// Permission bits with setuid, setgid and sticky.
     pub perm: u16,
@@ -97,7 +97,7 @@ impl DropSetId {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: Vec<u8>,
-    pub ino: u64,
+    pub ino: InodeNo,
     pub kind: Kind,
 }
 
@@ -255,7 +255,7 @@ pub enum FlushCause {
     Periodic,
     /// What an fsync of this file would take ([`Order`]): it holds
     /// `write_behind` bytes of dirty pages.
-    WriteBehind(u64),
+    WriteBehind(InodeNo),
 }
 
 /// How `set_xattr` treats an attribute that is (not) there already:

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stitch_diskfs::{Consistency, DataMode};
-use stitch_memfs::{Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
+use stitch_memfs::{InodeNo, Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
 use stitch_model::tree::Content;
 
 /// Directories every worker uses: their paths, parents first.
@@ -59,13 +59,13 @@ enum Loc {
 struct Worker {
     t: usize,
     fs: MemFs,
-    shared: Vec<u64>,
+    shared: Vec<InodeNo>,
     rng: ChaCha8Rng,
     /// File k: where it is, its inode and the last version written.
-    files: Vec<Option<(Loc, u64, u64)>>,
+    files: Vec<Option<(Loc, InodeNo, u64)>>,
     /// Own directory j: the shared directory it is in, its inode, and how
     /// many of the worker's files are in it.
-    dirs: Vec<Option<(usize, u64, usize)>>,
+    dirs: Vec<Option<(usize, InodeNo, usize)>>,
     next_version: u64,
 }
 
@@ -82,7 +82,7 @@ impl Worker {
         format!("t{}d{j}", self.t).into_bytes()
     }
 
-    fn dir_ino(&self, loc: Loc) -> u64 {
+    fn dir_ino(&self, loc: Loc) -> InodeNo {
         match loc {
             Loc::Shared(i) => self.shared[i],
             Loc::Own(j) => self.dirs[j].expect("own directory exists").1,

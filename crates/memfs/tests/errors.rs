@@ -10,7 +10,7 @@ use common::*;
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_diskfs::{Consistency, DiskFs};
-use stitch_memfs::{Kind, MemError, MemFs, Trouble};
+use stitch_memfs::{InodeNo, Kind, MemError, MemFs, Trouble};
 
 const MIB: usize = 1 << 20;
 
@@ -26,7 +26,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn new_file(fs: &MemFs, name: &str) -> u64 {
+fn new_file(fs: &MemFs, name: &str) -> InodeNo {
     let a = fs
         .mknod(fs.root(), name.as_bytes(), Kind::File, 0o644, (0, 0), 0, 0)
         .unwrap();
@@ -34,7 +34,7 @@ fn new_file(fs: &MemFs, name: &str) -> u64 {
     a.ino
 }
 
-fn read_all(fs: &MemFs, ino: u64) -> Vec<u8> {
+fn read_all(fs: &MemFs, ino: InodeNo) -> Vec<u8> {
     let size = fs.getattr(ino).unwrap().size;
     let mut out = Vec::new();
     while (out.len() as u64) < size {
@@ -47,7 +47,12 @@ fn read_all(fs: &MemFs, ino: u64) -> Vec<u8> {
 
 /// Writes `data` at `offset` as a program would: short writes continue,
 /// and the first error ends it. Returns how many bytes were taken.
-fn write_until_full(fs: &MemFs, ino: u64, offset: u64, data: &[u8]) -> (usize, Option<MemError>) {
+fn write_until_full(
+    fs: &MemFs,
+    ino: InodeNo,
+    offset: u64,
+    data: &[u8],
+) -> (usize, Option<MemError>) {
     let mut done = 0;
     while done < data.len() {
         match fs.write(ino, offset + done as u64, &data[done..], false) {
@@ -394,7 +399,7 @@ fn a_device_out_of_room_is_a_device_error() {
 }
 
 /// The tree `d/f` on a fresh ext2 image, unmounted; and `d`'s inode.
-fn image_with_dir() -> (Vec<u8>, u64) {
+fn image_with_dir() -> (Vec<u8>, InodeNo) {
     let mode = Consistency::SoftUpdates;
     let dev = device(image_for(mode));
     let fs = mount_on(dev.clone(), mode, opts());
@@ -411,8 +416,8 @@ fn a_damaged_directory_block_is_corruption() {
     let (mut image, d) = image_with_dir();
     let block = {
         let mut disk = DiskFs::mount(device(image.clone()), Consistency::SoftUpdates, NOW).unwrap();
-        let b = disk.physical_block(stitch_diskfs::InodeNo(d as u32), 0);
-        b.unwrap().expect("d has a first block") as usize
+        let b = disk.physical_block(d, 0);
+        b.unwrap().expect("d has a first block").0 as usize
     };
     image[block * 4096..(block + 1) * 4096].fill(0);
     let fs = mount_on(device(image), Consistency::SoftUpdates, opts());

@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use stitch_diskfs::Consistency;
-use stitch_memfs::{Kind, MemFs, Order, RenameFlags, SetAttrs};
+use stitch_memfs::{InodeNo, Kind, MemFs, Order, RenameFlags, SetAttrs};
 
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
@@ -30,7 +30,7 @@ fn disk_image(fs: &MemFs) -> Vec<u8> {
         let mut img = Vec::new();
         let bs = 4096;
         let mut buf = vec![0; bs];
-        let blocks = d.geometry().blocks_count as u64;
+        let blocks = d.layout().blocks_count as u64;
         for b in 0..blocks {
             dev.read(stitch_blockdev::BlockNo(b), &mut buf).unwrap();
             img.extend_from_slice(&buf);
@@ -40,7 +40,7 @@ fn disk_image(fs: &MemFs) -> Vec<u8> {
     .unwrap()
 }
 
-fn names(fs: &MemFs, dir: u64) -> Vec<String> {
+fn names(fs: &MemFs, dir: InodeNo) -> Vec<String> {
     let mut v: Vec<String> = fs
         .readdir(dir)
         .unwrap()
@@ -186,7 +186,7 @@ fn a_removed_tree_goes_whole_or_not_at_all() {
 #[test]
 fn fsync_of_a_file_makes_its_attributes_durable() {
     use stitch_memfs::XattrSet::*;
-    let attrs = |fs: &MemFs, ino: u64| -> Vec<(String, String)> {
+    let attrs = |fs: &MemFs, ino: InodeNo| -> Vec<(String, String)> {
         let mut v: Vec<_> = fs
             .xattrs(ino)
             .unwrap()
@@ -768,7 +768,7 @@ fn concurrent_fsyncs_with(mode: Consistency, flush_delay: Duration, churn: bool)
     const CRASHES: usize = 120;
     let (dev, fs, own) = recorded_mount(mode, flush_delay, churn.then_some(16));
     let scratch = fs.mkdir(fs.root(), b"scratch", 0o755, 0, 0).unwrap().ino;
-    let dirs: Vec<u64> = (0..THREADS)
+    let dirs: Vec<InodeNo> = (0..THREADS)
         .map(|t| {
             fs.mkdir(fs.root(), format!("d{t}").as_bytes(), 0o755, 0, 0)
                 .unwrap()

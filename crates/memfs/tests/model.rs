@@ -30,7 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_memfs::{Kind as MemKind, MemError, MemFs, Options, RenameFlags, SetAttrs, SetTime};
+use stitch_memfs::{
+    InodeNo, Kind as MemKind, MemError, MemFs, Options, RenameFlags, SetAttrs, SetTime,
+};
 use stitch_model::gen::{ops, GenConfig};
 use stitch_model::op::{free_slot, Op, Outcome};
 use stitch_model::tree::key_to_path;
@@ -43,14 +45,14 @@ fn done<T>(r: Result<T, MemError>) -> Result<Outcome, Errno> {
 }
 
 /// A write through memfs must take every byte (the disk is far from full).
-fn write_all(fs: &MemFs, ino: u64, offset: u64, data: &[u8]) -> Result<Outcome, Errno> {
+fn write_all(fs: &MemFs, ino: InodeNo, offset: u64, data: &[u8]) -> Result<Outcome, Errno> {
     let n = fs.write(ino, offset, data, false).map_err(errno)?;
     assert_eq!(n as usize, data.len(), "short write");
     Ok(Outcome::Done)
 }
 
 /// Applies one op to memfs; `fds` are the runner's open slots (inodes).
-fn apply(fs: &MemFs, fds: &mut Vec<Option<u64>>, op: &Op) -> Result<Outcome, Errno> {
+fn apply(fs: &MemFs, fds: &mut Vec<Option<InodeNo>>, op: &Op) -> Result<Outcome, Errno> {
     let v = &mut View(fs);
     match op {
         Op::Create { path, perm } => {
@@ -272,7 +274,7 @@ struct Run {
     dev: Arc<MemDevice>,
     fs: MemFs,
     model: Model,
-    fds: Vec<Option<u64>>,
+    fds: Vec<Option<InodeNo>>,
     /// Shared with the caller, which reports it if the run gets stuck.
     trace: Arc<Mutex<Vec<String>>>,
 }
@@ -320,7 +322,7 @@ impl Run {
         match step {
             Step::Op(op) => self.op(&i.to_string(), op),
             Step::FsyncFd { pick, datasync } => {
-                let open: Vec<u64> = self.fds.iter().flatten().copied().collect();
+                let open: Vec<InodeNo> = self.fds.iter().flatten().copied().collect();
                 if open.is_empty() {
                     return Ok(());
                 }
@@ -398,7 +400,7 @@ impl Run {
     /// be consistent but for leaks (files open and unlinked are orphans,
     /// soft updates may leak more), and after the recovering mount and an
     /// unmount clean (soft updates: but for leaks).
-    fn crash_check(&mut self, key: &[u8], ino: u64) -> Checked {
+    fn crash_check(&mut self, key: &[u8], ino: InodeNo) -> Checked {
         let want = self.model.snapshot_with(MTIME).nodes[key].clone();
         let want_names = match self.model.apply(&Op::Readdir {
             path: key_to_path(key),

@@ -11,7 +11,7 @@
 mod common;
 use common::*;
 use stitch_diskfs::Consistency;
-use stitch_memfs::{Kind, MemFs, Options, Order, RenameFlags};
+use stitch_memfs::{InodeNo, Kind, MemFs, Options, Order, RenameFlags};
 
 const NONE: RenameFlags = RenameFlags {
     noreplace: false,
@@ -19,7 +19,7 @@ const NONE: RenameFlags = RenameFlags {
 };
 
 /// A new file `name` in `dir` holding `data`, fsynced.
-fn durable_file(fs: &MemFs, dir: u64, name: &[u8], data: &[u8]) -> u64 {
+fn durable_file(fs: &MemFs, dir: InodeNo, name: &[u8], data: &[u8]) -> InodeNo {
     let f = fs
         .mknod(dir, name, Kind::File, 0o644, (0, 0), 0, 0)
         .unwrap()

@@ -7,20 +7,20 @@
 
 mod common;
 use common::*;
-use stitch_memfs::{Kind, MemFs, SetAttrs, XattrSet};
+use stitch_memfs::{InodeNo, Kind, MemFs, SetAttrs, XattrSet};
 
 fn bfree(fs: &MemFs) -> u64 {
     fs.statfs().unwrap().bfree
 }
 
 /// The blocks `i_blocks` counts for `ino`, once flushed.
-fn blocks(fs: &MemFs, ino: u64) -> u64 {
+fn blocks(fs: &MemFs, ino: InodeNo) -> u64 {
     fs.getattr(ino).unwrap().blocks / 8
 }
 
 /// A file of `len` bytes written without holes, with an attribute (its
 /// own attribute block) when `xattr`, flushed.
-fn dense(fs: &MemFs, name: &[u8], len: usize, xattr: bool) -> u64 {
+fn dense(fs: &MemFs, name: &[u8], len: usize, xattr: bool) -> InodeNo {
     let f = fs
         .mknod(fs.root(), name, Kind::File, 0o644, (0, 0), 0, 0)
         .unwrap()

@@ -22,7 +22,7 @@ use stitch_format::inode::{FIRST_INO, JOURNAL_INO, ROOT_INO};
 use stitch_format::jbd2::JournalSuperblock;
 use stitch_format::superblock::{self as sbc, Superblock};
 use stitch_format::{
-    dir, BlockNo, FileType, Geometry, GroupDesc, GroupNo, Inode, InodeNo, Timestamp,
+    dir, BlockNo, FileType, GroupDesc, GroupNo, Inode, InodeNo, Layout, Timestamp, NO_BLOCK,
 };
 
 /// Values that differ between runs; fixed in tests.
@@ -36,32 +36,35 @@ pub struct Identity {
 /// The planned file system.
 pub struct Image {
     pub sb: Superblock,
-    pub geo: Geometry,
+    pub layout: Layout,
     pub gds: Vec<GroupDesc>,
     /// Metadata blocks to write, by block number.
-    pub writes: BTreeMap<u32, Vec<u8>>,
+    pub writes: BTreeMap<BlockNo, Vec<u8>>,
     /// The journal's blocks after its superblock: must be zero, not written
     /// above. Contiguous blocks form one range.
-    pub journal_body: Vec<Range<u32>>,
+    pub journal_body: Vec<Range<BlockNo>>,
     /// Every group's inode table: must be zero except the blocks written above
     /// (which are written after the zeroes).
-    pub inode_tables: Vec<Range<u32>>,
+    pub inode_tables: Vec<Range<BlockNo>>,
 }
 
 /// Hands out free blocks in increasing order, skipping each group's metadata.
 struct Allocator<'a> {
-    geo: &'a Geometry,
-    next: u32,
+    layout: &'a Layout,
+    next: BlockNo,
 }
 
 impl Allocator<'_> {
-    fn alloc(&mut self) -> Option<u32> {
-        while self.next < self.geo.blocks_count {
-            let g = self.geo.group_of_block(BlockNo(self.next))?;
-            let data_start = self.geo.group_first_block(g).0 + self.geo.overhead_blocks(g);
+    fn alloc(&mut self) -> Option<BlockNo> {
+        while self.next < self.layout.end() {
+            let g = self.layout.group_of_block(self.next)?;
+            let data_start = self
+                .layout
+                .group_first_block(g)
+                .plus(u64::from(self.layout.overhead_blocks(g)));
             if self.next >= data_start {
-                self.next += 1;
-                return Some(self.next - 1);
+                self.next = self.next.plus(1);
+                return Some(BlockNo(self.next.0 - 1));
             }
             self.next = data_start;
         }
@@ -116,12 +119,19 @@ fn base_superblock(p: &Params, id: &Identity) -> Superblock {
 /// One file's blocks: data blocks in logical order and the indirect blocks
 /// that map them, already filled in.
 struct Mapped {
-    i_block: [u32; 15],
-    data: Vec<u32>,
-    indirect: BTreeMap<u32, Vec<u8>>,
+    i_block: [BlockNo; 15],
+    data: Vec<BlockNo>,
+    indirect: BTreeMap<BlockNo, Vec<u8>>,
 }
 
 impl Mapped {
+    /// Points `inode`'s `i_block` at the map.
+    fn set_pointers(&self, inode: &mut Inode) {
+        for (slot, &b) in self.i_block.iter().enumerate() {
+            inode.set_block_ptr(slot, b);
+        }
+    }
+
     fn sectors(&self) -> u32 {
         (self.data.len() + self.indirect.len()) as u32 * (BLOCK_SIZE / 512)
     }
@@ -133,14 +143,14 @@ impl Mapped {
 fn map_file(alloc: &mut Allocator, n: u32) -> Option<Mapped> {
     let bs = BLOCK_SIZE as usize;
     let mut m = Mapped {
-        i_block: [0; 15],
+        i_block: [NO_BLOCK; 15],
         data: Vec::with_capacity(n as usize),
         indirect: BTreeMap::new(),
     };
     for logical in 0..u64::from(n) {
         let path = map_path(logical, bs).ok()?;
         let mut here = m.i_block[path.slot];
-        if path.depth > 0 && here == 0 {
+        if path.depth > 0 && here == NO_BLOCK {
             here = alloc.alloc()?;
             m.i_block[path.slot] = here;
             m.indirect.insert(here, vec![0; bs]);
@@ -148,11 +158,11 @@ fn map_file(alloc: &mut Allocator, n: u32) -> Option<Mapped> {
         for (level, &idx) in path.levels().iter().enumerate() {
             let last = level + 1 == path.depth;
             let child = stitch_format::indirect::pointer(&m.indirect[&here], idx)?;
-            let child = if child != 0 {
+            let child = if child != NO_BLOCK {
                 child
             } else {
                 let b = alloc.alloc()?;
-                set_pointer(m.indirect.get_mut(&here)?, idx, BlockNo(b));
+                set_pointer(m.indirect.get_mut(&here)?, idx, b);
                 if !last {
                     m.indirect.insert(b, vec![0; bs]);
                 }
@@ -172,7 +182,7 @@ fn map_file(alloc: &mut Allocator, n: u32) -> Option<Mapped> {
 fn dir_inode(perm: u16, links: u16, m: &Mapped, now: Timestamp) -> Inode {
     let mut ino = Inode::new(FileType::Directory, perm, INODE_SIZE, now);
     ino.core.links_count = links;
-    ino.core.block = m.i_block;
+    m.set_pointers(&mut ino);
     ino.core.blocks_lo = m.sectors();
     ino.set_size(u64::from(m.data.len() as u32 * BLOCK_SIZE));
     ino
@@ -182,18 +192,18 @@ impl Image {
     /// Plans the whole file system.
     pub fn build(p: &Params, id: &Identity) -> Option<Image> {
         let sb = base_superblock(p, id);
-        let geo = Geometry::from_superblock(&sb).ok()?;
+        let layout = Layout::from_superblock(&sb).ok()?;
         let mut img = Image {
             sb,
             gds: Vec::new(),
             writes: BTreeMap::new(),
             journal_body: Vec::new(),
             inode_tables: Vec::new(),
-            geo,
+            layout,
         };
         let mut alloc = Allocator {
-            geo: &img.geo,
-            next: 0,
+            layout: &img.layout,
+            next: BlockNo(0),
         };
         let root = map_file(&mut alloc, 1)?;
         let lpf = map_file(&mut alloc, LPF_BLOCKS)?;
@@ -239,7 +249,7 @@ impl Image {
     /// superblock keeps a backup of the inode's map (`s_jnl_blocks`).
     fn write_journal(&mut self, j: &Mapped, id: &Identity) -> Inode {
         let mut ino = Inode::new(FileType::Regular, 0o600, INODE_SIZE, id.now);
-        ino.core.block = j.i_block;
+        j.set_pointers(&mut ino);
         ino.core.blocks_lo = j.sectors();
         ino.set_size(j.data.len() as u64 * u64::from(BLOCK_SIZE));
         self.writes.extend(j.indirect.clone());
@@ -249,13 +259,13 @@ impl Image {
         self.writes.insert(j.data[0], first);
         for &b in &j.data[1..] {
             match self.journal_body.last_mut() {
-                Some(r) if r.end == b => r.end += 1,
-                _ => self.journal_body.push(b..b + 1),
+                Some(r) if r.end == b => r.end = b.plus(1),
+                _ => self.journal_body.push(b..b.plus(1)),
             }
         }
         self.sb.journal_inum = JOURNAL_INO.0;
         self.sb.jnl_backup_type = sbc::JNL_BACKUP_BLOCKS;
-        self.sb.jnl_blocks[..15].copy_from_slice(&j.i_block);
+        self.sb.jnl_blocks[..15].copy_from_slice(&ino.core.block);
         self.sb.jnl_blocks[15] = ino.core.size_high;
         self.sb.jnl_blocks[16] = ino.core.size_lo;
         ino
@@ -264,35 +274,38 @@ impl Image {
     /// Writes the inode table blocks of group 0 that hold used inodes; all
     /// other inode table blocks stay zero.
     fn write_inode_table(&mut self, inodes: &[(InodeNo, Inode)]) {
-        let table = self.geo.standard_layout(GroupNo(0)).inode_table;
+        let table = self.layout.standard_group_layout(GroupNo(0)).inode_table;
         for (ino, inode) in inodes {
             let loc = self
-                .geo
-                .inode_location(*ino, BlockNo(table.start))
+                .layout
+                .inode_location(*ino, table.start)
                 .expect("reserved inodes are in group 0");
             let block = self
                 .writes
-                .entry(loc.block.0)
+                .entry(loc.block)
                 .or_insert_with(|| vec![0; BLOCK_SIZE as usize]);
             inode.encode_into(&mut block[loc.offset..loc.offset + usize::from(INODE_SIZE)]);
         }
-        for g in 0..self.geo.group_count {
+        for g in 0..self.layout.group_count {
             self.inode_tables
-                .push(self.geo.standard_layout(GroupNo(g)).inode_table);
+                .push(self.layout.standard_group_layout(GroupNo(g)).inode_table);
         }
     }
 
     /// Bitmaps and descriptors of every group. Blocks below `used_end` that
     /// are not group metadata were handed out by the allocator.
-    fn write_groups(&mut self, used_end: u32) {
-        let (ipg, bs) = (self.geo.inodes_per_group, BLOCK_SIZE as usize);
-        for g in (0..self.geo.group_count).map(GroupNo) {
-            let layout = self.geo.standard_layout(g);
-            let (first, n) = (layout.blocks.start, layout.blocks.end - layout.blocks.start);
+    fn write_groups(&mut self, used_end: BlockNo) {
+        let (ipg, bs) = (self.layout.inodes_per_group, BLOCK_SIZE as usize);
+        for g in (0..self.layout.group_count).map(GroupNo) {
+            let group = self.layout.standard_group_layout(g);
+            let first = group.blocks.start;
+            let n = self.layout.blocks_in_group(g);
             let mut bb = vec![0u8; bs];
             let mut bm = BitmapMut::new(&mut bb);
-            let used_here = used_end.clamp(first, layout.blocks.end) - first;
-            bm.set_range(0, used_here.max(self.geo.overhead_blocks(g)) as usize);
+            let used_here = self
+                .layout
+                .index_in_group(g, used_end.clamp(first, group.blocks.end));
+            bm.set_range(0, used_here.max(self.layout.overhead_blocks(g) as usize));
             bm.set_padding(n as usize);
             let free_blocks = n as usize - bm.view().count_set(n as usize);
             let mut ib = vec![0u8; bs];
@@ -301,16 +314,16 @@ impl Image {
             im.set_range(0, used_inodes as usize);
             im.set_padding(ipg as usize);
             self.gds.push(GroupDesc {
-                block_bitmap: layout.block_bitmap.0,
-                inode_bitmap: layout.inode_bitmap.0,
-                inode_table: layout.inode_table.start,
+                block_bitmap: group.block_bitmap,
+                inode_bitmap: group.inode_bitmap,
+                inode_table: group.inode_table.start,
                 free_blocks_count: free_blocks as u16,
                 free_inodes_count: (ipg - used_inodes) as u16,
                 used_dirs_count: if g.0 == 0 { 2 } else { 0 },
                 ..Default::default()
             });
-            self.writes.insert(layout.block_bitmap.0, bb);
-            self.writes.insert(layout.inode_bitmap.0, ib);
+            self.writes.insert(group.block_bitmap, bb);
+            self.writes.insert(group.inode_bitmap, ib);
         }
         (self.sb.free_blocks_count_lo, self.sb.free_inodes_count) = free_totals(&self.gds);
     }
@@ -318,10 +331,10 @@ impl Image {
     /// The primary superblock at byte 1024 of block 0, and a backup (with its
     /// group number) at the start of every group that has a copy.
     fn write_superblocks(&mut self) {
-        let table = encode_table(&self.gds, &self.geo);
+        let table = encode_table(&self.gds, &self.layout);
         let bs = BLOCK_SIZE as usize;
-        for g in (0..self.geo.group_count).map(GroupNo) {
-            let Some(copy) = self.geo.super_copy(g) else {
+        for g in (0..self.layout.group_count).map(GroupNo) {
+            let Some(copy) = self.layout.super_copy(g) else {
                 continue;
             };
             let mut sb = self.sb.clone();
@@ -333,8 +346,9 @@ impl Image {
                 0
             };
             sb.encode_into(&mut block[off..]);
-            self.writes.insert(copy.superblock.0, block);
-            for (i, b) in copy.gdt.enumerate() {
+            self.writes.insert(copy.superblock, block);
+            for i in 0..copy.gdt.end.since(copy.gdt.start) as usize {
+                let b = copy.gdt.start.plus(i as u64);
                 self.writes.insert(b, table[i * bs..(i + 1) * bs].to_vec());
             }
         }
@@ -359,10 +373,10 @@ mod tests {
     fn counts_agree_with_bitmaps_and_superblock_decodes() {
         let p = Params::new(3 * 32768 * 4096 + 4096 * 1000, Some(JournalSize::Default)).unwrap();
         let img = Image::build(&p, &id()).unwrap();
-        let sb = Superblock::decode(&img.writes[&0][1024..2048]).unwrap();
+        let sb = Superblock::decode(&img.writes[&BlockNo(0)][1024..2048]).unwrap();
         assert_eq!(sb, img.sb);
         for (g, gd) in img.gds.iter().enumerate() {
-            let n = img.geo.blocks_in_group(GroupNo(g as u32)) as usize;
+            let n = img.layout.blocks_in_group(GroupNo(g as u32)) as usize;
             let bm = Bitmap::new(&img.writes[&gd.block_bitmap]);
             assert_eq!(
                 n - bm.count_set(n),
@@ -383,7 +397,7 @@ mod tests {
             &img.sb.jnl_blocks[..13],
             &[1033, 1034, 1035, 1036, 1037, 1038, 1039, 1040, 1041, 1042, 1043, 1044, 1045]
         );
-        assert_eq!(&img.writes[&1045][..4], &1046u32.to_le_bytes());
+        assert_eq!(&img.writes[&BlockNo(1045)][..4], &1046u32.to_le_bytes());
         assert_eq!(img.gds[0].free_blocks_count, 16384 - 2058);
     }
 }

@@ -18,6 +18,7 @@ pub use params::JournalSize;
 
 use std::path::{Path, PathBuf};
 use stitch_format::superblock::Superblock;
+use stitch_format::BlockNo;
 
 /// What the caller asks for.
 #[derive(Clone, Debug, Default)]
@@ -180,15 +181,16 @@ fn write_image(
         .filter(|(on, _)| *on)
         .flat_map(|(_, ranges)| ranges.iter().cloned())
         .collect();
-    let zero_total: u64 = zero.iter().map(|r| u64::from(r.end - r.start)).sum();
+    let zero_total: u64 = zero.iter().map(|r| r.end.since(r.start)).sum();
     let total = zero_total + img.writes.len() as u64;
     let mut done = 0;
     for r in zero {
-        done += u64::from(r.end - r.start);
+        done += r.end.since(r.start);
         t.zero(r, bs)?;
         progress(done, total);
     }
-    for (&b, data) in img.writes.iter().filter(|(&b, _)| b != 0) {
+    let primary = BlockNo(0);
+    for (&b, data) in img.writes.iter().filter(|(&b, _)| b != primary) {
         t.write_block(b, data, bs)?;
         done += 1;
         if done % 256 == 0 {
@@ -196,7 +198,7 @@ fn write_image(
         }
     }
     t.sync()?;
-    t.write_block(0, &img.writes[&0], bs)?;
+    t.write_block(primary, &img.writes[&primary], bs)?;
     t.sync()?;
     progress(total, total);
     Ok(img.writes.len() as u64)

@@ -14,6 +14,7 @@ use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use stitch_format::superblock::{EXT2_MAGIC, SUPERBLOCK_OFFSET};
+use stitch_format::BlockNo;
 
 pub struct Target {
     file: File,
@@ -95,22 +96,28 @@ impl Target {
         Ok(())
     }
 
-    pub fn write_block(&self, block: u32, data: &[u8], block_size: u32) -> Result<(), MkfsError> {
-        let off = u64::from(block) * u64::from(block_size);
+    pub fn write_block(
+        &self,
+        block: BlockNo,
+        data: &[u8],
+        block_size: u32,
+    ) -> Result<(), MkfsError> {
+        let off = block.0 * u64::from(block_size);
         self.file
             .write_all_at(data, off)
             .map_err(io(&self.path, "write"))
     }
 
     /// Writes zeros over blocks `range`.
-    pub fn zero(&self, range: std::ops::Range<u32>, block_size: u32) -> Result<(), MkfsError> {
-        const CHUNK_BLOCKS: u32 = 256;
-        let zeros = vec![0u8; (CHUNK_BLOCKS * block_size) as usize];
+    pub fn zero(&self, range: std::ops::Range<BlockNo>, block_size: u32) -> Result<(), MkfsError> {
+        const CHUNK_BLOCKS: u64 = 256;
+        let bs = u64::from(block_size);
+        let zeros = vec![0u8; (CHUNK_BLOCKS * bs) as usize];
         let mut b = range.start;
         while b < range.end {
-            let n = (range.end - b).min(CHUNK_BLOCKS);
-            self.write_block(b, &zeros[..(n * block_size) as usize], block_size)?;
-            b += n;
+            let n = range.end.since(b).min(CHUNK_BLOCKS);
+            self.write_block(b, &zeros[..(n * bs) as usize], block_size)?;
+            b = b.plus(n);
         }
         Ok(())
     }

@@ -19,7 +19,8 @@
 //!   model's path walk and [`Tree`] written once for every runner of ops.
 //!
 //! **Architecture invariant:** this crate knows nothing about disks, blocks,
-//! patches or any other stitch crate. It is deliberately naive: derived
+//! patches or any other stitch crate; it shares only the inode number type
+//! every layer uses (`stitch-units`), which knows nothing either. It is deliberately naive: derived
 //! facts (link counts, parents) are recomputed from the tree each time they
 //! are needed rather than cached, because a cache could drift and an oracle
 //! must not be wrong. Trees in tests hold a few hundred inodes, so the

@@ -9,15 +9,10 @@
 
 use std::fmt;
 
-/// An inode number. The model numbers inodes itself; numbers are never
+/// An inode number, the one type every layer uses (`stitch-units`). The
+/// model numbers inodes itself, the root 2 as in ext2; numbers are never
 /// compared with another file system's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct InodeNo(pub u64);
-
-impl InodeNo {
-    /// The root directory, as in ext2.
-    pub const ROOT: InodeNo = InodeNo(2);
-}
+pub use stitch_units::InodeNo;
 
 /// Longest name a directory entry may have (ext2's `EXT2_NAME_LEN`).
 pub const NAME_MAX: usize = 255;

@@ -272,6 +272,7 @@ fn a_full_log_waits_for_checkpoints_and_wraps() {
 #[test]
 fn data_over_a_journaled_block_is_revoked() {
     use stitch_format::jbd2::recovery::recover;
+    use stitch_format::JournalBlockNo;
     let (rec, mut m) = journaled(DataMode::Ordered);
     let i = m.byte(BlockNo(20), 0, &[0xAB; 4096], &[], META).unwrap();
     let g = m.group(&[i]).unwrap();
@@ -283,16 +284,17 @@ fn data_over_a_journaled_block_is_revoked() {
     assert_eq!(m.journal().unwrap().stats().revokes, 1);
     // A crash now: the log still holds the old copy.
     let img = rec.inner().snapshot();
-    let read = |n: u32| -> Result<Vec<u8>, String> {
-        let at = (AREA.start + u64::from(n)) as usize * BS;
+    let read = |n: JournalBlockNo| -> Result<Vec<u8>, String> {
+        let at = (AREA.start + u64::from(n.0)) as usize * BS;
         Ok(img[at..at + BS].to_vec())
     };
-    let jsb = JournalSuperblock::decode(&read(0).unwrap(), BS as u32, 1024).unwrap();
+    let jsb =
+        JournalSuperblock::decode(&read(JournalBlockNo(0)).unwrap(), BS as u32, 1024).unwrap();
     let r = recover(&jsb, read).unwrap();
     assert_eq!(r.transactions, 2);
     assert!(r.revoked >= 1);
     assert!(
-        !r.blocks.contains_key(&20),
+        !r.blocks.contains_key(&BlockNo(20)),
         "replay would put the old metadata over the new data"
     );
     assert_eq!(&img[20 * BS..20 * BS + 4], &[7; 4]);

@@ -12,14 +12,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use stitch_memfs::Kind;
+use stitch_memfs::{InodeNo, Kind};
 
 /// One entry of a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slot {
     pub name: Vec<u8>,
     /// The ext2 inode number.
-    pub ino: u64,
+    pub ino: InodeNo,
     pub kind: Kind,
 }
 
@@ -92,10 +92,10 @@ pub fn after(listing: &[Slot], offset: u64) -> impl Iterator<Item = (u64, &Slot)
 mod tests {
     use super::*;
 
-    fn slot(name: &str, ino: u64) -> Slot {
+    fn slot(name: &str, ino: u32) -> Slot {
         Slot {
             name: name.as_bytes().to_vec(),
-            ino,
+            ino: InodeNo(ino),
             kind: Kind::File,
         }
     }
@@ -103,9 +103,9 @@ mod tests {
     #[test]
     fn offsets_continue_where_the_reader_stopped() {
         let l = vec![slot(".", 2), slot("..", 2), slot("a", 12), slot("b", 13)];
-        let all: Vec<_> = after(&l, 0).map(|(o, s)| (o, s.ino)).collect();
+        let all: Vec<_> = after(&l, 0).map(|(o, s)| (o, s.ino.0)).collect();
         assert_eq!(all, [(1, 2), (2, 2), (3, 12), (4, 13)]);
-        let rest: Vec<_> = after(&l, 3).map(|(o, s)| (o, s.ino)).collect();
+        let rest: Vec<_> = after(&l, 3).map(|(o, s)| (o, s.ino.0)).collect();
         assert_eq!(rest, [(4, 13)]);
         assert_eq!(after(&l, 4).count(), 0);
         assert_eq!(after(&l, u64::MAX).count(), 0);
@@ -118,7 +118,7 @@ mod tests {
         let b = h.open();
         assert_ne!(a, b);
         let got = h.listing(a, 0, || Ok::<_, ()>(vec![slot("x", 12)]));
-        assert_eq!(got.unwrap().unwrap()[0].ino, 12);
+        assert_eq!(got.unwrap().unwrap()[0].ino, InodeNo(12));
         h.remove(a);
         assert!(h.listing(a, 0, || Ok::<_, ()>(vec![])).is_none());
         assert!(h.listing(b, 0, || Ok::<_, ()>(vec![])).is_some());

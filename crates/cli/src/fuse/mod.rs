@@ -6,7 +6,7 @@
 //! Mapping rules:
 //! - FUSE's root node id 1 is ext2 inode 2; every other node id is the ext2
 //!   inode number itself, so `st_ino` is the same across remounts (and the
-//!   root reports 2).
+//!   root reports 2). [`ids`] is the one place the two meet.
 //! - Attributes and entries are cached by the kernel for [`TTL`]: every
 //!   change goes through this mount, so the kernel sees each one itself.
 //!   No writeback cache: each `write` reaches memfs before it returns.
@@ -25,8 +25,9 @@
 //!   ([`StitchFuse::see`], module `callers`): one atomic load while no
 //!   process holds a context.
 //!
-//! Modules: `ops` (the `fuser::Filesystem` methods), `control` (the
-//! control table's ioctls), `callers` (who is calling, and contexts), `dirs` (directory
+//! Modules: `ops` (the `fuser::Filesystem` methods), `ids` (node ids and
+//! inode numbers), `control` (the control table's ioctls), `callers` (who
+//! is calling, and contexts), `dirs` (directory
 //! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
@@ -35,17 +36,15 @@ mod control;
 pub mod daemon;
 pub mod diag;
 mod dirs;
+mod ids;
 mod nodes;
 mod ops;
 
-use fuser::{Errno, FileAttr, FileType, INodeNo};
+use fuser::{Errno, FileAttr, FileType};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::SystemTime;
 pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
-use stitch_memfs::{Attr, Kind, MemError, MemFs, Timestamp, Trouble};
-
-/// ext2's root directory.
-const EXT2_ROOT: u64 = 2;
+use stitch_memfs::{Attr, InodeNo, Kind, MemError, MemFs, Timestamp, Trouble};
 
 /// The `fuser::Filesystem` over one memfs.
 pub struct StitchFuse {
@@ -81,15 +80,6 @@ impl StitchFuse {
     }
 }
 
-/// The ext2 inode behind a FUSE node id.
-fn ext_ino(n: INodeNo) -> u64 {
-    if n == INodeNo::ROOT {
-        EXT2_ROOT
-    } else {
-        n.0
-    }
-}
-
 /// Has memfs tell the kernel, through `notifier`, of attributes a flush
 /// changed on its own, so that its cached attributes are dropped. The
 /// notification only marks attributes stale (no page cache is touched),
@@ -97,17 +87,8 @@ fn ext_ino(n: INodeNo) -> u64 {
 /// inode the kernel does not hold answers ENOENT, which is fine.
 pub fn tell_kernel_of_attr_changes(fs: &MemFs, notifier: fuser::Notifier) {
     fs.on_attr_change(move |ino| {
-        let _ = notifier.inval_inode(node_id(ino), -1, 0);
+        let _ = notifier.inval_inode(ids::node_of(ino), -1, 0);
     });
-}
-
-/// The FUSE node id of an ext2 inode.
-fn node_id(ino: u64) -> INodeNo {
-    if ino == EXT2_ROOT {
-        INodeNo::ROOT
-    } else {
-        INodeNo(ino)
-    }
 }
 
 fn file_type(k: Kind) -> FileType {
@@ -129,7 +110,7 @@ fn time(t: Timestamp) -> SystemTime {
 /// What `stat` shows: `st_ino` is the ext2 inode number (2 for the root).
 fn stat_attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: ids::shown_ino(a.ino),
         size: a.size,
         blocks: a.blocks,
         atime: time(a.atime),
@@ -150,7 +131,7 @@ fn stat_attr(a: &Attr) -> FileAttr {
 /// The attributes of an entry reply, whose `ino` is the node id.
 fn entry_attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: node_id(a.ino),
+        ino: ids::node_of(a.ino),
         ..stat_attr(a)
     }
 }
@@ -191,8 +172,8 @@ impl Failure {
     /// disk); `None` for an ordinary refusal. The errno alone loses what
     /// went wrong, so corruption, device errors and bugs are named with
     /// their detail.
-    fn log_line(&self, op: &str, ino: u64) -> Option<String> {
-        let at = format!("{op} (inode {ino})");
+    fn log_line(&self, op: &str, ino: InodeNo) -> Option<String> {
+        let at = format!("{op} ({ino})");
         let Failure::Mem(e) = self else {
             return self
                 .troubling_errno()
@@ -233,7 +214,7 @@ fn check_name(name: &[u8]) -> OpResult<()> {
 /// dropping the unsent reply in `answer`), and the mount stays up.
 fn serve<R: ErrorReply, T, E: Into<Failure>>(
     op: &'static str,
-    ino: u64,
+    ino: InodeNo,
     reply: R,
     work: impl FnOnce() -> Result<T, E>,
     answer: impl FnOnce(R, T),
@@ -257,35 +238,26 @@ fn serve<R: ErrorReply, T, E: Into<Failure>>(
     }
 }
 
-fn log_panic(op: &str, ino: u64, panic: &(dyn std::any::Any + Send)) {
+fn log_panic(op: &str, ino: InodeNo, panic: &(dyn std::any::Any + Send)) {
     let msg = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".into());
     diag::error(&format!(
-        "BUG: {op} (inode {ino}) panicked: {msg}; answered EIO, the mount stays up"
+        "BUG: {op} ({ino}) panicked: {msg}; answered EIO, the mount stays up"
     ));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn root_maps_both_ways_and_others_are_identity() {
-        assert_eq!(ext_ino(INodeNo::ROOT), 2);
-        assert_eq!(node_id(2), INodeNo::ROOT);
-        for n in [11u64, 12, 4096, u32::MAX as u64] {
-            assert_eq!(ext_ino(INodeNo(n)), n);
-            assert_eq!(node_id(n), INodeNo(n));
-        }
-    }
+    use fuser::INodeNo;
 
     #[test]
     fn stat_shows_ext2_inode_and_entry_the_node_id() {
         let a = Attr {
-            ino: 2,
+            ino: InodeNo::ROOT,
             kind: Kind::Dir,
             perm: 0o755,
             nlink: 3,
@@ -306,7 +278,7 @@ mod tests {
         assert_eq!(back(stat_attr(&a).ctime), a.ctime);
         assert_eq!(entry_attr(&a).ino, INodeNo::ROOT);
         let dev = Attr {
-            ino: 12,
+            ino: InodeNo(12),
             kind: Kind::CharDev,
             rdev: (4, 65),
             ..a
@@ -336,7 +308,7 @@ mod tests {
     fn run(work: impl FnOnce() -> OpResult<u32>) -> Option<Result<u32, Errno>> {
         let got = std::sync::Arc::new(std::sync::Mutex::new(None));
         let answer = |r: Fake, v| *r.0.lock().unwrap() = Some(Ok(v));
-        serve("test", 12, Fake(got.clone()), work, answer);
+        serve("test", InodeNo(12), Fake(got.clone()), work, answer);
         let out = got.lock().unwrap().take();
         out
     }
@@ -356,10 +328,10 @@ mod tests {
     fn memfs_errors_keep_their_errno() {
         let f: Failure = MemError::NotEmpty.into();
         assert_eq!(f.errno(), Errno::ENOTEMPTY);
-        assert_eq!(f.log_line("rmdir", 12), None);
+        assert_eq!(f.log_line("rmdir", InodeNo(12)), None);
         let f: Failure = MemError::ReadOnly.into();
         assert_eq!(f.errno(), Errno::EROFS);
-        assert!(f.log_line("write", 12).is_some());
+        assert!(f.log_line("write", InodeNo(12)).is_some());
     }
 
     /// Corruption, device errors and bugs all answer `EIO`; the log tells
@@ -369,7 +341,7 @@ mod tests {
         use stitch_diskfs::{Damage, DiskError};
         let damage = Damage::Root("is not a directory".into());
         let corrupt: Failure = MemError::Corrupt(DiskError::Damaged(damage)).into();
-        let line = corrupt.log_line("lookup", 2).unwrap();
+        let line = corrupt.log_line("lookup", InodeNo(2)).unwrap();
         assert!(line.contains("the root directory (inode 2) is not a directory"));
         assert!(line.contains("e2fsck"), "{line}");
         let io = std::io::Error::from_raw_os_error(libc::EIO);
@@ -378,10 +350,13 @@ mod tests {
             source: io,
         };
         let device: Failure = MemError::Device(DiskError::Patch(dev.into())).into();
-        let line = device.log_line("fsync", 12).unwrap();
+        let line = device.log_line("fsync", InodeNo(12)).unwrap();
         assert!(line.contains("write of block 7"), "{line}");
         let bug: Failure = MemError::Bug(DiskError::NotFound).into();
-        assert!(bug.log_line("fsync", 12).unwrap().starts_with("BUG: "));
+        assert!(bug
+            .log_line("fsync", InodeNo(12))
+            .unwrap()
+            .starts_with("BUG: "));
         for f in [corrupt, device, bug] {
             assert_eq!(f.errno(), Errno::EIO);
         }

@@ -3,8 +3,8 @@
 
 use super::dirs::{self, Listing, Slot};
 use super::{
-    check_name, entry_attr, ext_ino, file_type, node_id, serve, stat_attr, ErrorReply, Failure,
-    OpResult, StitchFuse, MAX_WRITE, TTL,
+    check_name, diag, entry_attr, file_type, ids, serve, stat_attr, ErrorReply, Failure, OpResult,
+    StitchFuse, MAX_WRITE, TTL,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -17,7 +17,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stitch_memfs::{
-    Attr, DropSetId, Kind, MemError, RenameFlags, SetAttrs, SetTime, Timestamp, XattrSet, Xattrs,
+    Attr, DropSetId, InodeNo, Kind, MemError, RenameFlags, SetAttrs, SetTime, Timestamp, XattrSet,
+    Xattrs,
 };
 
 /// Open files keep the kernel's page cache across opens: every change goes
@@ -121,13 +122,13 @@ fn perm(mode: u32) -> u16 {
 impl StitchFuse {
     /// Answers with an entry the kernel will hold (`fresh`: a new inode).
     fn entry(&self, reply: ReplyEntry, a: Attr, fresh: bool) {
-        let g = self.nodes.hold(node_id(a.ino).0, fresh);
+        let g = self.nodes.hold(ids::node_of(a.ino).0, fresh);
         reply.entry(&TTL, &entry_attr(&a), Generation(g));
     }
 
     /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
     /// resolves them itself, but an exported or stacked mount may ask).
-    fn lookup_name(&self, dir: u64, name: &[u8]) -> OpResult<Attr> {
+    fn lookup_name(&self, dir: InodeNo, name: &[u8]) -> OpResult<Attr> {
         Ok(match name {
             b"." => self.fs.getattr(dir)?,
             b".." => self.fs.getattr(self.fs.parent(dir)?)?,
@@ -136,7 +137,7 @@ impl StitchFuse {
     }
 
     /// The listing of `dir` with `.` and `..` first.
-    fn snapshot(&self, dir: u64) -> OpResult<Vec<Slot>> {
+    fn snapshot(&self, dir: InodeNo) -> OpResult<Vec<Slot>> {
         let entries = self.fs.readdir(dir)?;
         let parent = self.fs.parent(dir)?;
         let mut out = Vec::with_capacity(entries.len() + 2);
@@ -156,7 +157,7 @@ impl StitchFuse {
     }
 
     /// The listing an open directory reads at `offset` (see [`dirs`]).
-    fn listing(&self, dir: u64, fh: FileHandle, offset: u64) -> OpResult<Listing> {
+    fn listing(&self, dir: InodeNo, fh: FileHandle, offset: u64) -> OpResult<Listing> {
         let got = self.dirs.listing(fh.0, offset, || self.snapshot(dir));
         got.unwrap_or(Err(Failure::Errno(Errno::EBADF)))
     }
@@ -165,19 +166,21 @@ impl StitchFuse {
 // Every request that reaches memfs or the control table enters through
 // `on_inode` or `on_name`, which resolve its caller (`see`) once.
 impl StitchFuse {
-    /// Serves `req` on one inode (`ino` is the FUSE node id).
+    /// Serves `req` on one inode (`node` is the FUSE node id).
     fn on_inode<R: ErrorReply, T, E: Into<Failure>>(
         &self,
         req: &Request,
         op: &'static str,
-        ino: INodeNo,
+        node: INodeNo,
         reply: R,
-        work: impl FnOnce(u64) -> Result<T, E>,
+        work: impl FnOnce(InodeNo) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
         let _caller = self.see(req);
-        let ino = ext_ino(ino);
-        serve(op, ino, reply, || work(ino), answer);
+        match ids::ino_of(node) {
+            Ok(ino) => serve(op, ino, reply, || work(ino), answer),
+            Err(e) => unknown_node(op, node, reply, e),
+        }
     }
 
     /// Serves `req` on `name` in directory `parent`, refusing first a name
@@ -190,11 +193,14 @@ impl StitchFuse {
         parent: INodeNo,
         name: &OsStr,
         reply: R,
-        work: impl FnOnce(u64, &[u8]) -> Result<T, E>,
+        work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
         let _caller = self.see(req);
-        let dir = ext_ino(parent);
+        let dir = match ids::ino_of(parent) {
+            Ok(dir) => dir,
+            Err(e) => return unknown_node(op, parent, reply, e),
+        };
         let name = name.as_bytes();
         serve(
             op,
@@ -207,6 +213,12 @@ impl StitchFuse {
             answer,
         );
     }
+}
+
+/// Answers a request on a node id that names no inode (see [`ids`]).
+fn unknown_node<R: ErrorReply>(op: &str, node: INodeNo, reply: R, e: Errno) {
+    diag::request_error(&format!("{op} (node {}): no inode has it", node.0));
+    reply.fail(e);
 }
 
 fn attr(reply: ReplyAttr, a: Attr) {
@@ -414,8 +426,8 @@ impl fuser::Filesystem for StitchFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let to = ext_ino(newparent);
         let work = |from, name: &[u8]| -> OpResult<()> {
+            let to = ids::ino_of(newparent)?;
             let newname = newname.as_bytes();
             check_name(newname)?;
             let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
@@ -439,8 +451,7 @@ impl fuser::Filesystem for StitchFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let ino = ext_ino(ino);
-        let work = |d, n: &[u8]| self.fs.link(ino, d, n);
+        let work = |d, n: &[u8]| -> OpResult<Attr> { Ok(self.fs.link(ids::ino_of(ino)?, d, n)?) };
         self.on_name(req, "link", newparent, newname, reply, work, |r, a| {
             self.entry(r, a, false)
         });
@@ -586,7 +597,7 @@ impl fuser::Filesystem for StitchFuse {
             |mut r, listing| {
                 for (next, s) in dirs::after(&listing, offset) {
                     let name = OsStr::from_bytes(&s.name);
-                    if r.add(INodeNo(s.ino), next, file_type(s.kind), name) {
+                    if r.add(ids::shown_ino(s.ino), next, file_type(s.kind), name) {
                         break;
                     }
                 }
@@ -607,8 +618,7 @@ impl fuser::Filesystem for StitchFuse {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let dir = ext_ino(ino);
-        let answer = |mut r: ReplyDirectoryPlus, listing: Listing| {
+        let answer = |mut r: ReplyDirectoryPlus, (dir, listing): (InodeNo, Listing)| {
             for (next, s) in dirs::after(&listing, offset) {
                 let attr = match s.name.as_slice() {
                     b"." | b".." => self.fs.getattr(s.ino).map(|a| stat_attr(&a)),
@@ -632,7 +642,7 @@ impl fuser::Filesystem for StitchFuse {
             }
             r.ok();
         };
-        let work = |dir| self.listing(dir, fh, offset);
+        let work = |dir| self.listing(dir, fh, offset).map(|l| (dir, l));
         self.on_inode(req, "readdirplus", ino, reply, work, answer);
     }
 
@@ -716,7 +726,7 @@ impl fuser::Filesystem for StitchFuse {
             Ok(a)
         };
         self.on_name(req, "create", parent, name, reply, work, |r, a| {
-            let g = self.nodes.hold(node_id(a.ino).0, true);
+            let g = self.nodes.hold(ids::node_of(a.ino).0, true);
             r.created(
                 &TTL,
                 &entry_attr(&a),

@@ -9,7 +9,7 @@
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use stitch_format::dir as fdir;
-use stitch_format::InodeNo;
+use stitch_format::{BlockNo, InodeNo};
 
 /// Directories indexed at once; past this, one is forgotten per new one.
 const MAX_INDEXED: usize = 4096;
@@ -18,7 +18,7 @@ const MAX_INDEXED: usize = 4096;
 #[derive(Default)]
 pub(crate) struct DirIndex {
     /// Physical blocks, in logical order.
-    blocks: Vec<u32>,
+    blocks: Vec<BlockNo>,
     /// Which block (logical) holds each used name.
     names: HashMap<Vec<u8>, u32>,
     /// The largest record a block can take (`fdir::insert`'s test).
@@ -46,7 +46,7 @@ impl DirIndex {
 
     /// Adds physical block `b`, the next in logical order, whose entries
     /// are `block`; fails on an entry that does not decode.
-    pub(crate) fn push_scanned(&mut self, b: u32, block: &[u8]) -> stitch_format::Result<()> {
+    pub(crate) fn push_scanned(&mut self, b: BlockNo, block: &[u8]) -> stitch_format::Result<()> {
         let i = self.blocks.len() as u32;
         let mut room = 0;
         for e in fdir::entries(block) {
@@ -62,7 +62,7 @@ impl DirIndex {
     }
 
     /// The physical block of logical block `i`.
-    pub(crate) fn block(&self, i: u32) -> Option<u32> {
+    pub(crate) fn block(&self, i: u32) -> Option<BlockNo> {
         self.blocks.get(i as usize).copied()
     }
 
@@ -141,7 +141,14 @@ impl Indexes {
     /// Notes that `dir` grew by physical block `b` (logical `logical`),
     /// holding `bytes` with the one entry `name`; an index not of
     /// `logical` blocks before is out of step, and goes.
-    pub(crate) fn grew(&mut self, dir: InodeNo, logical: u64, b: u32, bytes: &[u8], name: &[u8]) {
+    pub(crate) fn grew(
+        &mut self,
+        dir: InodeNo,
+        logical: u64,
+        b: BlockNo,
+        bytes: &[u8],
+        name: &[u8],
+    ) {
         match self.dirs.get_mut(&dir) {
             Some(d) if d.blocks.len() as u64 == logical => {
                 d.blocks.push(b);

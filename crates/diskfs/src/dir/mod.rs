@@ -62,7 +62,7 @@ impl DiskFs {
     }
 
     /// The physical blocks of a directory, in order.
-    fn dir_blocks(&mut self, inode: &Inode) -> Result<Vec<u32>> {
+    fn dir_blocks(&mut self, inode: &Inode) -> Result<Vec<BlockNo>> {
         let n = inode.size().div_ceil(self.bs as u64);
         let mut out = Vec::new();
         for logical in 0..n {
@@ -94,8 +94,8 @@ impl DiskFs {
         let Some(b) = idx.block_of(name).and_then(|i| idx.block(i)) else {
             return Ok(None);
         };
-        let block = self.m.read(BlockNo(u64::from(b)))?;
-        match fdir::lookup(block, name).map_err(|e| e.in_block(u64::from(b)))? {
+        let block = self.m.read(b)?;
+        match fdir::lookup(block, name).map_err(|e| e.in_block(b.0))? {
             Some(e) => Ok(Some(Entry {
                 name: e.name.to_vec(),
                 ino: e.inode,
@@ -113,9 +113,8 @@ impl DiskFs {
             let blocks = self.dir_blocks(inode)?;
             let mut idx = DirIndex::with_capacity(blocks.len());
             for b in blocks {
-                let block = self.m.read(BlockNo(u64::from(b)))?;
-                idx.push_scanned(b, block)
-                    .map_err(|e| e.in_block(u64::from(b)))?;
+                let block = self.m.read(b)?;
+                idx.push_scanned(b, block).map_err(|e| e.in_block(b.0))?;
             }
             return Ok(self.dirs.keep(dir, idx));
         }
@@ -140,9 +139,9 @@ impl DiskFs {
         let inode = self.dir_inode(dir)?;
         let mut out = Vec::new();
         for b in self.dir_blocks(&inode)? {
-            let block = self.m.read(BlockNo(u64::from(b)))?;
+            let block = self.m.read(b)?;
             for e in fdir::entries(block) {
-                let e = e.map_err(|e| e.in_block(u64::from(b)))?;
+                let e = e.map_err(|e| e.in_block(b.0))?;
                 if e.inode.0 != 0 {
                     out.push(Entry {
                         name: e.name.to_vec(),
@@ -168,16 +167,15 @@ impl DiskFs {
         mut edit: impl FnMut(&mut [u8]) -> stitch_format::Result<Option<(T, Option<(usize, usize)>)>>,
     ) -> Result<Option<(T, Vec<PatchId>, u32)>> {
         for &i in candidates {
-            let Some(b) = self.dirs.get(dir).and_then(|d| d.block(i)) else {
+            let Some(blk) = self.dirs.get(dir).and_then(|d| d.block(i)) else {
                 return Err(self.stale_index(dir, "the index lost a block it named"));
             };
-            let blk = BlockNo(u64::from(b));
             let mut bytes = self.m.read(blk)?.to_vec();
             let edited = match edit(&mut bytes) {
                 Ok(r) => r,
                 Err(e) => {
                     self.dirs.forget(dir);
-                    return Err(e.in_block(u64::from(b)).into());
+                    return Err(e.in_block(blk.0).into());
                 }
             };
             let room = room_in(&bytes);

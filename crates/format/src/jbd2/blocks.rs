@@ -9,6 +9,7 @@ use super::checksum::{crc32c_raw, data_block_csum};
 use super::JBD2_MAGIC;
 use crate::codec::{ondisk, read, write, Be};
 use crate::error::{ensure, FormatError, Result, Structure};
+use crate::units::BlockNo;
 
 /// `h_blocktype` values.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -119,7 +120,7 @@ impl TagFormat {
 /// One descriptor tag: the home location of the next data block in the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DescriptorTag {
-    pub blocknr: u64,
+    pub blocknr: BlockNo,
     pub flags: u32,
     /// Data block checksum (v2: low 16 bits only).
     pub checksum: u32,
@@ -131,6 +132,12 @@ impl DescriptorTag {
     fn encoded_len(&self, fmt: TagFormat) -> usize {
         fmt.tag_bytes() + if self.uuid.is_some() { UUID_SIZE } else { 0 }
     }
+}
+
+/// A home block number's low and high 32 bits, as tags and revoke records
+/// keep them.
+fn halves(b: BlockNo) -> (u32, u32) {
+    (b.0 as u32, (b.0 >> 32) as u32)
 }
 
 fn corrupt(s: Structure, off: usize, reason: String) -> FormatError {
@@ -157,7 +164,7 @@ fn decode_tag(buf: &[u8], off: usize, fmt: TagFormat) -> DescriptorTag {
     } else {
         (u16_at(6), u16_at(4), if fmt.bit64 { u32_at(8) } else { 0 })
     };
-    let blocknr = u64::from(u32_at(0)) | (u64::from(high) << 32);
+    let blocknr = BlockNo(u64::from(u32_at(0)) | (u64::from(high) << 32));
     DescriptorTag {
         blocknr,
         flags,
@@ -166,19 +173,31 @@ fn decode_tag(buf: &[u8], off: usize, fmt: TagFormat) -> DescriptorTag {
     }
 }
 
+/// Writes one tag; its block number's high half is written where the
+/// format has room for it, and is zero otherwise (`encode_descriptor`
+/// checks).
 fn encode_tag(buf: &mut [u8], off: usize, tag: &DescriptorTag, fmt: TagFormat) {
-    write::<u32, Be>(buf, off, tag.blocknr as u32);
+    let (low, high) = halves(tag.blocknr);
+    write::<u32, Be>(buf, off, low);
     if fmt.csum_v3 {
         write::<u32, Be>(buf, off + 4, tag.flags);
-        write::<u32, Be>(buf, off + 8, (tag.blocknr >> 32) as u32);
+        write::<u32, Be>(buf, off + 8, high);
         write::<u32, Be>(buf, off + 12, tag.checksum);
     } else {
         write::<u16, Be>(buf, off + 4, tag.checksum as u16);
         write::<u16, Be>(buf, off + 6, tag.flags as u16);
         if fmt.bit64 {
-            write::<u32, Be>(buf, off + 8, (tag.blocknr >> 32) as u32);
+            write::<u32, Be>(buf, off + 8, high);
         }
     }
+}
+
+/// Refuses a home block number past 32 bits where a tag or revoke record
+/// keeps 32 (`wide`: it keeps 64).
+fn check_width(b: BlockNo, wide: bool, s: Structure) -> Result<()> {
+    ensure(wide || b.to_u32().is_some(), s, || {
+        format!("{b} does not fit a 32-bit journal record")
+    })
 }
 
 /// Decodes a descriptor block: its sequence and tags, in log order.
@@ -225,6 +244,11 @@ pub fn encode_descriptor(
         Structure::JournalDescriptor,
         || format!("{} tags need {need} bytes", tags.len()),
     )?;
+    for tag in tags {
+        // Replay reads a tag's high half only with `64bit` (as the kernel
+        // does), though `tag3` has room for it.
+        check_width(tag.blocknr, fmt.bit64, Structure::JournalDescriptor)?;
+    }
     let mut buf = vec![0u8; block_len];
     BlockHeader::new(BlockType::Descriptor, seq).encode_into(&mut buf);
     let mut off = BlockHeader::SIZE;
@@ -354,7 +378,7 @@ impl CommitBlock {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RevokeBlock {
     pub sequence: u32,
-    pub blocks: Vec<u64>,
+    pub blocks: Vec<BlockNo>,
 }
 
 const REVOKE_HEADER: usize = 16;
@@ -382,12 +406,12 @@ impl RevokeBlock {
             .chunks_exact(rec)
             .map(|c| {
                 if rec == 8 {
-                    read::<u64, Be>(c, 0)
+                    read::<u64, Be>(c, 0).map(BlockNo)
                 } else {
-                    read::<u32, Be>(c, 0).map(u64::from)
+                    read::<BlockNo, Be>(c, 0)
                 }
             })
-            .map(|v| v.unwrap_or(0))
+            .map(|v| v.unwrap_or(BlockNo(0)))
             .collect();
         Ok(RevokeBlock { sequence, blocks })
     }
@@ -405,6 +429,9 @@ impl RevokeBlock {
             Structure::JournalRevoke,
             || format!("{} records do not fit", self.blocks.len()),
         )?;
+        for &b in &self.blocks {
+            check_width(b, rec == 8, Structure::JournalRevoke)?;
+        }
         let mut buf = vec![0u8; block_len];
         BlockHeader::new(BlockType::Revoke, self.sequence).encode_into(&mut buf);
         write::<u32, Be>(
@@ -415,9 +442,9 @@ impl RevokeBlock {
         for (i, &b) in self.blocks.iter().enumerate() {
             let off = REVOKE_HEADER + i * rec;
             if rec == 8 {
-                write::<u64, Be>(&mut buf, off, b);
+                write::<u64, Be>(&mut buf, off, b.0);
             } else {
-                write::<u32, Be>(&mut buf, off, b as u32);
+                write::<u32, Be>(&mut buf, off, halves(b).0);
             }
         }
         Ok(buf)
@@ -455,7 +482,7 @@ mod tests {
             let n = tags_per_descriptor(fmt, 4096);
             let tags: Vec<DescriptorTag> = (0..n)
                 .map(|i| DescriptorTag {
-                    blocknr: 1000 + i as u64 + if fmt.bit64 { 1 << 33 } else { 0 },
+                    blocknr: BlockNo(1000 + i as u64 + if fmt.bit64 { 1 << 33 } else { 0 }),
                     flags: if i == 0 { 0 } else { tag_flags::SAME_UUID }
                         | if i + 1 == n { tag_flags::LAST_TAG } else { 0 },
                     checksum: if fmt.csum_v3 {
@@ -487,13 +514,37 @@ mod tests {
         }
     }
 
+    /// A home block past 32 bits is refused where the record keeps 32,
+    /// never cut to its low half.
+    #[test]
+    fn blocks_past_32_bits_need_64bit_records() {
+        let far = BlockNo(1 << 32);
+        for fmt in formats() {
+            let tag = DescriptorTag {
+                blocknr: far,
+                flags: tag_flags::LAST_TAG,
+                checksum: 0,
+                uuid: Some([9; 16]),
+            };
+            let revoke = RevokeBlock {
+                sequence: 3,
+                blocks: vec![far],
+            };
+            let encoded = [
+                encode_descriptor(42, &[tag], fmt, 4096).is_ok(),
+                revoke.encode(fmt, 4096).is_ok(),
+            ];
+            assert_eq!(encoded, [fmt.bit64; 2], "{fmt:?}");
+        }
+    }
+
     #[test]
     fn revoke_round_trip_and_bad_count() {
         for fmt in formats() {
             let cap = RevokeBlock::capacity(fmt, 1024);
             let r = RevokeBlock {
                 sequence: 3,
-                blocks: (0..cap as u64).collect(),
+                blocks: (0..cap as u64).map(BlockNo).collect(),
             };
             let mut buf = r.encode(fmt, 1024).unwrap();
             assert_eq!(RevokeBlock::decode(&buf, fmt).unwrap(), r);

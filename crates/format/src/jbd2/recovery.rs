@@ -54,6 +54,7 @@ use super::superblock::features;
 use super::{JournalSuperblock, JBD2_MAGIC};
 use crate::codec::{read, Be};
 use crate::error::{ensure, FormatError, Structure};
+use crate::units::{BlockNo, JournalBlockNo};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -63,7 +64,7 @@ pub struct Recovery {
     /// Final contents of every home block replay writes (after revokes, last
     /// copy wins), keyed by file-system block number. Numbers are as the
     /// tags give them: the caller checks them against the file system.
-    pub blocks: BTreeMap<u64, Vec<u8>>,
+    pub blocks: BTreeMap<BlockNo, Vec<u8>>,
     /// Committed transactions found (replayed).
     pub transactions: u32,
     /// The sequence of the first of them (`s_sequence`).
@@ -81,14 +82,14 @@ pub struct Recovery {
     /// Home blocks with a journal copy whose v2/v3 tag checksum failed: that
     /// copy was not replayed. The kernel replays the rest and then fails the
     /// recovery, so a caller should treat a non-empty list as damage.
-    pub bad_checksums: Vec<u64>,
+    pub bad_checksums: Vec<BlockNo>,
 }
 
 /// Why a journal could not be recovered.
 #[derive(Debug)]
 pub enum RecoverError<E> {
     /// `read` failed for this journal block.
-    Read { block: u32, source: E },
+    Read { block: JournalBlockNo, source: E },
     /// The journal is damaged in a way that makes the kernel refuse to
     /// recover it: a bad superblock, a block with a bad checksum inside a
     /// transaction committed after it, a revoke block's count past its end,
@@ -100,7 +101,7 @@ impl<E: fmt::Display> fmt::Display for RecoverError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RecoverError::Read { block, source } => {
-                write!(f, "reading journal block {block}: {source}")
+                write!(f, "reading journal block {}: {source}", block.0)
             }
             RecoverError::Corrupt(e) => write!(f, "journal cannot be recovered: {e}"),
         }
@@ -127,7 +128,7 @@ impl<E> From<FormatError> for RecoverError<E> {
 /// superblock), each `jsb.blocksize` bytes.
 pub fn recover<E>(
     jsb: &JournalSuperblock,
-    read: impl FnMut(u32) -> Result<Vec<u8>, E>,
+    read: impl FnMut(JournalBlockNo) -> Result<Vec<u8>, E>,
 ) -> Result<Recovery, RecoverError<E>> {
     validate(jsb)?;
     let empty = Recovery {
@@ -195,7 +196,7 @@ struct Log<'j, R> {
     used: u64,
 }
 
-impl<'j, E, R: FnMut(u32) -> Result<Vec<u8>, E>> Log<'j, R> {
+impl<'j, E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>> Log<'j, R> {
     fn new(jsb: &'j JournalSuperblock, read: R) -> Self {
         Log {
             jsb,
@@ -236,7 +237,8 @@ impl<'j, E, R: FnMut(u32) -> Result<Vec<u8>, E>> Log<'j, R> {
             let e = FormatError::corrupt(s, format!("log block {at} is past the journal's end"));
             return Err(e.into());
         }
-        let buf = (self.read)(at).map_err(|source| RecoverError::Read { block: at, source })?;
+        let block = JournalBlockNo(at);
+        let buf = (self.read)(block).map_err(|source| RecoverError::Read { block, source })?;
         let want = self.jsb.blocksize as usize;
         if buf.len() != want {
             let e = FormatError::corrupt(s, format!("read {} bytes, not {want}", buf.len()));
@@ -281,7 +283,7 @@ struct LogBlock {
 /// One descriptor tag, as replay reads it.
 #[derive(Debug)]
 struct Tag {
-    blocknr: u64,
+    blocknr: BlockNo,
     flags: u32,
     checksum: u32,
 }
@@ -324,7 +326,7 @@ fn tag_at(buf: &[u8], off: usize, fmt: TagFormat) -> Tag {
         (be16(6), be16(4))
     };
     Tag {
-        blocknr: u64::from(be32(0)) | (u64::from(high) << 32),
+        blocknr: BlockNo(u64::from(be32(0)) | (u64::from(high) << 32)),
         flags,
         checksum,
     }
@@ -333,7 +335,7 @@ fn tag_at(buf: &[u8], off: usize, fmt: TagFormat) -> Tag {
 /// The block numbers of a revoke block, as the kernel's
 /// `scan_revoke_records` reads them: `r_count` bytes (header included) of
 /// 4- or 8-byte records; a count past the block is corruption.
-fn revoke_records(buf: &[u8], fmt: TagFormat) -> Result<Vec<u64>, FormatError> {
+fn revoke_records(buf: &[u8], fmt: TagFormat) -> Result<Vec<BlockNo>, FormatError> {
     const HEADER: usize = 16;
     let count = read::<u32, Be>(buf, 12).unwrap_or(0) as usize;
     let usable = buf.len() - if fmt.has_tail() { TAIL_SIZE } else { 0 };
@@ -343,10 +345,11 @@ fn revoke_records(buf: &[u8], fmt: TagFormat) -> Result<Vec<u64>, FormatError> {
     let records = buf.get(HEADER..count).unwrap_or_default();
     Ok(if fmt.bit64 {
         let rec = records.chunks_exact(8);
-        rec.map(|r| read::<u64, Be>(r, 0).unwrap_or(0)).collect()
+        rec.map(|r| BlockNo(read::<u64, Be>(r, 0).unwrap_or(0)))
+            .collect()
     } else {
         let rec = records.chunks_exact(4);
-        rec.map(|r| read::<u32, Be>(r, 0).map_or(0, u64::from))
+        rec.map(|r| read::<BlockNo, Be>(r, 0).unwrap_or(BlockNo(0)))
             .collect()
     })
 }
@@ -380,7 +383,7 @@ enum AfterCommit {
     End,
 }
 
-fn scan<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
+fn scan<E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>>(
     log: &mut Log<'_, R>,
 ) -> Result<Scanned, RecoverError<E>> {
     log.restart();
@@ -411,7 +414,7 @@ fn scan<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
 
 /// Steps over a descriptor's data blocks, reading them into the v1 CRC
 /// while the transaction is still in good standing.
-fn scan_descriptor<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
+fn scan_descriptor<E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>>(
     log: &mut Log<'_, R>,
     st: &mut ScanState,
     buf: &[u8],
@@ -494,7 +497,7 @@ fn async_commit(jsb: &JournalSuperblock) -> bool {
 /// have ended the log before it), and so is a walk that stops short.
 fn walk_committed<E, R, F>(log: &mut Log<'_, R>, end: u32, mut f: F) -> Result<(), RecoverError<E>>
 where
-    R: FnMut(u32) -> Result<Vec<u8>, E>,
+    R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>,
     F: FnMut(&mut Log<'_, R>, BlockType, u32, &[u8]) -> Result<(), RecoverError<E>>,
 {
     log.restart();
@@ -520,9 +523,9 @@ where
 }
 
 /// Block number → the newest sequence that revoked it.
-type Revokes = BTreeMap<u64, u32>;
+type Revokes = BTreeMap<BlockNo, u32>;
 
-fn collect_revokes<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
+fn collect_revokes<E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>>(
     log: &mut Log<'_, R>,
     end: u32,
 ) -> Result<Revokes, RecoverError<E>> {
@@ -544,7 +547,7 @@ fn collect_revokes<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
     Ok(revokes)
 }
 
-fn replay<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
+fn replay<E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>>(
     log: &mut Log<'_, R>,
     end: u32,
     revokes: &Revokes,
@@ -560,7 +563,7 @@ fn replay<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
 }
 
 /// Replays one descriptor's data blocks into `rec`.
-fn replay_descriptor<E, R: FnMut(u32) -> Result<Vec<u8>, E>>(
+fn replay_descriptor<E, R: FnMut(JournalBlockNo) -> Result<Vec<u8>, E>>(
     log: &mut Log<'_, R>,
     buf: &[u8],
     revokes: &Revokes,
@@ -663,7 +666,7 @@ mod tests {
                 }
                 let flag = |on: bool, f: u32| if on { f } else { 0 };
                 tags.push(DescriptorTag {
-                    blocknr: *nr,
+                    blocknr: BlockNo(*nr),
                     flags: flag(i > 0, SAME_UUID)
                         | flag(i + 1 == blocks.len(), LAST_TAG)
                         | flag(escape, ESCAPE),
@@ -688,7 +691,7 @@ mod tests {
             let fmt = self.jsb.tag_format();
             let r = RevokeBlock {
                 sequence: self.seq,
-                blocks: blocks.to_vec(),
+                blocks: blocks.iter().copied().map(BlockNo).collect(),
             };
             let mut buf = r.encode(fmt, BS).unwrap();
             if fmt.has_tail() {
@@ -724,7 +727,7 @@ mod tests {
 
         fn recover(&self) -> Result<Recovery, RecoverError<String>> {
             recover(&self.jsb, |n| {
-                Ok(self.log.get(&n).cloned().unwrap_or_else(|| vec![0; BS]))
+                Ok(self.log.get(&n.0).cloned().unwrap_or_else(|| vec![0; BS]))
             })
         }
 
@@ -739,7 +742,7 @@ mod tests {
 
     /// The replayed blocks as (block, first byte) pairs.
     fn written(r: &Recovery) -> Vec<(u64, u8)> {
-        r.blocks.iter().map(|(&b, d)| (b, d[1])).collect()
+        r.blocks.iter().map(|(&b, d)| (b.0, d[1])).collect()
     }
 
     #[test]
@@ -846,7 +849,7 @@ mod tests {
         b.transaction(&[(70, magic.clone()), (71, data(8))]);
         assert_eq!(b.log[&2][..4], [0; 4], "the log copy is escaped");
         let r = b.recovered();
-        assert_eq!(r.blocks[&70], magic);
+        assert_eq!(r.blocks[&BlockNo(70)], magic);
         assert_eq!(r.transactions, 1);
     }
 
@@ -913,7 +916,7 @@ mod tests {
             b.flip(5, 7); // block 2's copy
             let r = b.recovered();
             assert_eq!(written(&r), [(1, 1), (3, 3)], "{v:#x}");
-            assert_eq!(r.bad_checksums, [2]);
+            assert_eq!(r.bad_checksums, [BlockNo(2)]);
             assert_eq!(r.transactions, 2);
         }
     }
@@ -954,7 +957,7 @@ mod tests {
         b.flip(8, 600);
         let r = b.recovered();
         assert_eq!((r.transactions, r.failed_commit), (2, None));
-        assert!(!r.blocks.contains_key(&9));
+        assert!(!r.blocks.contains_key(&BlockNo(9)));
         // Its commit checksum failing instead is the same stale end.
         let mut b = checksummed(V3);
         b.time -= 10;
@@ -979,7 +982,7 @@ mod tests {
         // block: the kernel would go round for ever. One walk, no commit.
         let b = Builder::plain();
         let tag = DescriptorTag {
-            blocknr: 1,
+            blocknr: BlockNo(1),
             flags: LAST_TAG,
             checksum: 0,
             uuid: Some([0; 16]),
@@ -1013,13 +1016,22 @@ mod tests {
     fn read_errors_and_bad_superblocks_are_errors() {
         let mut b = Builder::plain();
         b.transaction(&[(1, data(1))]);
-        let read = |n| match b.log.get(&n) {
-            _ if n == 2 => Err("gone"),
+        let read = |n: JournalBlockNo| match b.log.get(&n.0) {
+            _ if n.0 == 2 => Err("gone"),
             Some(block) => Ok(block.clone()),
             None => Ok(data(0)),
         };
         let e = recover(&b.jsb, read).unwrap_err();
-        assert!(matches!(e, RecoverError::Read { block: 2, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                RecoverError::Read {
+                    block: JournalBlockNo(2),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = recover(&b.jsb, |_| Ok::<_, String>(vec![0; 10])).unwrap_err();
         assert!(e.to_string().contains("read 10 bytes"), "{e}");
         let mut bad = b.jsb.clone();

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use stitch_format::BlockNo;
 
 /// Reads `len` bytes at byte offset `off`.
 pub fn read_at(path: &Path, off: u64, len: usize) -> Vec<u8> {
@@ -15,6 +16,6 @@ pub fn read_at(path: &Path, off: u64, len: usize) -> Vec<u8> {
 }
 
 /// Reads block `b` of a file system with `bs`-byte blocks.
-pub fn block(path: &Path, bs: usize, b: u32) -> Vec<u8> {
-    read_at(path, u64::from(b) * bs as u64, bs)
+pub fn block(path: &Path, bs: usize, b: BlockNo) -> Vec<u8> {
+    read_at(path, b.0 * bs as u64, bs)
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::Consistency;
-use stitch_memfs::{Attr, Kind as MemKind, MemError, MemFs, Options};
+use stitch_memfs::{Attr, InodeNo, Kind as MemKind, MemError, MemFs, Options};
 use stitch_model::types::{Kind, Meta, Name, Rdev, Special};
 use stitch_model::view::{self, InodeView};
 use stitch_model::Errno;
@@ -146,13 +146,13 @@ pub fn meta_of(fs: &MemFs, a: &Attr) -> Meta {
 }
 
 impl InodeView for View<'_> {
-    type Ino = u64;
+    type Ino = InodeNo;
 
-    fn root(&self) -> u64 {
+    fn root(&self) -> InodeNo {
         self.0.root()
     }
 
-    fn lookup(&mut self, dir: u64, name: &Name) -> Result<Option<u64>, Errno> {
+    fn lookup(&mut self, dir: InodeNo, name: &Name) -> Result<Option<InodeNo>, Errno> {
         match self.0.lookup(dir, name.as_bytes()) {
             Ok(a) => Ok(Some(a.ino)),
             Err(MemError::NotFound) => Ok(None),
@@ -160,25 +160,25 @@ impl InodeView for View<'_> {
         }
     }
 
-    fn meta(&mut self, ino: u64) -> Result<Meta, Errno> {
+    fn meta(&mut self, ino: InodeNo) -> Result<Meta, Errno> {
         let a = self.0.getattr(ino).map_err(errno)?;
         Ok(meta_of(self.0, &a))
     }
 
-    fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, Errno> {
+    fn readlink(&mut self, ino: InodeNo) -> Result<Vec<u8>, Errno> {
         self.0.readlink(ino).map_err(errno)
     }
 
-    fn contents(&mut self, ino: u64, size: u64) -> Result<Vec<u8>, Errno> {
+    fn contents(&mut self, ino: InodeNo, size: u64) -> Result<Vec<u8>, Errno> {
         let size = u32::try_from(size).expect("test files stay small");
         self.0.read(ino, 0, size).map_err(errno)
     }
 
-    fn mtime(&mut self, ino: u64) -> Result<stitch_model::Time, Errno> {
+    fn mtime(&mut self, ino: InodeNo) -> Result<stitch_model::Time, Errno> {
         Ok(model_time(self.0.getattr(ino).map_err(errno)?.mtime))
     }
 
-    fn entries(&mut self, dir: u64) -> Result<Vec<(Name, u64)>, Errno> {
+    fn entries(&mut self, dir: InodeNo) -> Result<Vec<(Name, InodeNo)>, Errno> {
         let root = dir == self.0.root();
         Ok(self
             .0

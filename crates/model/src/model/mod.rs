@@ -125,7 +125,7 @@ pub struct Stat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Model {
     pub(crate) inodes: BTreeMap<InodeNo, Inode>,
-    next_ino: u64,
+    next_ino: u32,
     pub(crate) limits: Limits,
     /// Owner of inodes made through [`Model::apply`] (the caller's
     /// credentials on a real system).

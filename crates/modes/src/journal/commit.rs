@@ -30,7 +30,7 @@ use std::collections::BTreeSet;
 use stitch_format::jbd2::blocks::{commit_csum, encode_descriptor, tag_flags, tags_per_descriptor};
 use stitch_format::jbd2::checksum::crc32_be;
 use stitch_format::jbd2::{CommitBlock, DescriptorTag, RevokeBlock, JBD2_MAGIC};
-use stitch_patch::{PatchCache, PatchError, PatchId, EMPTY_FAN_IN};
+use stitch_patch::{BlockNo, PatchCache, PatchError, PatchId, EMPTY_FAN_IN};
 
 /// How far a commit got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -47,7 +47,7 @@ struct Committing {
     phase: Phase,
     running: Running,
     /// Blocks revoked and not journaled again by this transaction.
-    revokes: Vec<u64>,
+    revokes: Vec<BlockNo>,
     /// Its unjournaled data patches, live ones only, each once.
     data: Vec<PatchId>,
     seq: u32,
@@ -179,7 +179,7 @@ impl Journal {
                     flags |= tag_flags::LAST_TAG;
                 }
                 tags.push(DescriptorTag {
-                    blocknr: b.0,
+                    blocknr: b,
                     flags,
                     checksum: 0,
                     uuid: (i == 0).then_some(self.jsb.uuid),
@@ -261,7 +261,7 @@ impl Journal {
         };
         let homes: Vec<PatchId> = r.homes.iter().filter_map(|&h| cache.resolve(h)).collect();
         let homes = cache.create_empty(&homes)?;
-        let blocks: Vec<u64> = r.blocks.iter().map(|b| b.0).collect();
+        let blocks = r.blocks.clone();
         for &b in &blocks {
             self.live_copies.insert(b, tx.seq);
         }
@@ -283,7 +283,7 @@ impl Journal {
 
 /// Phase 1: the running transaction, closed.
 fn close(running: Running, cache: &PatchCache) -> Committing {
-    let revokes: Vec<u64> = running
+    let revokes: Vec<BlockNo> = running
         .revokes
         .iter()
         .copied()

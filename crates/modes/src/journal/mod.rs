@@ -166,14 +166,14 @@ struct Running {
     started: Instant,
     /// Journaled blocks, in first-change order, and as a set.
     blocks: Vec<BlockNo>,
-    block_set: FxHashSet<u64>,
+    block_set: FxHashSet<BlockNo>,
     /// The home patches (for the checkpoint).
     homes: FxHashSet<PatchId>,
     /// Unjournaled data patches.
     data: Vec<PatchId>,
     /// Data blocks journaled in `ordered` mode (see [`SMALL_DATA`]).
     small_data: u32,
-    revokes: BTreeSet<u64>,
+    revokes: BTreeSet<BlockNo>,
 }
 
 /// In `ordered` mode, a transaction's first data blocks (up to this many,
@@ -201,7 +201,7 @@ struct Closed {
     durable: PatchId,
     /// Checkpointed once this commits: every home write.
     homes: PatchId,
-    blocks: Vec<u64>,
+    blocks: Vec<BlockNo>,
 }
 
 /// The journal's state while mounted in journal mode.
@@ -224,7 +224,7 @@ pub struct Journal {
     tail_patch: Option<PatchId>,
     prev_commit: Option<PatchId>,
     /// Home block → sequence of its newest copy in the live log.
-    live_copies: FxHashMap<u64, u32>,
+    live_copies: FxHashMap<BlockNo, u32>,
     /// Operation patches (groups) → epoch of their transaction.
     tx_of: FxHashMap<PatchId, u32>,
     /// Nesting of atomic sections: no commit inside one.
@@ -384,17 +384,17 @@ impl Journal {
         let always = self.journals(flags);
         let ordered = self.data == DataMode::Ordered;
         let small = self.cfg.small_data;
-        let live_copy = self.live_copies.contains_key(&block.0);
+        let live_copy = self.live_copies.contains_key(&block);
         let r = self.ensure_running(cache)?;
         let journaled = always
-            || (ordered && (r.block_set.contains(&block.0) || r.small_data < small) && {
-                r.small_data += u32::from(!r.block_set.contains(&block.0));
+            || (ordered && (r.block_set.contains(&block) || r.small_data < small) && {
+                r.small_data += u32::from(!r.block_set.contains(&block));
                 true
             });
         if journaled {
             let id = make(cache, &[r.hold])?;
             r.homes.insert(id);
-            if r.block_set.insert(block.0) {
+            if r.block_set.insert(block) {
                 r.blocks.push(block);
             }
             if r.blocks.len() as u32 >= self.max_blocks() {
@@ -406,8 +406,8 @@ impl Journal {
             if r.data.last() != Some(&id) {
                 r.data.push(id);
             }
-            if live_copy && !r.block_set.contains(&block.0) {
-                r.revokes.insert(block.0);
+            if live_copy && !r.block_set.contains(&block) {
+                r.revokes.insert(block);
             }
             Ok(id)
         }

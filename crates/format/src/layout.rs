@@ -9,7 +9,7 @@
 //! reserved GDT blocks of `resize_inode`. `meta_bg` and `flex_bg` are refused,
 //! so this is the only layout of copies that can occur.
 //!
-//! Invariant: a [`Geometry`] is only built from a validated superblock, so its
+//! Invariant: a [`Layout`] is only built from a validated superblock, so its
 //! counts are non-zero and its arithmetic cannot overflow `u64`.
 
 use crate::error::{FormatError, Result, Structure};
@@ -20,7 +20,7 @@ use std::ops::Range;
 
 /// The numbers every layout computation needs, taken from a superblock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Geometry {
+pub struct Layout {
     pub block_size: BlockSize,
     pub blocks_count: u32,
     pub first_data_block: u32,
@@ -38,9 +38,9 @@ pub struct SuperCopy {
     /// Block holding the superblock (primary: byte 1024 of the device).
     pub superblock: BlockNo,
     /// Descriptor table blocks.
-    pub gdt: Range<u32>,
+    pub gdt: Range<BlockNo>,
     /// Blocks reserved for descriptor growth (`resize_inode`).
-    pub reserved_gdt: Range<u32>,
+    pub reserved_gdt: Range<BlockNo>,
 }
 
 /// Every metadata location of one group.
@@ -48,11 +48,11 @@ pub struct SuperCopy {
 pub struct GroupLayout {
     pub group: GroupNo,
     /// All blocks of the group.
-    pub blocks: Range<u32>,
+    pub blocks: Range<BlockNo>,
     pub super_copy: Option<SuperCopy>,
     pub block_bitmap: BlockNo,
     pub inode_bitmap: BlockNo,
-    pub inode_table: Range<u32>,
+    pub inode_table: Range<BlockNo>,
 }
 
 /// Where an inode's bytes are.
@@ -75,14 +75,14 @@ fn is_power_of(mut n: u32, base: u32) -> bool {
     n == 1
 }
 
-impl Geometry {
-    /// Builds the geometry of a superblock, validating it first.
+impl Layout {
+    /// Builds the layout of a superblock, validating it first.
     pub fn from_superblock(sb: &Superblock) -> Result<Self> {
         sb.validate()?;
         let block_size = sb
             .block_size()
             .ok_or_else(|| FormatError::corrupt(Structure::Superblock, "block size"))?;
-        Ok(Geometry {
+        Ok(Layout {
             block_size,
             blocks_count: sb.blocks_count(),
             first_data_block: sb.first_data_block,
@@ -114,20 +114,39 @@ impl Geometry {
     }
 
     pub fn group_first_block(&self, g: GroupNo) -> BlockNo {
-        BlockNo(self.first_data_block + g.0 * self.blocks_per_group)
+        BlockNo::from(self.first_data_block).plus(u64::from(g.0) * u64::from(self.blocks_per_group))
+    }
+
+    /// The end of the file system: the first block past it.
+    pub fn end(&self) -> BlockNo {
+        BlockNo::from(self.blocks_count)
+    }
+
+    /// Is `b` inside the data area (`first_data_block..blocks_count`)?
+    pub fn in_data_area(&self, b: BlockNo) -> bool {
+        b >= BlockNo::from(self.first_data_block) && b < self.end()
     }
 
     /// Blocks in group `g` (the last group may be short; 0 past the end).
     pub fn blocks_in_group(&self, g: GroupNo) -> u32 {
-        let first = u64::from(self.group_first_block(g).0);
-        let end = (first + u64::from(self.blocks_per_group)).min(u64::from(self.blocks_count));
-        end.saturating_sub(first) as u32
+        let first = self.group_first_block(g);
+        let end = first.plus(u64::from(self.blocks_per_group)).min(self.end());
+        // At most `blocks_per_group`, a u32.
+        end.0.saturating_sub(first.0) as u32
     }
 
     /// The group a block belongs to, `None` outside the data area.
     pub fn group_of_block(&self, b: BlockNo) -> Option<GroupNo> {
-        (b.0 >= self.first_data_block && b.0 < self.blocks_count)
-            .then(|| GroupNo((b.0 - self.first_data_block) / self.blocks_per_group))
+        self.in_data_area(b).then(|| {
+            let index = b.since(BlockNo::from(self.first_data_block));
+            // Below `blocks_count` (a u32), so the quotient fits.
+            GroupNo((index / u64::from(self.blocks_per_group)) as u32)
+        })
+    }
+
+    /// The index of block `b` in group `g`'s block bitmap (`b` in `g`).
+    pub fn index_in_group(&self, g: GroupNo, b: BlockNo) -> usize {
+        b.since(self.group_first_block(g)) as usize
     }
 
     /// Does group `g` carry a superblock and descriptor table copy?
@@ -141,19 +160,20 @@ impl Geometry {
         if !self.has_super(g) {
             return None;
         }
-        let sb = self.group_first_block(g).0;
-        let gdt_end = sb + 1 + self.gdt_blocks();
+        let sb = self.group_first_block(g);
+        let gdt_end = sb.plus(1 + u64::from(self.gdt_blocks()));
         Some(SuperCopy {
-            superblock: BlockNo(sb),
-            gdt: sb + 1..gdt_end,
-            reserved_gdt: gdt_end..gdt_end + u32::from(self.reserved_gdt_blocks),
+            superblock: sb,
+            gdt: sb.plus(1)..gdt_end,
+            reserved_gdt: gdt_end..gdt_end.plus(u64::from(self.reserved_gdt_blocks)),
         })
     }
 
     /// Blocks at the start of group `g` used by its superblock copy.
     pub fn super_copy_blocks(&self, g: GroupNo) -> u32 {
+        // At most a group's worth of blocks, a u32.
         self.super_copy(g)
-            .map_or(0, |c| c.reserved_gdt.end - c.superblock.0)
+            .map_or(0, |c| c.reserved_gdt.end.since(c.superblock) as u32)
     }
 
     /// Metadata blocks of group `g` in the layout mkfs writes: copy, block
@@ -163,28 +183,28 @@ impl Geometry {
     }
 
     /// The layout mkfs (and mke2fs without `flex_bg`) gives group `g`.
-    pub fn standard_layout(&self, g: GroupNo) -> GroupLayout {
-        let first = self.group_first_block(g).0;
-        let bb = first + self.super_copy_blocks(g);
+    pub fn standard_group_layout(&self, g: GroupNo) -> GroupLayout {
+        let first = self.group_first_block(g);
+        let bb = first.plus(u64::from(self.super_copy_blocks(g)));
         let gd = GroupDesc {
             block_bitmap: bb,
-            inode_bitmap: bb + 1,
-            inode_table: bb + 2,
+            inode_bitmap: bb.plus(1),
+            inode_table: bb.plus(2),
             ..Default::default()
         };
-        self.layout(g, &gd)
+        self.group_layout(g, &gd)
     }
 
     /// The layout of group `g` as its descriptor records it.
-    pub fn layout(&self, g: GroupNo, gd: &GroupDesc) -> GroupLayout {
-        let first = self.group_first_block(g).0;
+    pub fn group_layout(&self, g: GroupNo, gd: &GroupDesc) -> GroupLayout {
+        let first = self.group_first_block(g);
         GroupLayout {
             group: g,
-            blocks: first..first + self.blocks_in_group(g),
+            blocks: first..first.plus(u64::from(self.blocks_in_group(g))),
             super_copy: self.super_copy(g),
-            block_bitmap: BlockNo(gd.block_bitmap),
-            inode_bitmap: BlockNo(gd.inode_bitmap),
-            inode_table: gd.inode_table..gd.inode_table + self.inode_table_blocks(),
+            block_bitmap: gd.block_bitmap,
+            inode_bitmap: gd.inode_bitmap,
+            inode_table: gd.inode_table..gd.inode_table.plus(u64::from(self.inode_table_blocks())),
         }
     }
 
@@ -202,10 +222,13 @@ impl Geometry {
     pub fn inode_location(&self, ino: InodeNo, inode_table: BlockNo) -> Option<InodeLocation> {
         let (group, index) = self.inode_group(ino)?;
         let per_block = self.inodes_per_block();
+        let block = inode_table.plus(u64::from(index / per_block));
+        // A block past ext2's 32 bits is in no file system.
+        block.to_u32()?;
         Some(InodeLocation {
             group,
             index,
-            block: BlockNo(inode_table.0.checked_add(index / per_block)?),
+            block,
             offset: (index % per_block) as usize * usize::from(self.inode_size),
         })
     }
@@ -215,10 +238,10 @@ impl Geometry {
 mod tests {
     use super::*;
 
-    pub(crate) fn geo_4k(blocks: u32) -> Geometry {
+    pub(crate) fn layout_4k(blocks: u32) -> Layout {
         let bpg = 32768;
         let groups = blocks.div_ceil(bpg);
-        Geometry {
+        Layout {
             block_size: BlockSize::DEFAULT,
             blocks_count: blocks,
             first_data_block: 0,
@@ -233,27 +256,30 @@ mod tests {
 
     #[test]
     fn sparse_super_groups() {
-        let g = geo_4k(32768 * 400);
+        let g = layout_4k(32768 * 400);
         let with: Vec<u32> = (0..400).filter(|&i| g.has_super(GroupNo(i))).collect();
         assert_eq!(with, [0, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343]);
     }
 
     #[test]
     fn standard_layout_of_group_with_and_without_copy() {
-        let g = geo_4k(32768 * 512);
+        let g = layout_4k(32768 * 512);
         assert_eq!(g.gdt_blocks(), 4);
-        let l1 = g.standard_layout(GroupNo(1));
-        assert_eq!(l1.super_copy.as_ref().unwrap().gdt, 32769..32773);
+        let l1 = g.standard_group_layout(GroupNo(1));
+        assert_eq!(
+            l1.super_copy.as_ref().unwrap().gdt,
+            BlockNo(32769)..BlockNo(32773)
+        );
         assert_eq!(l1.block_bitmap, BlockNo(32773));
-        assert_eq!(l1.inode_table, 32775..32775 + 512);
-        let l2 = g.standard_layout(GroupNo(2));
+        assert_eq!(l1.inode_table, BlockNo(32775)..BlockNo(32775 + 512));
+        let l2 = g.standard_group_layout(GroupNo(2));
         assert!(l2.super_copy.is_none());
         assert_eq!(l2.block_bitmap, BlockNo(65536));
     }
 
     #[test]
     fn inode_location_and_bounds() {
-        let g = geo_4k(32768 * 2);
+        let g = layout_4k(32768 * 2);
         let loc = g.inode_location(InodeNo(8194), BlockNo(100)).unwrap();
         assert_eq!(
             (loc.group, loc.index, loc.block, loc.offset),
