@@ -11,15 +11,18 @@ use std::time::Duration;
 struct Table {
     threads: HashMap<u32, (ThreadInfo, Arc<AtomicBool>)>,
     next_start: u64,
+    /// Watches asked whether their thread or process exited.
+    polls: Arc<AtomicU64>,
 }
 
 #[derive(Clone, Default)]
 struct Fake(Arc<parking_lot::Mutex<Table>>);
 
-struct Flag(Arc<AtomicBool>);
+struct Flag(Arc<AtomicBool>, Arc<AtomicU64>);
 
 impl Watch for Flag {
     fn exited(&self) -> bool {
+        self.1.fetch_add(1, Ordering::SeqCst);
         !self.0.load(Ordering::SeqCst)
     }
 }
@@ -83,14 +86,16 @@ impl Procs for Fake {
     }
 
     fn watch_thread(&self, tid: Tid) -> Option<Box<dyn Watch>> {
-        let alive = self.0.lock().threads.get(&tid.0)?.1.clone();
-        Some(Box::new(Flag(alive)))
+        let t = self.0.lock();
+        let alive = t.threads.get(&tid.0)?.1.clone();
+        Some(Box::new(Flag(alive, t.polls.clone())))
     }
 
     fn watch_process(&self, key: ProcKey) -> Option<Box<dyn Watch>> {
         let t = self.0.lock();
         let (info, alive) = t.threads.get(&key.pid.0)?;
-        (info.process == key).then(|| Box::new(Flag(alive.clone())) as Box<dyn Watch>)
+        let flag = Flag(alive.clone(), t.polls.clone());
+        (info.process == key).then(|| Box::new(flag) as Box<dyn Watch>)
     }
 }
 
@@ -330,4 +335,34 @@ fn lookups_drop_the_state_of_exited_processes() {
     fake.spawn(300, 1, 0);
     assert_eq!(seen(&r, 300), None);
     assert_eq!(r.resolved(), before);
+}
+
+/// A request that reads sees a remembered thread without asking its
+/// watch, and a new process at its first such request just as a lookup
+/// would: it inherits there.
+#[test]
+fn a_reading_request_asks_no_watch_and_still_gives_inheritance() {
+    let fake = Fake::default();
+    fake.spawn(100, 1, 0);
+    let polls = fake.0.lock().polls.clone();
+    let asked = || polls.load(Ordering::SeqCst);
+    let r = registry(&fake, Limits::default());
+    set(&r, 100, 7);
+    let before = asked();
+    for _ in 0..10 {
+        r.notice(Tid(100));
+    }
+    assert_eq!(asked(), before, "no watch asked for reads");
+    assert_eq!(seen(&r, 100), Some(vec![7]));
+    assert_eq!(asked(), before + 1, "a lookup asks");
+    // A child first seen at a read inherits then: a change its parent
+    // makes afterwards does not reach it.
+    fake.spawn(101, 100, 0);
+    r.notice(Tid(101));
+    set(&r, 100, 8);
+    assert_eq!(seen(&r, 101), Some(vec![7]));
+    // Nobody holding state: a notice resolves nothing.
+    let quiet = registry(&fake, Limits::default());
+    quiet.notice(Tid(100));
+    assert_eq!(quiet.resolved(), 0);
 }

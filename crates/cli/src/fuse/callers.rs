@@ -47,8 +47,18 @@ impl StitchFuse {
     /// caller (thread id 0) or whose process holds no context. Today only
     /// the control calls read contexts; ordering domains will reach memfs
     /// from here.
-    pub(super) fn see(&self, req: &Request) -> Option<Caller<ProcState>> {
-        self.callers.lookup(Tid(req.pid()))
+    ///
+    /// A request that only reads (named in [`reads`]) needs no caller
+    /// today: its thread is noticed, so a new process still inherits at
+    /// its first request, without the `poll` a remembered thread costs a
+    /// lookup. Every other request is looked up in full.
+    pub(super) fn see(&self, req: &Request, op: &str) -> Option<Caller<ProcState>> {
+        let tid = Tid(req.pid());
+        if reads(op) {
+            self.callers.notice(tid);
+            return None;
+        }
+        self.callers.lookup(tid)
     }
 
     /// `IOC_CONTEXT`: the caller's own context (`id` 0), or the one
@@ -99,6 +109,27 @@ impl StitchFuse {
     }
 }
 
+/// The requests that change nothing and whose answer no ordering domain
+/// shapes (external synchrony will hold reads of what a group has not yet
+/// made durable, and look those readers up itself). A request not named
+/// here is looked up in full: the safe side.
+fn reads(op: &str) -> bool {
+    matches!(
+        op,
+        "lookup"
+            | "getattr"
+            | "readlink"
+            | "read"
+            | "opendir"
+            | "readdir"
+            | "readdirplus"
+            | "statfs"
+            | "access"
+            | "getxattr"
+            | "listxattr"
+    )
+}
+
 /// A structure's version: 1 up to this server's.
 fn check_version(v: u32) -> OpResult<()> {
     if v == 0 || v > API_VERSION {
@@ -128,6 +159,17 @@ mod tests {
         assert_eq!(refusal(CallerError::TooMany(2)).errno(), Errno::EAGAIN);
         assert_eq!(refusal(CallerError::Gone(7)).errno(), Errno::ESRCH);
         assert_eq!(refusal(CallerError::NoCaller).errno(), Errno::ESRCH);
+    }
+
+    /// Only requests that change nothing skip the full lookup.
+    #[test]
+    fn requests_that_change_something_are_looked_up_in_full() {
+        assert!(reads("getattr") && reads("lookup") && reads("readdirplus"));
+        for op in [
+            "write", "setattr", "create", "unlink", "rename", "fsync", "ioctl", "open",
+        ] {
+            assert!(!reads(op), "{op}");
+        }
     }
 
     /// A request with no caller (thread id 0) is never resolved: it

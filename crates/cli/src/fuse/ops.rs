@@ -176,7 +176,7 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
-        let _caller = self.see(req);
+        let _caller = self.see(req, op);
         match ids::ino_of(node) {
             Ok(ino) => serve(op, ino, reply, || work(ino), answer),
             Err(e) => unknown_node(op, node, reply, e),
@@ -196,7 +196,7 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
-        let _caller = self.see(req);
+        let _caller = self.see(req, op);
         let dir = match ids::ino_of(parent) {
             Ok(dir) => dir,
             Err(e) => return unknown_node(op, parent, reply, e),
