@@ -940,7 +940,8 @@ pub fn standard_setup() -> Vec<Action> {
     ]
 }
 
-/// The operations generated workloads are made of.
+/// The operations generated workloads are made of: a list, long because
+/// it spells out every path each operation may take.
 pub fn universe() -> Vec<Action> {
     let mut v = Vec::new();
     for p in ["A", "B", "D/C", "D/A", "E"] {

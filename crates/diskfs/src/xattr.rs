@@ -35,9 +35,8 @@ impl DiskFs {
         let mut out = match &inode.extra {
             Some(x) => {
                 let from = usize::from(GOOD_OLD_INODE_SIZE + x.extra_isize);
-                xattr::parse_in_inode(&slot[from..]).map_err(|e| {
-                    DiskError::Corrupt(format!("inode {ino}: in-inode attributes: {e}"))
-                })?
+                xattr::parse_in_inode(&slot[from..])
+                    .map_err(|e| DiskError::Corrupt(format!("{ino}: in-inode attributes: {e}")))?
             }
             None => Vec::new(),
         };
@@ -59,7 +58,7 @@ impl DiskFs {
     ) -> Result<T> {
         let corrupt = |why: String| {
             DiskError::Corrupt(format!(
-                "inode {ino}: extended-attribute block {}: {why}",
+                "{ino}: extended-attribute block {}: {why}",
                 block.0
             ))
         };

@@ -101,7 +101,8 @@ fn zero_block(img: &Path, block: u64) {
     f.write_all_at(&[0u8; 4096], block * 4096).unwrap();
 }
 
-/// Every damage the refusal tests use.
+/// Every damage the refusal tests use: a table, one entry per damage,
+/// long because the corpus is.
 pub fn corpus() -> Vec<Damage> {
     vec![
         Damage {

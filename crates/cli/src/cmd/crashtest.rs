@@ -154,29 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let samples = args.samples.unwrap_or(if args.long { 1000 } else { 100 });
     let max_states = args.max_states.unwrap_or(if args.long { 256 } else { 32 });
     let seed = args.seed.unwrap_or_else(random_seed);
-    let workloads = match args.workload.as_str() {
-        "all" => {
-            let mut w = workload::named();
-            w.extend(workload::regressions());
-            w.extend(workload::generated(length, samples, seed));
-            w
-        }
-        "named" => workload::named(),
-        "generated" => workload::generated(length, samples, seed),
-        spec => vec![workload::parse(spec)?],
-    };
-    let workloads = match &args.shard {
-        None => workloads,
-        Some(s) => {
-            let (k, n) = shard(s)?;
-            workloads
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| i % n == k)
-                .map(|(_, w)| w)
-                .collect()
-        }
-    };
+    let workloads = chosen_workloads(&args, length, samples, seed)?;
     if args.list {
         for w in &workloads {
             println!("{}", w.name);
@@ -206,13 +184,64 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         seed,
         jobs
     );
+    let summary = run_with_progress(&cfg)?;
+    println!("{}", summary.table());
+    if summary.violations.is_empty() {
+        println!("no violations");
+        return Ok(0);
+    }
+    print_violations(&summary.violations);
+    println!(
+        "{} violating crash state(s); up to {} saved under {}",
+        summary.violations.len(),
+        args.keep,
+        args.out.display()
+    );
+    Ok(1)
+}
+
+/// The workloads `--workload` names, cut to `--shard`.
+fn chosen_workloads(
+    args: &Args,
+    length: usize,
+    samples: usize,
+    seed: u64,
+) -> anyhow::Result<Vec<workload::Workload>> {
+    let workloads = match args.workload.as_str() {
+        "all" => {
+            let mut w = workload::named();
+            w.extend(workload::regressions());
+            w.extend(workload::generated(length, samples, seed));
+            w
+        }
+        "named" => workload::named(),
+        "generated" => workload::generated(length, samples, seed),
+        spec => vec![workload::parse(spec)?],
+    };
+    Ok(match &args.shard {
+        None => workloads,
+        Some(s) => {
+            let (k, n) = shard(s)?;
+            workloads
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| i % n == k)
+                .map(|(_, w)| w)
+                .collect()
+        }
+    })
+}
+
+/// Runs the crash test with a progress bar (a line at every tenth of the
+/// way when stderr is no terminal).
+fn run_with_progress(cfg: &Config) -> anyhow::Result<stitch_crashtest::Summary> {
     let bar = crate::progress::bar_with(
         "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise} eta {eta}]",
     )?;
     let tty = std::io::stderr().is_terminal();
     let states = AtomicUsize::new(0);
     let violations = AtomicUsize::new(0);
-    let summary = stitch_crashtest::run(&cfg, &|e| match e {
+    let summary = stitch_crashtest::run(cfg, &|e| match e {
         Event::Start { jobs } => bar.set_length(*jobs as u64),
         Event::Done {
             states: s,
@@ -223,7 +252,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             let v = violations.fetch_add(*v, Ordering::Relaxed) + v;
             bar.set_message(format!("{s} crash states, {v} violations"));
             bar.inc(1);
-            // Without a terminal, a line at every tenth of the way.
             let (done, all) = (bar.position(), bar.length().unwrap_or(0));
             if !tty && all >= 10 && done % (all / 10) == 0 {
                 eprintln!("crashtest: {done}/{all} workloads, {s} crash states, {v} violations");
@@ -231,15 +259,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     })?;
     bar.finish_and_clear();
-    println!("{}", summary.table());
-    let n = summary.violations.len();
-    if n == 0 {
-        println!("no violations");
-        return Ok(0);
-    }
-    // By workload first: one line each, with the kinds and a first message.
+    Ok(summary)
+}
+
+/// The violations by workload: one line each, with the kinds found and
+/// a first message, for the first 40 workloads.
+fn print_violations(violations: &[stitch_crashtest::Violation]) {
     let mut by: Vec<(String, String, Vec<&stitch_crashtest::Violation>)> = Vec::new();
-    for v in &summary.violations {
+    for v in violations {
         match by
             .iter_mut()
             .find(|(m, w, _)| *m == v.mode && *w == v.workload)
@@ -272,12 +299,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if by.len() > 40 {
         println!("  ... {} more workloads", by.len() - 40);
     }
-    println!(
-        "{n} violating crash state(s); up to {} saved under {}",
-        args.keep,
-        args.out.display()
-    );
-    Ok(1)
 }
 
 #[cfg(test)]

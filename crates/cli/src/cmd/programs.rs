@@ -24,34 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let scripts = tempfile::tempdir().context("a directory for the program scripts")?;
-    let programs = match (&args.program, &args.workload_script, &args.checker_script) {
-        (Some(spec), _, _) => builtin::builtins(spec, scripts.path())?,
-        (None, Some(w), Some(c)) => vec![builtin::custom(w, c)?],
-        _ => anyhow::bail!("--program NAMES, or --workload-script with --checker-script"),
-    };
-    // Soft updates and every journal data mode unless told otherwise.
-    let mode_spec = if args.mode == "all" && args.data == "ordered" {
-        ("all", "all")
-    } else {
-        (args.mode.as_str(), args.data.as_str())
-    };
-    let opts = Options {
-        programs,
-        modes: modes(mode_spec.0, mode_spec.1)?,
-        order: args.order,
-        max_states: args.max_states.unwrap_or(8),
-        seed: args.seed.unwrap_or_else(random_seed),
-        out: args.out.clone(),
-        keep: args.keep,
-        sample: match args.sample {
-            Some(0) => None,
-            Some(n) => Some(n),
-            None => Some(DEFAULT_SAMPLE),
-        },
-        jobs: args.jobs.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        }),
-    };
+    let opts = options(&args, scripts.path())?;
     println!(
         "crashtest: {} program(s) x {} mode(s), {} order, max {} crash states per epoch, seed {}",
         opts.programs.len(),
@@ -69,21 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     })?;
     bar.finish_and_clear();
     print!("{}", programs::report::table(&rows));
-    std::fs::create_dir_all(&args.out)?;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    std::fs::write(
-        args.out.join("report.md"),
-        programs::report::markdown(&rows, &command),
-    )?;
-    std::fs::write(
-        args.out.join("report.json"),
-        serde_json::to_string_pretty(&rows)?,
-    )?;
-    stitch_bench::plot::plot(
-        &args.out.join("report.json"),
-        &args.out.join("report.png"),
-        "programs",
-    )?;
+    write_report(&args.out, &rows)?;
     let failing: Vec<&programs::Row> = rows
         .iter()
         .filter(|r| r.mode != programs::mode_name(Consistency::Async))
@@ -99,6 +58,56 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         args.out.display()
     );
     Ok(1)
+}
+
+/// What the arguments ask for: the programs (built-ins written into
+/// `scripts`, or the user's pair), the modes (soft updates and every
+/// journal data mode by default) and the bounds.
+fn options(args: &Args, scripts: &std::path::Path) -> anyhow::Result<Options> {
+    let programs = match (&args.program, &args.workload_script, &args.checker_script) {
+        (Some(spec), _, _) => builtin::builtins(spec, scripts)?,
+        (None, Some(w), Some(c)) => vec![builtin::custom(w, c)?],
+        _ => anyhow::bail!("--program NAMES, or --workload-script with --checker-script"),
+    };
+    // Soft updates and every journal data mode unless told otherwise.
+    let mode_spec = if args.mode == "all" && args.data == "ordered" {
+        ("all", "all")
+    } else {
+        (args.mode.as_str(), args.data.as_str())
+    };
+    Ok(Options {
+        programs,
+        modes: modes(mode_spec.0, mode_spec.1)?,
+        order: args.order,
+        max_states: args.max_states.unwrap_or(8),
+        seed: args.seed.unwrap_or_else(random_seed),
+        out: args.out.clone(),
+        keep: args.keep,
+        sample: match args.sample {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => Some(DEFAULT_SAMPLE),
+        },
+        jobs: args.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
+    })
+}
+
+/// `report.md`, `report.json` and `report.png` under `out`.
+fn write_report(out: &std::path::Path, rows: &[programs::Row]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    std::fs::write(
+        out.join("report.md"),
+        programs::report::markdown(rows, &command),
+    )?;
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(rows)?)?;
+    stitch_bench::plot::plot(
+        &out.join("report.json"),
+        &out.join("report.png"),
+        "programs",
+    )
 }
 
 fn replay(dir: &std::path::Path) -> anyhow::Result<i32> {
