@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
 use stitch_blockdev::{MemDevice, RecordingDevice};
 use stitch_diskfs::{Consistency, DataMode, DiskFs, FileType, InodeNo, Timestamp};
+use stitch_memfs::Refusal;
 use stitch_memfs::{
     FlushCause, Kind, MemError, MemFs, Options, Order, RenameFlags, SetAttrs, XattrSet,
 };
@@ -633,13 +634,17 @@ impl<'a> Driver<'a> {
         let ino = resolve(self.fs, path)?;
         match self.fs.getattr(ino)?.kind {
             Kind::File => {}
-            Kind::Dir => return Err(MemError::IsDir),
+            Kind::Dir => return Err(MemError::Refused(Refusal::IsDir)),
             // O_NOFOLLOW and special files: not generated.
-            _ => return Err(MemError::Invalid("open of a symlink or special file")),
+            _ => {
+                return Err(MemError::Refused(Refusal::Invalid(
+                    "open of a symlink or special file",
+                )))
+            }
         }
         self.fs.open(ino)?;
         let slot = stitch_model::op::free_slot(&self.handles)
-            .map_err(|_| MemError::Invalid("too many handles"))?;
+            .map_err(|_| MemError::Refused(Refusal::Invalid("too many handles")))?;
         if slot == self.handles.len() {
             self.handles.push(None);
         }
@@ -1192,7 +1197,7 @@ mod tests {
         let refused = agree(
             "a".into(),
             Err(Errno::Enoent),
-            Answer::Failed(MemError::NotFound),
+            Answer::Failed(MemError::Refused(Refusal::NotFound)),
         );
         assert!(matches!(refused, Ok(false)));
         let no_handle = agree("a".into(), Err(Errno::Ebadf), Answer::NoHandle);

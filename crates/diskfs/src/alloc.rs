@@ -55,6 +55,7 @@
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DATA, META};
+use crate::Refusal;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -288,14 +289,18 @@ impl Allocator {
         let (ino, marked) = match wanted {
             Some(ino) => match self.reserved.allocated(ino, self.layout.inodes_per_group) {
                 Some(marked) => (ino, marked),
-                None => return Err(DiskError::Invalid("inode number not reserved")),
+                None => {
+                    return Err(DiskError::Refused(Refusal::Invalid(
+                        "inode number not reserved",
+                    )))
+                }
             },
             None => (self.pick_inode(m, parent, dir)?, None),
         };
         let (g, index) = self
             .layout
             .inode_group(ino)
-            .ok_or(DiskError::Invalid("inode out of range"))?;
+            .ok_or(DiskError::Refused(Refusal::Invalid("inode out of range")))?;
         let g = g.0 as usize;
         // A number reserved in soft updates is marked and counted already.
         let p = match marked {
@@ -344,7 +349,7 @@ impl Allocator {
             let (g, index) = self
                 .layout
                 .inode_group(ino)
-                .ok_or(DiskError::Invalid("inode out of range"))?;
+                .ok_or(DiskError::Refused(Refusal::Invalid("inode out of range")))?;
             Some(self.mark_inode(m, g.0 as usize, index as usize)?)
         } else {
             None
@@ -588,7 +593,9 @@ impl Allocator {
         let g = self
             .layout
             .group_of_block(block)
-            .ok_or(DiskError::Invalid("block beyond the file system"))?
+            .ok_or(DiskError::Refused(Refusal::Invalid(
+                "block beyond the file system",
+            )))?
             .0 as usize;
         let bit = block.since(self.group_first(g)) as usize;
         let bytes = m.read(self.gds[g].block_bitmap)?;
@@ -600,7 +607,7 @@ impl Allocator {
         let (g, index) = self
             .layout
             .inode_group(ino)
-            .ok_or(DiskError::Invalid("inode out of range"))?;
+            .ok_or(DiskError::Refused(Refusal::Invalid("inode out of range")))?;
         let bytes = m.read(self.gds[g.0 as usize].inode_bitmap)?;
         Ok(Bitmap::new(bytes).get(index as usize) == Some(true))
     }

@@ -3,6 +3,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use crate::Refusal;
 use stitch_format::inode::mode::S_IFMT;
 use stitch_format::inode::{TimeField, ROOT_INO};
 use stitch_format::symlink;
@@ -119,7 +120,7 @@ impl DiskFs {
     pub fn readlink(&mut self, ino: InodeNo) -> Result<Vec<u8>> {
         let inode = self.read_inode(ino)?;
         if inode.file_type() != Some(FileType::Symlink) {
-            return Err(DiskError::Invalid("not a symlink"));
+            return Err(DiskError::Refused(Refusal::Invalid("not a symlink")));
         }
         if symlink::is_fast(&inode) {
             return Ok(symlink::fast_target(&inode)?);

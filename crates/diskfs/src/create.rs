@@ -8,6 +8,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, LINK_MAX, META};
+use crate::Refusal;
 use stitch_format::dir::new_dir_block;
 use stitch_format::symlink::{self, FAST_MAX};
 use stitch_format::{FileType, Inode, InodeNo, Timestamp};
@@ -73,7 +74,7 @@ impl DiskFs {
         self.check_new_name(parent, name)?;
         let mut pinode = self.dir_inode(parent)?;
         if pinode.core.links_count >= LINK_MAX {
-            return Err(DiskError::TooManyLinks);
+            return Err(DiskError::Refused(Refusal::TooManyLinks));
         }
         let (ino, ib) =
             self.alloc
@@ -113,13 +114,15 @@ impl DiskFs {
         now: Timestamp,
     ) -> Result<(InodeNo, PatchId)> {
         if target.is_empty() {
-            return Err(DiskError::NotFound);
+            return Err(DiskError::Refused(Refusal::NotFound));
         }
         if target.contains(&0) {
-            return Err(DiskError::Invalid("NUL in a symlink target"));
+            return Err(DiskError::Refused(Refusal::Invalid(
+                "NUL in a symlink target",
+            )));
         }
         if target.len() >= self.bs {
-            return Err(DiskError::NameTooLong);
+            return Err(DiskError::Refused(Refusal::NameTooLong));
         }
         self.check_new_name(parent, name)?;
         let (ino, ib) =

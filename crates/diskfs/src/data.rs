@@ -11,6 +11,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA, META};
+use crate::Refusal;
 use std::sync::Arc;
 use stitch_format::indirect::map_path;
 use stitch_format::{Inode, InodeNo, Timestamp};
@@ -142,9 +143,9 @@ impl DiskFs {
             || pages.iter().any(|p| p.len() != bs)
             || len > pages.len() * bs
         {
-            return Err(DiskError::Invalid(
+            return Err(DiskError::Refused(Refusal::Invalid(
                 "write_pages: block-sized pages from a block boundary",
-            ));
+            )));
         }
         if len == 0 {
             return self.write(ino, offset, &[], now);
@@ -161,14 +162,14 @@ impl DiskFs {
     ) -> Result<(usize, PatchId)> {
         let mut inode = self.read_inode(ino)?;
         if inode.is_dir() {
-            return Err(DiskError::IsDir);
+            return Err(DiskError::Refused(Refusal::IsDir));
         }
         let max = stitch_format::indirect::max_blocks(self.bs) * self.bs as u64;
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|end| end > max)
         {
-            return Err(DiskError::TooLarge);
+            return Err(DiskError::Refused(Refusal::TooLarge));
         }
         // Every block new, each 1,024 with an indirect block, and the
         // chain to the first (a double or triple indirect block).

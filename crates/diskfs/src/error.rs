@@ -12,8 +12,12 @@ use stitch_format::FormatError;
 use stitch_modes::JournalError;
 use stitch_patch::{DevError, PatchError, Stop};
 
-#[derive(Debug, thiserror::Error)]
-pub enum DiskError {
+/// A POSIX refusal of a request: nothing is wrong, the caller asked for
+/// what the file system does not allow. One list for diskfs and memfs
+/// (memfs refuses most of these itself, before diskfs sees the request);
+/// the errno for each is chosen at the FUSE edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
     #[error("no such file or directory")]
     NotFound,
     #[error("file exists")]
@@ -28,14 +32,20 @@ pub enum DiskError {
     NameTooLong,
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
-    #[error("no space left on device ({0})")]
-    NoSpace(&'static str),
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
     #[error("too many links")]
     TooManyLinks,
-    #[error("file too large for ext2 block maps")]
+    #[error("file too large for ext2's block maps")]
     TooLarge,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("no space left on device ({0})")]
+    NoSpace(&'static str),
     #[error("corrupt file system: {0}")]
     Corrupt(String),
     #[error("damaged file system: {0}")]
@@ -73,16 +83,7 @@ impl DiskError {
     /// for a count out of its bounds ([`Damage::Count`]), so it is damage.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            DiskError::NotFound
-            | DiskError::Exists
-            | DiskError::NotDir
-            | DiskError::IsDir
-            | DiskError::NotEmpty
-            | DiskError::NameTooLong
-            | DiskError::Invalid(_)
-            | DiskError::NotPermitted(_)
-            | DiskError::TooManyLinks
-            | DiskError::TooLarge => ErrorKind::Refused,
+            DiskError::Refused(_) => ErrorKind::Refused,
             DiskError::NoSpace(_) => ErrorKind::NoSpace,
             DiskError::Corrupt(_) | DiskError::Damaged(_) => ErrorKind::Damage,
             DiskError::Format(FormatError::Corrupt { .. }) => ErrorKind::Damage,
@@ -192,7 +193,10 @@ mod tests {
         assert_eq!(e.io_error().and_then(|e| e.raw_os_error()), Some(libc::EIO));
         let bug = DiskError::Patch(PatchError::Invariant("in-flight safety".into()));
         assert_eq!(bug.kind(), ErrorKind::Bug);
-        assert_eq!(DiskError::NotFound.kind(), ErrorKind::Refused);
+        assert_eq!(
+            DiskError::from(Refusal::NotFound).kind(),
+            ErrorKind::Refused
+        );
         assert_eq!(DiskError::NoSpace("blocks").kind(), ErrorKind::NoSpace);
         let extents = stitch_format::Structure::Inode;
         let unsupported = DiskError::Format(FormatError::unsupported(extents, "extents"));

@@ -23,6 +23,7 @@ use crate::inode::InodeTable;
 use crate::journal::Replayed;
 use crate::orphan::Orphans;
 use crate::stack::StackOptions;
+use crate::Refusal;
 use std::sync::Arc;
 use stitch_format::features::incompat;
 use stitch_format::group_desc::{decode_table, GroupDesc};
@@ -78,9 +79,9 @@ impl DiskFs {
     ) -> Result<DiskFs> {
         let opts = opts.into();
         if !opts.reclaim.is_empty() && opts.consistency != Consistency::SoftUpdates {
-            return Err(DiskError::Invalid(
+            return Err(DiskError::Refused(Refusal::Invalid(
                 "leaks are reclaimed in soft updates only",
-            ));
+            )));
         }
         let cache = PatchCache::new(dev, opts.cache);
         Self::read_and_check(cache, opts.consistency)?.mount(opts.journal, now, &opts.reclaim)

@@ -15,6 +15,7 @@
 
 use crate::error::{Damage, DiskError, Result};
 use crate::fs::{DiskFs, META};
+use crate::Refusal;
 use stitch_format::features::incompat;
 use stitch_format::inode::JOURNAL_INO;
 use stitch_format::jbd2::recovery::{recover, RecoverError, Recovery};
@@ -47,9 +48,9 @@ impl DiskFs {
     /// superblock), every one inside the file system.
     pub(crate) fn journal_area(&mut self) -> Result<Vec<BlockNo>> {
         if !self.sb.has_journal() || self.sb.journal_inum != JOURNAL_INO.0 {
-            return Err(DiskError::Invalid(
+            return Err(DiskError::Refused(Refusal::Invalid(
                 "the image has no journal in inode 8 (make one with `stitchfs mkfs --journal`)",
-            ));
+            )));
         }
         let bad = |why: String| DiskError::from(Damage::Journal(why));
         let inode = self

@@ -57,7 +57,7 @@ pub use batch::{BatchError, Done, Op};
 pub use create::{Owner, Special};
 pub use data::Pages;
 pub use dir::Entry;
-pub use error::{Damage, DiskError, ErrorKind, Result};
+pub use error::{Damage, DiskError, ErrorKind, Refusal, Result};
 pub use fs::DiskFs;
 pub use journal::Replayed;
 pub use rename::RenameFlags;

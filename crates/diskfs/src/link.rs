@@ -5,6 +5,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, LINK_MAX};
+use crate::Refusal;
 use stitch_format::inode::TimeField;
 use stitch_format::{InodeNo, Timestamp};
 use stitch_patch::PatchId;
@@ -21,10 +22,12 @@ impl DiskFs {
         let mut inode = self.read_inode(ino)?;
         self.check_new_name(parent, name)?;
         if inode.is_dir() {
-            return Err(DiskError::NotPermitted("hard link to a directory"));
+            return Err(DiskError::Refused(Refusal::NotPermitted(
+                "hard link to a directory",
+            )));
         }
         if inode.core.links_count >= LINK_MAX {
-            return Err(DiskError::TooManyLinks);
+            return Err(DiskError::Refused(Refusal::TooManyLinks));
         }
         inode.core.links_count += 1;
         inode.set_time(TimeField::Change, now);

@@ -10,6 +10,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use crate::Refusal;
 use rustc_hash::FxHashMap;
 use stitch_format::inode::TimeField;
 use stitch_format::{InodeNo, Timestamp};
@@ -54,7 +55,9 @@ impl Orphans {
         let n = self
             .open
             .get_mut(&ino)
-            .ok_or(DiskError::Invalid("release of a file not open"))?;
+            .ok_or(DiskError::Refused(Refusal::Invalid(
+                "release of a file not open",
+            )))?;
         *n -= 1;
         if *n > 0 {
             return Ok(None);

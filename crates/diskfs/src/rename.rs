@@ -27,6 +27,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, LINK_MAX};
+use crate::Refusal;
 use stitch_format::dir::set_inode;
 use stitch_format::inode::TimeField;
 use stitch_format::{FileType, InodeNo, Timestamp};
@@ -61,25 +62,32 @@ impl DiskFs {
         now: Timestamp,
     ) -> Result<PatchId> {
         if flags.noreplace && flags.exchange {
-            return Err(DiskError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+            return Err(DiskError::Refused(Refusal::Invalid(
+                "RENAME_NOREPLACE with RENAME_EXCHANGE",
+            )));
         }
-        let src = self.lookup(sp, sn)?.ok_or(DiskError::NotFound)?.ino;
+        let src = self
+            .lookup(sp, sn)?
+            .ok_or(DiskError::Refused(Refusal::NotFound))?
+            .ino;
         let dst = self.lookup(dp, dn)?.map(|e| e.ino);
         if flags.noreplace && dst.is_some() {
-            return Err(DiskError::Exists);
+            return Err(DiskError::Refused(Refusal::Exists));
         }
         if flags.exchange {
-            let dst = dst.ok_or(DiskError::NotFound)?;
+            let dst = dst.ok_or(DiskError::Refused(Refusal::NotFound))?;
             return self.exchange(Names { sp, sn, dp, dn }, src, dst, now);
         }
         crate::dir::check_name(dn)?;
         let src_dir = self.read_inode(src)?.is_dir();
         if src_dir && self.is_ancestor_or_self(src, dp)? {
-            return Err(DiskError::Invalid("directory moved into itself"));
+            return Err(DiskError::Refused(Refusal::Invalid(
+                "directory moved into itself",
+            )));
         }
         if let Some(d) = dst {
             if self.read_inode(d)?.is_dir() && self.is_ancestor_or_self(d, sp)? {
-                return Err(DiskError::NotEmpty);
+                return Err(DiskError::Refused(Refusal::NotEmpty));
             }
         }
         if dst == Some(src) {
@@ -124,17 +132,17 @@ impl DiskFs {
             None => None,
         };
         match dst_dir {
-            Some(false) if src_dir => return Err(DiskError::NotDir),
-            Some(true) if !src_dir => return Err(DiskError::IsDir),
+            Some(false) if src_dir => return Err(DiskError::Refused(Refusal::NotDir)),
+            Some(true) if !src_dir => return Err(DiskError::Refused(Refusal::IsDir)),
             _ => {}
         }
         let gains = src_dir && dst_dir != Some(true) && sp != dp;
         if gains && self.read_inode(dp)?.core.links_count >= LINK_MAX {
-            return Err(DiskError::TooManyLinks);
+            return Err(DiskError::Refused(Refusal::TooManyLinks));
         }
         if let Some(d) = dst.filter(|_| dst_dir == Some(true)) {
             if !self.is_empty_dir(d)? {
-                return Err(DiskError::NotEmpty);
+                return Err(DiskError::Refused(Refusal::NotEmpty));
             }
         }
         Ok(())
@@ -286,9 +294,9 @@ impl DiskFs {
         if (a_dir && self.is_ancestor_or_self(a, dp)?)
             || (b_dir && self.is_ancestor_or_self(b, sp)?)
         {
-            return Err(DiskError::Invalid(
+            return Err(DiskError::Refused(Refusal::Invalid(
                 "exchange of a directory with its own subtree",
-            ));
+            )));
         }
         if a == b {
             return Ok(self.m.group(&[])?);
@@ -296,7 +304,7 @@ impl DiskFs {
         if sp != dp && a_dir != b_dir {
             let gainer = if a_dir { dp } else { sp };
             if self.read_inode(gainer)?.core.links_count >= LINK_MAX {
-                return Err(DiskError::TooManyLinks);
+                return Err(DiskError::Refused(Refusal::TooManyLinks));
             }
         }
         let ft = |fs: &mut DiskFs, i: InodeNo| {

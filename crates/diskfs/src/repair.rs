@@ -13,6 +13,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use crate::Refusal;
 use stitch_format::{BlockNo, FileType, InodeNo, Timestamp};
 
 /// One soft-updates leak, as a checker reported it.
@@ -208,10 +209,11 @@ impl DiskFs {
     ) -> Result<()> {
         let g = group as usize;
         if g >= self.alloc.groups() {
-            return Err(DiskError::Invalid("no such group"));
+            return Err(DiskError::Refused(Refusal::Invalid("no such group")));
         }
         let mut gd = self.alloc.group(g).clone();
-        let n = u16::try_from(counted).map_err(|_| DiskError::Invalid("a count past 65535"))?;
+        let n = u16::try_from(counted)
+            .map_err(|_| DiskError::Refused(Refusal::Invalid("a count past 65535")))?;
         f(&mut gd, n);
         self.alloc.set_group(&mut self.m, g, gd)
     }
@@ -219,9 +221,9 @@ impl DiskFs {
     fn set_xattr_refcount(&mut self, at: BlockNo, users: u32) -> Result<()> {
         let mut h = stitch_format::xattr::XattrHeader::parse(self.m.read(at)?)?;
         if users == 0 || users > h.refcount {
-            return Err(DiskError::Invalid(
+            return Err(DiskError::Refused(Refusal::Invalid(
                 "an attribute block's count only comes down to its users",
-            ));
+            )));
         }
         h.refcount = users;
         self.m
@@ -246,7 +248,9 @@ impl DiskFs {
         let root = self.root();
         let lf = self
             .lookup(root, b"lost+found")?
-            .ok_or(DiskError::Invalid("no lost+found to reconnect into"))?
+            .ok_or(DiskError::Refused(Refusal::Invalid(
+                "no lost+found to reconnect into",
+            )))?
             .ino;
         let name = format!("#{}", ino.0);
         self.add_entry(lf, name.as_bytes(), ino, ft, &[], now)?;

@@ -26,6 +26,7 @@ use crate::data::Pages;
 use crate::dir::Entry;
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use crate::Refusal;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use stitch_format::xattr::Xattr;
 use stitch_format::{BlockNo, InodeNo, TimeRange, Timestamp};
@@ -72,7 +73,7 @@ pub struct Shape {
 }
 
 /// A diskfs call on an unmounted handle.
-const UNMOUNTED: DiskError = DiskError::Invalid("unmounted");
+const UNMOUNTED: DiskError = DiskError::Refused(Refusal::Invalid("unmounted"));
 
 impl Disk {
     pub fn new(fs: DiskFs) -> Disk {

@@ -7,6 +7,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA};
+use crate::Refusal;
 use stitch_format::{FileType, Inode, InodeNo, Timestamp};
 use stitch_patch::PatchId;
 
@@ -16,14 +17,16 @@ impl DiskFs {
     pub fn truncate(&mut self, ino: InodeNo, size: u64, now: Timestamp) -> Result<PatchId> {
         let mut inode = self.read_inode(ino)?;
         if inode.is_dir() {
-            return Err(DiskError::IsDir);
+            return Err(DiskError::Refused(Refusal::IsDir));
         }
         if inode.file_type() != Some(FileType::Regular) {
-            return Err(DiskError::Invalid("truncate of a special file"));
+            return Err(DiskError::Refused(Refusal::Invalid(
+                "truncate of a special file",
+            )));
         }
         let max = stitch_format::indirect::max_blocks(self.bs) * self.bs as u64;
         if size > max {
-            return Err(DiskError::TooLarge);
+            return Err(DiskError::Refused(Refusal::TooLarge));
         }
         let mut out = Vec::new();
         if size < inode.size() {

@@ -11,6 +11,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::DiskFs;
+use crate::Refusal;
 use stitch_format::inode::TimeField;
 use stitch_format::{InodeNo, Timestamp, NO_BLOCK};
 use stitch_patch::PatchId;
@@ -18,10 +19,12 @@ use stitch_patch::PatchId;
 impl DiskFs {
     /// Removes the name `name` of a non-directory from `parent`.
     pub fn unlink(&mut self, parent: InodeNo, name: &[u8], now: Timestamp) -> Result<PatchId> {
-        let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
+        let entry = self
+            .lookup(parent, name)?
+            .ok_or(DiskError::Refused(Refusal::NotFound))?;
         let inode = self.read_inode(entry.ino)?;
         if inode.is_dir() {
-            return Err(DiskError::IsDir);
+            return Err(DiskError::Refused(Refusal::IsDir));
         }
         let links = inode.core.links_count;
         let elsewhere = self
@@ -60,12 +63,14 @@ impl DiskFs {
 
     /// Removes the empty directory `name` from `parent`.
     pub fn rmdir(&mut self, parent: InodeNo, name: &[u8], now: Timestamp) -> Result<PatchId> {
-        let entry = self.lookup(parent, name)?.ok_or(DiskError::NotFound)?;
+        let entry = self
+            .lookup(parent, name)?
+            .ok_or(DiskError::Refused(Refusal::NotFound))?;
         if !self.read_inode(entry.ino)?.is_dir() {
-            return Err(DiskError::NotDir);
+            return Err(DiskError::Refused(Refusal::NotDir));
         }
         if !self.is_empty_dir(entry.ino)? {
-            return Err(DiskError::NotEmpty);
+            return Err(DiskError::Refused(Refusal::NotEmpty));
         }
         let (entry, removed, never_on_disk) = self.remove_entry(parent, name, &[], now)?;
         let after: &[PatchId] = never_on_disk.as_deref().unwrap_or(&removed);

@@ -12,6 +12,7 @@
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
+use crate::Refusal;
 use stitch_format::features::compat;
 use stitch_format::inode::TimeField;
 use stitch_format::superblock::GOOD_OLD_INODE_SIZE;
@@ -74,7 +75,9 @@ impl DiskFs {
     /// block (`NoSpace`, as ext2 does).
     pub fn set_xattrs(&mut self, ino: InodeNo, attrs: &[Xattr], now: Timestamp) -> Result<PatchId> {
         if !self.supports_xattrs() {
-            return Err(DiskError::Invalid("the image has no ext_attr feature"));
+            return Err(DiskError::Refused(Refusal::Invalid(
+                "the image has no ext_attr feature",
+            )));
         }
         self.alloc.room_before_op(&mut self.m, 1)?;
         let mut inode: Inode = self.read_inode(ino)?;

@@ -5,6 +5,7 @@
 //! the trees must be equal; after unmount `e2fsck -fn` must be clean.
 //! Only the operations this slice of diskfs offers are generated.
 
+use stitch_diskfs::Refusal;
 use stitch_diskfs::{
     Consistency, DiskError, DiskFs, FileType, InodeNo, RenameFlags, SetAttr, Special,
 };
@@ -29,17 +30,17 @@ fn mount(image: Vec<u8>) -> (std::sync::Arc<stitch_blockdev::MemDevice>, DiskFs)
 
 fn errno(e: DiskError) -> Errno {
     let raw = match e {
-        DiskError::NotFound => libc::ENOENT,
-        DiskError::Exists => libc::EEXIST,
-        DiskError::NotDir => libc::ENOTDIR,
-        DiskError::IsDir => libc::EISDIR,
-        DiskError::NotEmpty => libc::ENOTEMPTY,
-        DiskError::NameTooLong => libc::ENAMETOOLONG,
-        DiskError::Invalid(_) => libc::EINVAL,
+        DiskError::Refused(Refusal::NotFound) => libc::ENOENT,
+        DiskError::Refused(Refusal::Exists) => libc::EEXIST,
+        DiskError::Refused(Refusal::NotDir) => libc::ENOTDIR,
+        DiskError::Refused(Refusal::IsDir) => libc::EISDIR,
+        DiskError::Refused(Refusal::NotEmpty) => libc::ENOTEMPTY,
+        DiskError::Refused(Refusal::NameTooLong) => libc::ENAMETOOLONG,
+        DiskError::Refused(Refusal::Invalid(_)) => libc::EINVAL,
         DiskError::NoSpace(_) => libc::ENOSPC,
-        DiskError::TooManyLinks => libc::EMLINK,
-        DiskError::NotPermitted(_) => libc::EPERM,
-        DiskError::TooLarge => libc::EFBIG,
+        DiskError::Refused(Refusal::TooManyLinks) => libc::EMLINK,
+        DiskError::Refused(Refusal::NotPermitted(_)) => libc::EPERM,
+        DiskError::Refused(Refusal::TooLarge) => libc::EFBIG,
         other => panic!("diskfs failed: {other}"),
     };
     Errno::from_raw(raw)

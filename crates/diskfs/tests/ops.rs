@@ -2,6 +2,7 @@
 //! `e2fsck -fn` and `stitchfs fsck` must find the image clean, and a fresh
 //! mount must read back exactly what was written.
 
+use stitch_diskfs::Refusal;
 use stitch_diskfs::{BlockNo, Consistency, DiskError, FileType, InodeNo, Pages};
 use stitch_testkit::JournalSize;
 
@@ -73,7 +74,7 @@ fn files_and_directories_survive_unmount_and_remount() {
     let (gone, _) = fs.mkdir(root, b"gone", 0o755, 0, 0, NOW).unwrap();
     assert!(matches!(
         fs.rmdir(root, b"docs", NOW),
-        Err(DiskError::NotEmpty)
+        Err(DiskError::Refused(Refusal::NotEmpty))
     ));
     fs.rmdir(root, b"gone", NOW).unwrap();
     assert!(fs.lookup(root, b"gone").unwrap().is_none());
@@ -117,35 +118,35 @@ fn bad_requests_are_refused_and_change_nothing() {
     let (f, _) = fs.create(root, b"file", 0o644, 0, 0, NOW).unwrap();
     assert!(matches!(
         fs.create(root, b"file", 0o644, 0, 0, NOW),
-        Err(DiskError::Exists)
+        Err(DiskError::Refused(Refusal::Exists))
     ));
     assert!(matches!(
         fs.create(root, &[b'x'; 256], 0o644, 0, 0, NOW),
-        Err(DiskError::NameTooLong)
+        Err(DiskError::Refused(Refusal::NameTooLong))
     ));
     assert!(matches!(
         fs.create(root, b"a/b", 0o644, 0, 0, NOW),
-        Err(DiskError::Invalid(_))
+        Err(DiskError::Refused(Refusal::Invalid(_)))
     ));
     assert!(matches!(
         fs.create(f, b"x", 0o644, 0, 0, NOW),
-        Err(DiskError::NotDir)
+        Err(DiskError::Refused(Refusal::NotDir))
     ));
     assert!(matches!(
         fs.unlink(root, b"missing", NOW),
-        Err(DiskError::NotFound)
+        Err(DiskError::Refused(Refusal::NotFound))
     ));
     assert!(matches!(
         fs.unlink(root, b"lost+found", NOW),
-        Err(DiskError::IsDir)
+        Err(DiskError::Refused(Refusal::IsDir))
     ));
     assert!(matches!(
         fs.rmdir(root, b"file", NOW),
-        Err(DiskError::NotDir)
+        Err(DiskError::Refused(Refusal::NotDir))
     ));
     assert!(matches!(
         fs.write(f, u64::MAX - 3, b"abcd", NOW),
-        Err(DiskError::TooLarge)
+        Err(DiskError::Refused(Refusal::TooLarge))
     ));
     assert!(fs.read_inode(InodeNo(u32::MAX)).is_err());
     fs.unmount(NOW).unwrap();
@@ -317,7 +318,7 @@ fn a_batch_applies_in_order_and_stops_at_the_first_failure() {
     ];
     let err = fs.apply_batch(&more, NOW).unwrap_err();
     assert_eq!((err.index, err.applied.len()), (2, 2));
-    assert!(matches!(err.error, DiskError::NotFound));
+    assert!(matches!(err.error, DiskError::Refused(Refusal::NotFound)));
     assert_eq!(
         fs.lookup(d, b"g").unwrap().unwrap().ino,
         f,
@@ -349,7 +350,7 @@ fn reclaiming_leaks_outside_soft_updates_is_refused_untouched() {
         };
         let err = stitch_diskfs::DiskFs::mount(dev.clone(), stack, NOW).err();
         assert!(
-            matches!(err, Some(DiskError::Invalid(_))),
+            matches!(err, Some(DiskError::Refused(Refusal::Invalid(_)))),
             "{mode}: {err:?}"
         );
     }
@@ -404,7 +405,7 @@ fn a_large_directory_thinned_and_refilled_stays_exact() {
     }
     assert!(matches!(
         fs.create(big, name(1).as_bytes(), 0o644, 0, 0, NOW),
-        Err(DiskError::Exists)
+        Err(DiskError::Refused(Refusal::Exists))
     ));
     // Same-length names fit the freed slots: the directory does not grow.
     for i in (0..n).step_by(2) {
@@ -624,7 +625,7 @@ fn written_pages_are_shared_and_read_back_after_remount() {
                 },
                 NOW
             ),
-            Err(DiskError::Invalid(_))
+            Err(DiskError::Refused(Refusal::Invalid(_)))
         ));
         let short = [Arc::new(vec![0u8; 100])];
         assert!(matches!(
@@ -637,7 +638,7 @@ fn written_pages_are_shared_and_read_back_after_remount() {
                 },
                 NOW
             ),
-            Err(DiskError::Invalid(_))
+            Err(DiskError::Refused(Refusal::Invalid(_)))
         ));
         fs.unmount(stitch_diskfs::Timestamp::from_secs(NOW.secs() + 1))
             .unwrap();

@@ -11,6 +11,7 @@ use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use stitch_diskfs::Refusal;
 use stitch_diskfs::{xattrs_fit_block as fits_block, InodeNo, Timestamp, Xattr};
 
 /// ext2's largest file with 4 KiB blocks and triple indirect maps is
@@ -49,8 +50,12 @@ impl MemFs {
         let mut s = n.s.upgradable_read();
         match s.kind {
             Kind::File => {}
-            Kind::Dir => return Err(MemError::IsDir),
-            _ => return Err(MemError::Invalid("read of a special file")),
+            Kind::Dir => return Err(MemError::Refused(Refusal::IsDir)),
+            _ => {
+                return Err(MemError::Refused(Refusal::Invalid(
+                    "read of a special file",
+                )))
+            }
         }
         if offset >= s.size {
             return Ok(Vec::new());
@@ -130,8 +135,12 @@ impl MemFs {
             let mut s = n.s.write();
             match s.kind {
                 Kind::File => {}
-                Kind::Dir => return Err(MemError::IsDir),
-                _ => return Err(MemError::Invalid("write to a special file")),
+                Kind::Dir => return Err(MemError::Refused(Refusal::IsDir)),
+                _ => {
+                    return Err(MemError::Refused(Refusal::Invalid(
+                        "write to a special file",
+                    )))
+                }
             }
             let offset = if append { s.size } else { offset };
             let mut data = data;
@@ -149,7 +158,7 @@ impl MemFs {
             let end = offset
                 .checked_add(data.len() as u64)
                 .filter(|e| *e <= MAX_FILE)
-                .ok_or(MemError::TooLarge)?;
+                .ok_or(MemError::Refused(Refusal::TooLarge))?;
             self.copy_into_pages(ino, &mut s, offset, data, &held, claim)?;
             let dropped = self.wrote(ino, &mut s, end, drop_setid);
             (data.len() as u32, s.dirty_pages.len(), dropped)
@@ -353,7 +362,7 @@ impl MemFs {
         self.writable()?;
         if let Some(size) = set.size {
             if size > MAX_FILE {
-                return Err(MemError::TooLarge);
+                return Err(MemError::Refused(Refusal::TooLarge));
             }
         }
         let _g = self.inner.gate.read();
@@ -366,8 +375,12 @@ impl MemFs {
         if let Some(size) = set.size {
             match s.kind {
                 Kind::File => {}
-                Kind::Dir => return Err(MemError::IsDir),
-                _ => return Err(MemError::Invalid("truncate of a special file")),
+                Kind::Dir => return Err(MemError::Refused(Refusal::IsDir)),
+                _ => {
+                    return Err(MemError::Refused(Refusal::Invalid(
+                        "truncate of a special file",
+                    )))
+                }
             }
             if size != s.size {
                 self.truncate_locked(ino, &mut s, size)?;
@@ -446,7 +459,7 @@ impl MemFs {
         let mut set: Xattrs = (**s.xattrs.as_ref().unwrap_or(&loaded)).clone();
         let at = set.iter().position(|(k, _)| k.as_slice() == name);
         match (value, at, how) {
-            (Some(_), Some(_), XattrSet::Create) => return Err(MemError::Exists),
+            (Some(_), Some(_), XattrSet::Create) => return Err(MemError::Refused(Refusal::Exists)),
             (Some(_), None, XattrSet::Replace) | (None, None, _) => {
                 return Err(MemError::NoAttribute)
             }

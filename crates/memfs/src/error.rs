@@ -5,32 +5,14 @@
 //! diskfs's error whole, so the edge can log what the errno alone loses
 //! ([`MemError::trouble`]).
 
-use stitch_diskfs::{DiskError, ErrorKind, InodeNo};
+use stitch_diskfs::{DiskError, ErrorKind, InodeNo, Refusal};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemError {
-    #[error("no such file or directory")]
-    NotFound,
-    #[error("file exists")]
-    Exists,
-    #[error("not a directory")]
-    NotDir,
-    #[error("is a directory")]
-    IsDir,
-    #[error("directory not empty")]
-    NotEmpty,
-    #[error("file name longer than 255 bytes")]
-    NameTooLong,
-    #[error("invalid argument: {0}")]
-    Invalid(&'static str),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error("no space left on device")]
     NoSpace,
-    #[error("operation not permitted: {0}")]
-    NotPermitted(&'static str),
-    #[error("too many links")]
-    TooManyLinks,
-    #[error("file too large")]
-    TooLarge,
     /// A change refused because an earlier failure latched the mount
     /// read-only.
     #[error("read-only file system (an earlier failure is latched)")]
@@ -80,17 +62,19 @@ impl MemError {
     /// The errno a system call returns for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            MemError::NotFound => libc::ENOENT,
-            MemError::Exists => libc::EEXIST,
-            MemError::NotDir => libc::ENOTDIR,
-            MemError::IsDir => libc::EISDIR,
-            MemError::NotEmpty => libc::ENOTEMPTY,
-            MemError::NameTooLong => libc::ENAMETOOLONG,
-            MemError::Invalid(_) => libc::EINVAL,
+            MemError::Refused(r) => match r {
+                Refusal::NotFound => libc::ENOENT,
+                Refusal::Exists => libc::EEXIST,
+                Refusal::NotDir => libc::ENOTDIR,
+                Refusal::IsDir => libc::EISDIR,
+                Refusal::NotEmpty => libc::ENOTEMPTY,
+                Refusal::NameTooLong => libc::ENAMETOOLONG,
+                Refusal::Invalid(_) => libc::EINVAL,
+                Refusal::NotPermitted(_) => libc::EPERM,
+                Refusal::TooManyLinks => libc::EMLINK,
+                Refusal::TooLarge => libc::EFBIG,
+            },
             MemError::NoSpace => libc::ENOSPC,
-            MemError::NotPermitted(_) => libc::EPERM,
-            MemError::TooManyLinks => libc::EMLINK,
-            MemError::TooLarge => libc::EFBIG,
             MemError::ReadOnly => libc::EROFS,
             MemError::Unsupported(_) => libc::EOPNOTSUPP,
             MemError::Stale(_) => libc::ESTALE,
@@ -140,17 +124,8 @@ impl MemError {
 impl From<DiskError> for MemError {
     fn from(e: DiskError) -> Self {
         match e {
-            DiskError::NotFound => MemError::NotFound,
-            DiskError::Exists => MemError::Exists,
-            DiskError::NotDir => MemError::NotDir,
-            DiskError::IsDir => MemError::IsDir,
-            DiskError::NotEmpty => MemError::NotEmpty,
-            DiskError::NameTooLong => MemError::NameTooLong,
-            DiskError::Invalid(w) => MemError::Invalid(w),
+            DiskError::Refused(r) => MemError::Refused(r),
             DiskError::NoSpace(_) => MemError::NoSpace,
-            DiskError::NotPermitted(w) => MemError::NotPermitted(w),
-            DiskError::TooManyLinks => MemError::TooManyLinks,
-            DiskError::TooLarge => MemError::TooLarge,
             e => match e.kind() {
                 ErrorKind::Damage => MemError::Corrupt(e),
                 ErrorKind::Device => MemError::Device(e),

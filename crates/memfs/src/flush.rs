@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stitch_diskfs::Refusal;
 use stitch_diskfs::{Batch, InodeNo, Op, Pages, SetAttr, Timestamp, Xattr, XattrBlock};
 
 /// Pages per diskfs write (a bound on one operation's journal space).
@@ -1019,8 +1020,8 @@ fn write_attributes(
         let set: Vec<Xattr> = x
             .iter()
             .map(|(n, v)| {
-                Xattr::named(n, v.clone()).ok_or(stitch_diskfs::DiskError::Invalid(
-                    "extended attribute name ext2 cannot store",
+                Xattr::named(n, v.clone()).ok_or(stitch_diskfs::DiskError::Refused(
+                    Refusal::Invalid("extended attribute name ext2 cannot store"),
                 ))
             })
             .collect::<stitch_diskfs::Result<_>>()?;

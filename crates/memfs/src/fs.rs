@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use stitch_diskfs::Refusal;
 use stitch_diskfs::{
     BlockDevice, Counts, Disk, DiskFs, FileType, InodeNo, RenameFlags, Special, StackOptions,
     TimeRange, Timestamp,
@@ -125,10 +126,10 @@ pub(crate) fn kind_of(ft: Option<FileType>) -> Kind {
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
-        return Err(MemError::Invalid("bad file name"));
+        return Err(MemError::Refused(Refusal::Invalid("bad file name")));
     }
     if name.len() > NAME_MAX {
-        return Err(MemError::NameTooLong);
+        return Err(MemError::Refused(Refusal::NameTooLong));
     }
     Ok(())
 }
@@ -303,7 +304,7 @@ impl MemFs {
         {
             let s = n.s.read();
             if s.kind != Kind::Dir {
-                return Err(MemError::NotDir);
+                return Err(MemError::Refused(Refusal::NotDir));
             }
             if s.entries.is_some() {
                 return Ok(n.clone());
@@ -329,7 +330,7 @@ impl MemFs {
     pub fn parent(&self, dir: InodeNo) -> Result<InodeNo> {
         let n = self.node(dir)?;
         if n.s.read().kind != Kind::Dir {
-            return Err(MemError::NotDir);
+            return Err(MemError::Refused(Refusal::NotDir));
         }
         if let Some(p) = n.parent() {
             return Ok(p);
@@ -347,7 +348,10 @@ impl MemFs {
     /// The entry `name` in `dir`.
     pub(crate) fn entry(&self, dir: &Node, name: &[u8]) -> Result<Option<(InodeNo, Kind)>> {
         let s = dir.s.read();
-        let e = s.entries.as_ref().ok_or(MemError::NotDir)?;
+        let e = s
+            .entries
+            .as_ref()
+            .ok_or(MemError::Refused(Refusal::NotDir))?;
         Ok(e.get(name).copied())
     }
 
@@ -513,11 +517,13 @@ impl MemFs {
 
     pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
         if name.len() > NAME_MAX {
-            return Err(MemError::NameTooLong);
+            return Err(MemError::Refused(Refusal::NameTooLong));
         }
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(parent)?;
-        let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
+        let (ino, kind) = self
+            .entry(&dir, name)?
+            .ok_or(MemError::Refused(Refusal::NotFound))?;
         let child = match self.cached_node(ino) {
             Some(n) => n,
             None => self.load(ino, (kind == Kind::Dir).then_some(parent))?,
@@ -543,7 +549,7 @@ impl MemFs {
         let mut v: Vec<DirEntry> = s
             .entries
             .as_ref()
-            .ok_or(MemError::NotDir)?
+            .ok_or(MemError::Refused(Refusal::NotDir))?
             .iter()
             .map(|(name, (ino, kind))| DirEntry {
                 name: name.clone(),
@@ -561,7 +567,7 @@ impl MemFs {
         {
             let s = n.s.read();
             if s.kind != Kind::Symlink {
-                return Err(MemError::Invalid("not a symlink"));
+                return Err(MemError::Refused(Refusal::Invalid("not a symlink")));
             }
             if let Some(t) = &s.target {
                 return Ok(t.clone());
@@ -663,7 +669,9 @@ impl MemFs {
                 },
                 perm,
             },
-            Kind::Dir | Kind::Symlink => return Err(MemError::Invalid("mknod of this kind")),
+            Kind::Dir | Kind::Symlink => {
+                return Err(MemError::Refused(Refusal::Invalid("mknod of this kind")))
+            }
         };
         let new = NewNode {
             kind,
@@ -705,9 +713,9 @@ impl MemFs {
     ) -> Result<Attr> {
         if target.is_empty() || target.len() >= self.inner.block_size as usize {
             return Err(if target.is_empty() {
-                MemError::NotFound
+                MemError::Refused(Refusal::NotFound)
             } else {
-                MemError::NameTooLong
+                MemError::Refused(Refusal::NameTooLong)
             });
         }
         let made = Made::Symlink {
@@ -744,13 +752,16 @@ impl MemFs {
         };
         let mut d = dir.s.write();
         let t = self.now();
-        let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
+        let entries = d
+            .entries
+            .as_mut()
+            .ok_or(MemError::Refused(Refusal::NotDir))?;
         let refused = if entries.contains_key(name) {
-            Some(MemError::Exists)
+            Some(MemError::Refused(Refusal::Exists))
         } else if d.nlink == 0 {
-            Some(MemError::NotFound)
+            Some(MemError::Refused(Refusal::NotFound))
         } else if is_dir && d.nlink >= LINK_MAX {
-            Some(MemError::TooManyLinks)
+            Some(MemError::Refused(Refusal::TooManyLinks))
         } else {
             None
         };
@@ -837,29 +848,36 @@ impl MemFs {
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(newparent)?;
         if self.entry(&dir, newname)?.is_some() {
-            return Err(MemError::Exists);
+            return Err(MemError::Refused(Refusal::Exists));
         }
         if ino == newparent {
-            return Err(MemError::NotPermitted("hard link to a directory"));
+            return Err(MemError::Refused(Refusal::NotPermitted(
+                "hard link to a directory",
+            )));
         }
         let n = self.node(ino)?;
         let mut locks = Self::lock_all(&[&dir, &n]);
         let (d, s) = pair(&mut locks, newparent, ino);
         if s.kind == Kind::Dir {
-            return Err(MemError::NotPermitted("hard link to a directory"));
+            return Err(MemError::Refused(Refusal::NotPermitted(
+                "hard link to a directory",
+            )));
         }
         if s.nlink == 0 {
-            return Err(MemError::NotFound);
+            return Err(MemError::Refused(Refusal::NotFound));
         }
         if s.nlink >= LINK_MAX {
-            return Err(MemError::TooManyLinks);
+            return Err(MemError::Refused(Refusal::TooManyLinks));
         }
         if d.nlink == 0 {
-            return Err(MemError::NotFound);
+            return Err(MemError::Refused(Refusal::NotFound));
         }
-        let entries = d.entries.as_mut().ok_or(MemError::NotDir)?;
+        let entries = d
+            .entries
+            .as_mut()
+            .ok_or(MemError::Refused(Refusal::NotDir))?;
         if entries.contains_key(newname) {
-            return Err(MemError::Exists);
+            return Err(MemError::Refused(Refusal::Exists));
         }
         let t = self.now();
         entries.insert(newname.to_vec(), (ino, s.kind));
@@ -883,22 +901,24 @@ impl MemFs {
 
     pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         if name == b"." {
-            return Err(MemError::Invalid("rmdir of ."));
+            return Err(MemError::Refused(Refusal::Invalid("rmdir of .")));
         }
         if name == b".." {
-            return Err(MemError::NotEmpty);
+            return Err(MemError::Refused(Refusal::NotEmpty));
         }
         self.remove(parent, name, true)
     }
 
     fn remove(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> Result<()> {
         if name.len() > NAME_MAX {
-            return Err(MemError::NameTooLong);
+            return Err(MemError::Refused(Refusal::NameTooLong));
         }
         self.writable()?;
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(parent)?;
-        let (ino, kind) = self.entry(&dir, name)?.ok_or(MemError::NotFound)?;
+        let (ino, kind) = self
+            .entry(&dir, name)?
+            .ok_or(MemError::Refused(Refusal::NotFound))?;
         let victim = if kind == Kind::Dir {
             self.loaded_dir(ino)?
         } else {
@@ -907,16 +927,16 @@ impl MemFs {
         let mut locks = Self::lock_all(&[&dir, &victim]);
         let (d, v) = pair(&mut locks, parent, ino);
         if d.entries.as_ref().and_then(|e| e.get(name)).map(|e| e.0) != Some(ino) {
-            return Err(MemError::NotFound); // changed under us; the caller may retry
+            return Err(MemError::Refused(Refusal::NotFound)); // changed under us; the caller may retry
         }
         if want_dir && !v.is_dir() {
-            return Err(MemError::NotDir);
+            return Err(MemError::Refused(Refusal::NotDir));
         }
         if !want_dir && v.is_dir() {
-            return Err(MemError::IsDir);
+            return Err(MemError::Refused(Refusal::IsDir));
         }
         if want_dir && !v.entries.as_ref().is_some_and(|e| e.is_empty()) {
-            return Err(MemError::NotEmpty);
+            return Err(MemError::Refused(Refusal::NotEmpty));
         }
         let t = self.now();
         d.entries.as_mut().expect("loaded").remove(name);
@@ -956,27 +976,31 @@ impl MemFs {
         flags: RenameFlags,
     ) -> Result<()> {
         if flags.noreplace && flags.exchange {
-            return Err(MemError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+            return Err(MemError::Refused(Refusal::Invalid(
+                "RENAME_NOREPLACE with RENAME_EXCHANGE",
+            )));
         }
         if name.len() > NAME_MAX {
-            return Err(MemError::NameTooLong);
+            return Err(MemError::Refused(Refusal::NameTooLong));
         }
         self.writable()?;
         let room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let from = self.loaded_dir(parent)?;
         let to = self.loaded_dir(newparent)?;
-        let (moved, mkind) = self.entry(&from, name)?.ok_or(MemError::NotFound)?;
+        let (moved, mkind) = self
+            .entry(&from, name)?
+            .ok_or(MemError::Refused(Refusal::NotFound))?;
         check_name(newname).map_err(|e| match e {
-            MemError::Invalid(_) if newname == b"." || newname == b".." => {
-                MemError::Invalid("rename to . or ..")
+            MemError::Refused(Refusal::Invalid(_)) if newname == b"." || newname == b".." => {
+                MemError::Refused(Refusal::Invalid("rename to . or .."))
             }
             e => e,
         })?;
         let other = self.entry(&to, newname)?;
         match other {
-            None if flags.exchange => return Err(MemError::NotFound),
-            Some(_) if flags.noreplace => return Err(MemError::Exists),
+            None if flags.exchange => return Err(MemError::Refused(Refusal::NotFound)),
+            Some(_) if flags.noreplace => return Err(MemError::Refused(Refusal::Exists)),
             _ => {}
         }
         let mv = Moving {
@@ -1042,9 +1066,11 @@ impl MemFs {
             loop {
                 if a == d {
                     if k == 1 && !mv.flags.exchange {
-                        return Err(MemError::NotEmpty);
+                        return Err(MemError::Refused(Refusal::NotEmpty));
                     }
-                    return Err(MemError::Invalid("a directory moved below itself"));
+                    return Err(MemError::Refused(Refusal::Invalid(
+                        "a directory moved below itself",
+                    )));
                 }
                 ancestors.push(a);
                 if a == ROOT {
@@ -1076,29 +1102,29 @@ impl MemFs {
         if cur(locks, mv.parent, mv.name) != Some((mv.moved, mv.mkind))
             || cur(locks, mv.newparent, mv.newname) != mv.other
         {
-            return Err(MemError::NotFound);
+            return Err(MemError::Refused(Refusal::NotFound));
         }
         if get(locks, mv.parent).nlink == 0 || get(locks, mv.newparent).nlink == 0 {
-            return Err(MemError::NotFound);
+            return Err(MemError::Refused(Refusal::NotFound));
         }
         match mv.other {
             Some((o, _)) if o == mv.moved => return Ok(false),
-            None if mv.flags.exchange => return Err(MemError::NotFound),
-            Some(_) if mv.flags.noreplace => return Err(MemError::Exists),
+            None if mv.flags.exchange => return Err(MemError::Refused(Refusal::NotFound)),
+            Some(_) if mv.flags.noreplace => return Err(MemError::Refused(Refusal::Exists)),
             _ => {}
         }
         let okind = mv.other.map(|o| o.1);
         if let (false, Some(ok)) = (mv.flags.exchange, okind) {
             if mv.mkind == Kind::Dir && ok != Kind::Dir {
-                return Err(MemError::NotDir);
+                return Err(MemError::Refused(Refusal::NotDir));
             }
             if mv.mkind != Kind::Dir && ok == Kind::Dir {
-                return Err(MemError::IsDir);
+                return Err(MemError::Refused(Refusal::IsDir));
             }
             if ok == Kind::Dir {
                 let o = mv.other.expect("some").0;
                 if !get(locks, o).entries.as_ref().is_some_and(|e| e.is_empty()) {
-                    return Err(MemError::NotEmpty);
+                    return Err(MemError::Refused(Refusal::NotEmpty));
                 }
             }
         }
@@ -1107,7 +1133,7 @@ impl MemFs {
             && okind != Some(Kind::Dir)
             && get(locks, mv.newparent).nlink >= LINK_MAX
         {
-            return Err(MemError::TooManyLinks);
+            return Err(MemError::Refused(Refusal::TooManyLinks));
         }
         Ok(true)
     }
@@ -1195,7 +1221,9 @@ impl MemFs {
         let n = self.node(ino)?;
         let mut s = n.s.write();
         if s.open == 0 {
-            return Err(MemError::Invalid("release of an inode not open"));
+            return Err(MemError::Refused(Refusal::Invalid(
+                "release of an inode not open",
+            )));
         }
         s.open -= 1;
         if s.open == 0 && s.nlink == 0 {

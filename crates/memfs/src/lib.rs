@@ -29,7 +29,7 @@ mod types;
 pub use error::{MemError, Result, Trouble};
 pub use fs::MemFs;
 pub use node::Xattrs;
-pub use stitch_diskfs::{InodeNo, RenameFlags, TimeRange, Timestamp};
+pub use stitch_diskfs::{InodeNo, Refusal, RenameFlags, TimeRange, Timestamp};
 pub use types::{
     Attr, DirEntry, DropSetId, FlushCause, Kind, Options, Order, OwnFlushes, SetAttrs, SetTime,
     StatFs, Stats, XattrSet,

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stitch_diskfs::{Consistency, DataMode};
+use stitch_memfs::Refusal;
 use stitch_memfs::{InodeNo, Kind, MemError, MemFs, Options, RenameFlags, SetAttrs};
 use stitch_model::tree::Content;
 
@@ -462,7 +463,7 @@ fn lookups_and_renames() {
                             assert!(dirs.contains(&p), "parent {p}");
                         }
                     }
-                    Err(MemError::NotFound) => {}
+                    Err(MemError::Refused(Refusal::NotFound)) => {}
                     Err(e) => panic!("lookup: {e}"),
                 }
                 lookups.fetch_add(1, Ordering::Relaxed);

@@ -10,6 +10,7 @@ use common::*;
 use std::sync::Arc;
 use stitch_blockdev::{FaultDevice, FaultKind, MemDevice};
 use stitch_diskfs::{Consistency, DiskFs};
+use stitch_memfs::Refusal;
 use stitch_memfs::{InodeNo, Kind, MemError, MemFs, Trouble};
 
 const MIB: usize = 1 << 20;
@@ -153,7 +154,7 @@ fn a_full_disk_refuses_writes_and_keeps_every_byte_it_took() {
         let name = format!("m{}", made.len());
         let absent = fs.lookup(fs.root(), name.as_bytes());
         assert!(
-            matches!(absent, Err(MemError::NotFound)),
+            matches!(absent, Err(MemError::Refused(Refusal::NotFound))),
             "{mode:?}: {absent:?}"
         );
         fs.sync()

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use stitch_memfs::Refusal;
 use stitch_memfs::{Kind, MemError, RenameFlags, SetAttrs};
 
 #[test]
@@ -106,7 +107,10 @@ fn an_open_unlinked_file_keeps_its_data_until_release() {
         fs.sync().unwrap();
         // Evicted pages must come back from the orphan on disk.
         assert_eq!(fs.read(f.ino, 0, 50_000).unwrap(), vec![9; 50_000]);
-        assert!(matches!(fs.lookup(r, b"f"), Err(MemError::NotFound)));
+        assert!(matches!(
+            fs.lookup(r, b"f"),
+            Err(MemError::Refused(Refusal::NotFound))
+        ));
         fs.release(f.ino).unwrap();
         fs.unmount().unwrap();
         let E2fsck {
@@ -155,7 +159,7 @@ fn rename_refuses_a_loop_and_handles_flags() {
     let b = fs.mkdir(a.ino, b"b", 0o755, 0, 0).unwrap();
     assert!(matches!(
         fs.rename(r, b"a", b.ino, b"x", RenameFlags::default()),
-        Err(MemError::Invalid(_))
+        Err(MemError::Refused(Refusal::Invalid(_)))
     ));
     fs.mknod(r, b"f", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
     fs.mknod(r, b"g", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
@@ -165,7 +169,7 @@ fn rename_refuses_a_loop_and_handles_flags() {
     };
     assert!(matches!(
         fs.rename(r, b"f", r, b"g", noreplace),
-        Err(MemError::Exists)
+        Err(MemError::Refused(Refusal::Exists))
     ));
     let exchange = RenameFlags {
         noreplace: false,

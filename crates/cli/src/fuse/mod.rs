@@ -253,6 +253,7 @@ fn log_panic(op: &str, ino: InodeNo, panic: &(dyn std::any::Any + Send)) {
 mod tests {
     use super::*;
     use fuser::INodeNo;
+    use stitch_memfs::Refusal;
 
     #[test]
     fn stat_shows_ext2_inode_and_entry_the_node_id() {
@@ -317,7 +318,7 @@ mod tests {
     fn serve_answers_values_errors_and_panics() {
         assert_eq!(run(|| Ok(7)), Some(Ok(7)));
         assert_eq!(
-            run(|| Err(MemError::NotFound.into())),
+            run(|| Err(MemError::Refused(Refusal::NotFound).into())),
             Some(Err(Errno::ENOENT))
         );
         assert_eq!(run(|| Err(Errno::EBADF.into())), Some(Err(Errno::EBADF)));
@@ -326,7 +327,7 @@ mod tests {
 
     #[test]
     fn memfs_errors_keep_their_errno() {
-        let f: Failure = MemError::NotEmpty.into();
+        let f: Failure = MemError::Refused(Refusal::NotEmpty).into();
         assert_eq!(f.errno(), Errno::ENOTEMPTY);
         assert_eq!(f.log_line("rmdir", InodeNo(12)), None);
         let f: Failure = MemError::ReadOnly.into();
@@ -352,7 +353,7 @@ mod tests {
         let device: Failure = MemError::Device(DiskError::Patch(dev.into())).into();
         let line = device.log_line("fsync", InodeNo(12)).unwrap();
         assert!(line.contains("write of block 7"), "{line}");
-        let bug: Failure = MemError::Bug(DiskError::NotFound).into();
+        let bug: Failure = MemError::Bug(DiskError::Refused(Refusal::NotFound)).into();
         assert!(bug
             .log_line("fsync", InodeNo(12))
             .unwrap()

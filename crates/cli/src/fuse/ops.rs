@@ -16,6 +16,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stitch_memfs::Refusal;
 use stitch_memfs::{
     Attr, DropSetId, InodeNo, Kind, MemError, RenameFlags, SetAttrs, SetTime, Timestamp, XattrSet,
     Xattrs,
@@ -256,7 +257,7 @@ impl fuser::Filesystem for StitchFuse {
             reply,
             |d, n| match self.lookup_name(d, n) {
                 Ok(a) => Ok(Some(a)),
-                Err(Failure::Mem(MemError::NotFound)) => Ok(None),
+                Err(Failure::Mem(MemError::Refused(Refusal::NotFound))) => Ok(None),
                 Err(e) => Err(e),
             },
             |r, a| match a {

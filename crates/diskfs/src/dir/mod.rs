@@ -21,6 +21,7 @@ use crate::data::Src;
 use crate::diff;
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, META};
+use crate::Refusal;
 
 mod adds;
 mod index;
@@ -43,11 +44,11 @@ pub struct Entry {
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME {
-        return Err(DiskError::NameTooLong);
+        return Err(DiskError::Refused(Refusal::NameTooLong));
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
-        return Err(DiskError::Invalid("bad file name"));
+        return Err(DiskError::Refused(Refusal::Invalid("bad file name")));
     }
     Ok(())
 }
@@ -56,7 +57,7 @@ impl DiskFs {
     pub(crate) fn dir_inode(&mut self, dir: InodeNo) -> Result<Inode> {
         let inode = self.read_inode(dir)?;
         if !inode.is_dir() {
-            return Err(DiskError::NotDir);
+            return Err(DiskError::Refused(Refusal::NotDir));
         }
         Ok(inode)
     }
@@ -79,7 +80,7 @@ impl DiskFs {
     pub(crate) fn check_new_name(&mut self, parent: InodeNo, name: &[u8]) -> Result<()> {
         check_name(name)?;
         if self.lookup(parent, name)?.is_some() {
-            return Err(DiskError::Exists);
+            return Err(DiskError::Refused(Refusal::Exists));
         }
         Ok(())
     }
@@ -88,7 +89,7 @@ impl DiskFs {
     pub fn lookup(&mut self, dir: InodeNo, name: &[u8]) -> Result<Option<Entry>> {
         let inode = self.dir_inode(dir)?;
         if name.len() > MAX_NAME {
-            return Err(DiskError::NameTooLong);
+            return Err(DiskError::Refused(Refusal::NameTooLong));
         }
         let idx = self.index(dir, &inode)?;
         let Some(b) = idx.block_of(name).and_then(|i| idx.block(i)) else {
@@ -219,7 +220,7 @@ impl DiskFs {
         let candidates: Vec<u32> = {
             let idx = self.index(dir, &inode)?;
             if idx.block_of(name).is_some() {
-                return Err(DiskError::Exists);
+                return Err(DiskError::Refused(Refusal::Exists));
             }
             idx.blocks_with_room(need)
         };
@@ -308,7 +309,7 @@ impl DiskFs {
             Ok(fdir::remove(bytes, name)?.map(|ino| ((ino, kind), Some(header))))
         })?;
         let Some(((ino, kind), gone, _)) = removed else {
-            return Err(DiskError::NotFound);
+            return Err(DiskError::Refused(Refusal::NotFound));
         };
         self.dirs.remove_name(dir, name);
         let never_on_disk = self.adds.never_on_disk(self.m.cache(), dir, name, &gone);
@@ -344,7 +345,7 @@ impl DiskFs {
             Ok(fdir::set_inode(bytes, name, ino, ft)?.then_some(((), None)))
         })?;
         let Some(((), patch, _)) = set else {
-            return Err(DiskError::NotFound);
+            return Err(DiskError::Refused(Refusal::NotFound));
         };
         self.adds.named(self.m.cache(), ino, ft, &patch);
         out.extend(patch);

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use stitch_blockdev::MemDevice;
 use stitch_diskfs::Consistency;
+use stitch_memfs::Refusal;
 use stitch_memfs::{Attr, InodeNo, Kind as MemKind, MemError, MemFs, Options};
 use stitch_model::types::{Kind, Meta, Name, Rdev, Special};
 use stitch_model::view::{self, InodeView};
@@ -155,7 +156,7 @@ impl InodeView for View<'_> {
     fn lookup(&mut self, dir: InodeNo, name: &Name) -> Result<Option<InodeNo>, Errno> {
         match self.0.lookup(dir, name.as_bytes()) {
             Ok(a) => Ok(Some(a.ino)),
-            Err(MemError::NotFound) => Ok(None),
+            Err(MemError::Refused(Refusal::NotFound)) => Ok(None),
             Err(e) => Err(errno(e)),
         }
     }
