@@ -20,6 +20,19 @@ first sees the child, kept across ``exec``, shared by its threads, closed
 when the process exits. ``subreaper()`` keeps orphaned descendants of a
 program that starts others in its family.
 
+A *stream* ("Consistency Without Ordering") orders a program's changes:
+the disk always holds a prefix of each stream's changes, and two streams
+are ordered only where their changes are related (the same file, the
+same name, a directory and an entry in it). ``setstream`` puts the
+calling thread in one (threads and child processes started after take
+it); with ``IGNORE_FSYNC`` its fsyncs only order; ``streamsync`` makes
+it durable:
+
+    >>> stitchfs.setstream("db", stitchfs.IGNORE_FSYNC)  # doctest: +SKIP
+    >>> ...                                             # doctest: +SKIP
+    >>> stitchfs.streamsync()                           # doctest: +SKIP
+    >>> with stitchfs.stream("db"): ...                 # doctest: +SKIP
+
 The numbers and layouts restate ``crates/control`` (the table's single
 source); the test suite holds them equal.
 """
@@ -43,17 +56,26 @@ __all__ = [
     "IOC_SET_TAG",
     "IOC_SYNC",
     "IOC_VERSION",
+    "IOC_SET_STREAM",
+    "IOC_GET_STREAM",
+    "IOC_STREAM_SYNC",
+    "IGNORE_FSYNC",
     "StitchError",
+    "StreamInfo",
     "context",
+    "getstream",
     "set_tag",
+    "setstream",
+    "stream",
+    "streamsync",
     "strerror",
     "subreaper",
     "sync",
     "version",
 ]
 
-#: The API version this module describes (2: contexts).
-API_VERSION = 2
+#: The API version this module describes (2: contexts, 3: streams).
+API_VERSION = 3
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
 IOC_SYNC = 0x0000F501
@@ -63,6 +85,17 @@ IOC_VERSION = 0x8008F502
 IOC_CONTEXT = 0xC038F503
 #: ``_IOW(0xF5, 4, struct stitch_tag)``: set the caller's tag.
 IOC_SET_TAG = 0x4010F504
+#: ``_IOW(0xF5, 5, struct stitch_stream)``: join a stream by name.
+IOC_SET_STREAM = 0x4050F505
+#: ``_IOWR(0xF5, 6, struct stitch_stream)``: the caller's stream.
+IOC_GET_STREAM = 0xC050F506
+#: ``_IOW(0xF5, 7, struct stitch_call)``: the caller's stream, durable.
+IOC_STREAM_SYNC = 0x4008F507
+
+#: ``setstream`` flag: the stream's fsyncs only order, and return at once.
+IGNORE_FSYNC = 1
+#: The longest stream name, in bytes.
+STREAM_NAME_MAX = 63
 
 #: ``Context.flags``: the process holds a context.
 CONTEXT_HELD = 1
@@ -74,6 +107,10 @@ _VERSION = struct.Struct("=II")
 _CONTEXT = struct.Struct("=IIQIIQIIQQ")
 # version, flags, tag
 _TAG = struct.Struct("=IIQ")
+# version, flags, id, name
+_STREAM = struct.Struct("=IIQ64s")
+# version, flags
+_CALL = struct.Struct("=II")
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -84,8 +121,9 @@ Target = Union[None, str, "os.PathLike[str]", int, IO[bytes], IO[str]]
 
 _MEANINGS = {
     _errno.ENOTTY: "not a stitchfs mount (or a call this server does not know)",
-    _errno.EINVAL: "a structure of the wrong size or version, or a bad argument",
-    _errno.EPERM: "the handle belongs to another user's process",
+    _errno.EINVAL: "a structure of the wrong size or version, a bad argument, or a stream sync by a thread in no stream",
+    _errno.EPERM: "the handle or stream belongs to another user",
+    _errno.ENAMETOOLONG: "a stream name longer than 63 bytes",
     _errno.EBADF: "an unknown or closed handle (its process exited), or a bad descriptor",
     _errno.EIO: "the mount latched a device error: nothing more is durable",
     _errno.EROFS: "the mount is read-only",
@@ -195,3 +233,54 @@ def subreaper() -> None:
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise StitchError(err, f"stitchfs subreaper: {os.strerror(err)}")
+
+
+class StreamInfo(NamedTuple):
+    """The calling thread's stream, as ``getstream()`` reports it."""
+
+    #: The stream's name ("" for none).
+    name: str
+    #: Its number on the mount (0: none).
+    id: int
+    #: ``IGNORE_FSYNC`` or 0.
+    flags: int
+
+
+def setstream(name: str, flags: int = 0, target: Target = None) -> None:
+    """Put the calling thread in the stream ``name`` (made if new; "" leaves
+    any stream); threads and child processes started after take it.
+
+    ``ENAMETOOLONG`` for a name over 63 bytes, ``EPERM`` for a stream
+    another user made, ``EAGAIN`` at the mount's bound on streams."""
+    raw = name.encode()
+    if len(raw) > STREAM_NAME_MAX:
+        raise StitchError(_errno.ENAMETOOLONG, f"stitchfs setstream: {strerror(_errno.ENAMETOOLONG)}")
+    _call("setstream", target, IOC_SET_STREAM, _STREAM.pack(API_VERSION, flags, 0, raw))
+
+
+def getstream(target: Target = None) -> StreamInfo:
+    """The calling thread's stream."""
+    out = _call("getstream", target, IOC_GET_STREAM, _STREAM.pack(API_VERSION, 0, 0, b""))
+    _version, flags, id, raw = _STREAM.unpack(out)
+    return StreamInfo(raw.split(b"\0", 1)[0].decode(errors="replace"), int(id), int(flags))
+
+
+def streamsync(target: Target = None) -> None:
+    """Make every change of the calling thread's stream durable.
+    ``EINVAL`` if the thread is in no stream."""
+    _call("streamsync", target, IOC_STREAM_SYNC, _CALL.pack(API_VERSION, 0))
+
+
+@contextlib.contextmanager
+def stream(name: str, flags: int = 0, target: Target = None, sync: bool = True) -> Iterator[None]:
+    """The calling thread in the stream ``name`` for the ``with`` block;
+    at its end the stream is made durable (unless ``sync`` is false) and
+    the thread goes back to the stream it was in."""
+    before = getstream(target)
+    setstream(name, flags, target)
+    try:
+        yield
+        if sync:
+            streamsync(target)
+    finally:
+        setstream(before.name, before.flags, target)

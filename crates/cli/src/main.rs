@@ -54,6 +54,10 @@ enum Command {
     /// Make everything a stitchfs mount holds durable (sync(1) does not
     /// reach FUSE servers): [PATH] is any file or directory on the mount.
     Sync(cmd::sync::Args),
+    /// Run a program and everything it starts in a stream of a mount: the
+    /// disk keeps a prefix of what they change, in order; the stream is
+    /// made durable when the program exits, before its status is returned.
+    Run(cmd::run::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
     Crashtest(cmd::crashtest::Args),
@@ -71,6 +75,10 @@ fn main() {
         Command::Mount(args) => cmd::mount::run(args),
         Command::Umount(args) => cmd::umount::run(args),
         Command::Sync(args) => cmd::sync::run(args),
+        Command::Run(args) => match cmd::run::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Command::Crashtest(args) => match cmd::crashtest::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

@@ -20,6 +20,19 @@
 //! | `_IOR(0xF5, 2, Version)` | [`IOC_VERSION`] | [`Version`] out | the API version the server speaks |
 //! | `_IOWR(0xF5, 3, Context)` | [`IOC_CONTEXT`] | [`Context`] in and out | who is calling, or the context numbered `id`: process, user, inherited from, tag |
 //! | `_IOW(0xF5, 4, Tag)` | [`IOC_SET_TAG`] | [`Tag`] in | gives the calling process a context (inherited first, if it has none) and sets its tag |
+//! | `_IOW(0xF5, 5, Stream)` | [`IOC_SET_STREAM`] | [`Stream`] in | puts the calling thread in the stream named (made if new), or in none for an empty name |
+//! | `_IOWR(0xF5, 6, Stream)` | [`IOC_GET_STREAM`] | [`Stream`] in and out | the calling thread's stream: name, number, flags |
+//! | `_IOW(0xF5, 7, Call)` | [`IOC_STREAM_SYNC`] | [`Call`] in | every change of the calling thread's stream, durable when it returns |
+//!
+//! A **stream** ("Consistency Without Ordering") is an order of changes:
+//! the disk always holds a prefix of each stream's changes (each whole),
+//! and nothing orders two streams except related changes (on the same
+//! file, the same name, a directory and an entry in it), which keep their
+//! order. A thread joins one by name; new threads and child processes
+//! take their parent's. With [`STREAM_IGNORE_FSYNC`] the stream's `fsync`
+//! and `fdatasync` (and `O_SYNC` writes) only order and return at once;
+//! [`IOC_STREAM_SYNC`] makes the stream durable. A stream belongs to the
+//! user who made it; another user's is refused (`EPERM`).
 //!
 //! A **context** is what a process holds on a mount: made when it first
 //! asks for one, copied to each child process when the mount first sees
@@ -55,6 +68,10 @@
 //! | `EPERM` | an `id` of another user's context (one user never reads or uses another's) |
 //! | `EAGAIN` | the mount's bound on processes holding a context is reached (`stitchfs mount --contexts`) |
 //! | `ESRCH` | the calling process could not be identified (it exited before its call was served) |
+//! | `ENAMETOOLONG` | a stream name of 64 bytes or more (it must end in a NUL within its field) |
+//! | `EPERM` | a stream another user made |
+//! | `EAGAIN` | the mount's bound on streams (4096), or on threads with a stream of their own in one process (256), is reached |
+//! | `EINVAL` | a stream sync by a thread in no stream (and the mount's order is not `global`) |
 //!
 //! Architecture invariant: knows the table and the mount table, nothing of
 //! how a mount serves the calls; no other stitch crate.
@@ -68,8 +85,8 @@ pub const MAGIC: u32 = 0xF5;
 
 /// The API version this table describes. A server answers calls of its
 /// own version and older; a caller can ask with [`IOC_VERSION`].
-/// Version 1: sync and version. Version 2: contexts.
-pub const API_VERSION: u32 = 2;
+/// Version 1: sync and version. Version 2: contexts. Version 3: streams.
+pub const API_VERSION: u32 = 3;
 
 const NONE: u32 = 0;
 const WRITE: u32 = 1;
@@ -165,7 +182,79 @@ pub struct Tag {
     pub tag: u64,
 }
 
+/// Puts the calling thread in a stream: `_IOW(0xF5, 5, Stream)`.
+pub const IOC_SET_STREAM: u32 = ioc(WRITE, 5, std::mem::size_of::<Stream>());
+
+/// The calling thread's stream: `_IOWR(0xF5, 6, Stream)`.
+pub const IOC_GET_STREAM: u32 = ioc(READ | WRITE, 6, std::mem::size_of::<Stream>());
+
+/// Makes the calling thread's stream durable: `_IOW(0xF5, 7, Call)`.
+pub const IOC_STREAM_SYNC: u32 = ioc(WRITE, 7, std::mem::size_of::<Call>());
+
+/// [`Stream::flags`]: the stream's `fsync`s only order; they return at
+/// once.
+pub const STREAM_IGNORE_FSYNC: u32 = 1;
+
+/// The longest stream name, in bytes (the field holds a NUL after it).
+pub const STREAM_NAME_MAX: usize = 63;
+
+/// What [`IOC_SET_STREAM`] is sent and [`IOC_GET_STREAM`] answers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// In: the API version the caller speaks.
+    pub version: u32,
+    /// [`STREAM_IGNORE_FSYNC`].
+    pub flags: u32,
+    /// Out: the stream's number on this mount (0: no stream).
+    pub id: u64,
+    /// The stream's name, NUL-terminated (empty: no stream).
+    pub name: [u8; 64],
+}
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream {
+            version: 0,
+            flags: 0,
+            id: 0,
+            name: [0; 64],
+        }
+    }
+}
+
+impl Stream {
+    /// A request for the stream `name`: `None` if the name does not fit.
+    pub fn named(name: &[u8], flags: u32) -> Option<Stream> {
+        let mut s = Stream {
+            version: API_VERSION,
+            flags,
+            ..Stream::default()
+        };
+        s.name.get_mut(..name.len())?.copy_from_slice(name);
+        (name.len() <= STREAM_NAME_MAX).then_some(s)
+    }
+
+    /// The name up to its NUL; `None` if the field holds no NUL.
+    pub fn name(&self) -> Option<&[u8]> {
+        let end = self.name.iter().position(|&b| b == 0)?;
+        Some(&self.name[..end])
+    }
+}
+
+/// An argument of a call that takes nothing else ([`IOC_STREAM_SYNC`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Call {
+    /// The API version the caller speaks.
+    pub version: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+}
+
 const _: () = assert!(std::mem::size_of::<Context>() == 56);
+const _: () = assert!(std::mem::size_of::<Stream>() == 80);
+const _: () = assert!(std::mem::size_of::<Call>() == 8);
 const _: () = assert!(std::mem::size_of::<Tag>() == 16);
 
 /// A structure sent through the table: plain bytes in both directions.
@@ -210,6 +299,32 @@ wire!(Tag {
     flags: u32,
     tag: u64,
 });
+wire!(Call {
+    version: u32,
+    flags: u32
+});
+
+impl Wire for Stream {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(std::mem::size_of::<Stream>());
+        v.extend_from_slice(&self.version.to_ne_bytes());
+        v.extend_from_slice(&self.flags.to_ne_bytes());
+        v.extend_from_slice(&self.id.to_ne_bytes());
+        v.extend_from_slice(&self.name);
+        v
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<Stream> {
+        let head = Call::from_bytes(b)?;
+        Some(Stream {
+            version: head.version,
+            flags: head.flags,
+            id: u64::from_ne_bytes(b.get(8..16)?.try_into().ok()?),
+            name: b.get(16..80)?.try_into().ok()?,
+        })
+    }
+}
+
 wire!(Context {
     version: u32,
     flags: u32,
@@ -225,11 +340,14 @@ wire!(Context {
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 4] = [
+pub const TABLE: [(u32, &str); 7] = [
     (IOC_SYNC, "sync"),
     (IOC_VERSION, "version"),
     (IOC_CONTEXT, "context"),
     (IOC_SET_TAG, "set_tag"),
+    (IOC_SET_STREAM, "set_stream"),
+    (IOC_GET_STREAM, "get_stream"),
+    (IOC_STREAM_SYNC, "stream_sync"),
 ];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
@@ -272,6 +390,36 @@ pub fn request_set_tag(f: &impl AsRawFd, tag: u64) -> std::io::Result<bool> {
     not_ours(std::io::Error::last_os_error())
 }
 
+/// Puts the calling thread (and the threads and processes it starts
+/// after) in the stream `name` on the mount behind `f`, made if new
+/// ([`IOC_SET_STREAM`]); an empty name leaves any stream. `Ok(false)` if
+/// `f` is on another file system.
+pub fn request_set_stream(f: &impl AsRawFd, name: &[u8], flags: u32) -> std::io::Result<bool> {
+    let s = Stream::named(name, flags)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+    // SAFETY: the kernel reads size_of::<Stream>() bytes, the size the
+    // command number carries, from `s`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_SET_STREAM as _, &s as *const Stream) } == 0 {
+        return Ok(true);
+    }
+    not_ours(std::io::Error::last_os_error())
+}
+
+/// Makes every change of the calling thread's stream on the mount behind
+/// `f` durable ([`IOC_STREAM_SYNC`]).
+pub fn request_stream_sync(f: &impl AsRawFd) -> std::io::Result<()> {
+    let c = Call {
+        version: API_VERSION,
+        flags: 0,
+    };
+    // SAFETY: the kernel reads size_of::<Call>() bytes, the size the
+    // command number carries, from `c`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_STREAM_SYNC as _, &c as *const Call) } == 0 {
+        return Ok(());
+    }
+    Err(std::io::Error::last_os_error())
+}
+
 /// The errors a file system that is not stitchfs answers an unknown
 /// ioctl with are `Ok(false)`; others stay errors.
 fn not_ours(err: std::io::Error) -> std::io::Result<bool> {
@@ -294,6 +442,10 @@ mod tests {
         assert_eq!(IOC_CONTEXT, 0xC038_F503);
         assert_eq!(IOC_SET_TAG, 0x4010_F504);
         assert_eq!(decode(IOC_VERSION), (2, 8));
+        // _IOW(0xF5, 5, 80 bytes), _IOWR(0xF5, 6, 80), _IOW(0xF5, 7, 8).
+        assert_eq!(IOC_SET_STREAM, 0x4050_F505);
+        assert_eq!(IOC_GET_STREAM, 0xC050_F506);
+        assert_eq!(IOC_STREAM_SYNC, 0x4008_F507);
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 
@@ -327,6 +479,14 @@ mod tests {
             tag: 9,
         };
         assert_eq!(Tag::from_bytes(&t.to_bytes()), Some(t));
+        let s = Stream::named(b"git", STREAM_IGNORE_FSYNC).unwrap();
+        let bytes = s.to_bytes();
+        assert_eq!(bytes.len(), 80);
+        assert_eq!(&bytes[16..19], b"git");
+        assert_eq!(Stream::from_bytes(&bytes), Some(s));
+        assert_eq!(s.name(), Some(&b"git"[..]));
+        assert!(Stream::named(&[b'x'; 64], 0).is_none());
+        assert!(Stream::named(&[b'x'; 63], 0).is_some());
     }
 
     #[test]

@@ -225,10 +225,13 @@ pub enum Scope {
 
 /// What an fsync of `ino` covers (memfs's `Order`, stated again here):
 /// in sequential order every change made before it, in precise order the
-/// closure of the inode.
+/// closure of the inode. In global order every change of a thread in no
+/// stream is in one stream, taken whole up to the fsync: for the
+/// workloads here, which run in no stream of their own, everything
+/// before it, as in sequential order.
 pub fn fsync_scope(order: Order, ino: InodeNo) -> Scope {
     match order {
-        Order::Sequential => Scope::All,
+        Order::Sequential | Order::Global => Scope::All,
         Order::Precise => Scope::Inode(ino),
     }
 }

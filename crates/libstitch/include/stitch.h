@@ -19,14 +19,17 @@
 extern "C" {
 #endif
 
-/* The API version this header describes (2: contexts). */
-#define STITCH_API_VERSION 2
+/* The API version this header describes (2: contexts, 3: streams). */
+#define STITCH_API_VERSION 3
 
 /* The ioctls underneath (FUSE restricted ioctls, type 0xF5). */
 #define STITCH_IOC_SYNC 0x0000F501u    /* _IO(0xF5, 1) */
 #define STITCH_IOC_VERSION 0x8008F502u /* _IOR(0xF5, 2, struct stitch_version) */
 #define STITCH_IOC_CONTEXT 0xC038F503u /* _IOWR(0xF5, 3, struct stitch_context) */
 #define STITCH_IOC_SET_TAG 0x4010F504u /* _IOW(0xF5, 4, struct stitch_tag) */
+#define STITCH_IOC_SET_STREAM 0x4050F505u /* _IOW(0xF5, 5, struct stitch_stream) */
+#define STITCH_IOC_GET_STREAM 0xC050F506u /* _IOWR(0xF5, 6, struct stitch_stream) */
+#define STITCH_IOC_STREAM_SYNC 0x4008F507u /* _IOW(0xF5, 7, struct stitch_call) */
 
 struct stitch_version {
 	unsigned int api;   /* the API version the server speaks */
@@ -59,6 +62,44 @@ struct stitch_tag {
 	uint32_t flags;   /* reserved, 0 */
 	uint64_t tag;
 };
+
+/* Streams ("Consistency Without Ordering"): the disk holds a prefix of
+ * each stream's changes; two streams are ordered only where their
+ * changes are related (the same file, the same name, a directory and an
+ * entry in it). A thread joins one by name; threads and child processes
+ * started after take it. */
+#define STITCH_STREAM_NAME_MAX 63
+#define STITCH_IGNORE_FSYNC 1u /* fsync, fdatasync and O_SYNC only order */
+
+struct stitch_stream {
+	uint32_t version; /* in: STITCH_API_VERSION (the library fills it) */
+	uint32_t flags;   /* STITCH_IGNORE_FSYNC */
+	uint64_t id;      /* out: the stream's number on the mount (0: none) */
+	char name[64];    /* NUL-terminated; empty: no stream */
+};
+
+struct stitch_call {
+	uint32_t version; /* STITCH_API_VERSION (the library fills it) */
+	uint32_t flags;   /* reserved, 0 */
+};
+
+/* Puts the calling thread in the stream `name` (made if new; NULL or ""
+ * leaves any stream), with flags STITCH_IGNORE_FSYNC or 0. Returns 0, or
+ * -1: ENAMETOOLONG for a name over STITCH_STREAM_NAME_MAX bytes, EPERM
+ * for a stream another user made, EAGAIN at the mount's bound on streams
+ * or on threads with a stream of their own in one process. */
+int setstream(const char *name, unsigned int flags);
+int setstream_at(int fd, const char *name, unsigned int flags);
+
+/* The calling thread's stream into *out (an empty name for none).
+ * Returns 0, or -1. */
+int getstream(struct stitch_stream *out);
+int getstream_at(int fd, struct stitch_stream *out);
+
+/* Makes every change of the calling thread's stream durable. Returns 0
+ * once it is, or -1: EINVAL if the thread is in no stream. */
+int streamsync(void);
+int streamsync_at(int fd);
 
 /* The API version the mount's server speaks (>= 1), or -1. */
 int stitch_version(void);

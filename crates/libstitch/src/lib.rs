@@ -17,7 +17,8 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use stitch_control::{
-    Context, Tag, Version, API_VERSION, IOC_CONTEXT, IOC_SET_TAG, IOC_SYNC, IOC_VERSION,
+    Call, Context, Stream, Tag, Version, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_SET_STREAM,
+    IOC_SET_TAG, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION,
 };
 
 /// The environment variable naming the mount the plain calls act on.
@@ -129,6 +130,87 @@ fn set_tag(fd: BorrowedFd<'_>, tag: u64) -> Result<c_int, c_int> {
     }
 }
 
+fn set_stream(fd: BorrowedFd<'_>, name: *const c_char, flags: u32) -> Result<c_int, c_int> {
+    let name: &[u8] = if name.is_null() {
+        b""
+    } else {
+        // SAFETY: the caller passed a NUL-terminated string.
+        unsafe { CStr::from_ptr(name) }.to_bytes()
+    };
+    let s = Stream::named(name, flags).ok_or(libc::ENAMETOOLONG)?;
+    // SAFETY: the kernel reads the command's size, size_of::<Stream>().
+    match unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_STREAM as _, &s as *const Stream) } {
+        0 => Ok(0),
+        _ => Err(errno()),
+    }
+}
+
+fn get_stream(fd: BorrowedFd<'_>, out: *mut Stream) -> Result<c_int, c_int> {
+    if out.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let mut s = Stream {
+        version: API_VERSION,
+        ..Stream::default()
+    };
+    // SAFETY: the kernel reads and writes the command's size,
+    // size_of::<Stream>(), in `s`.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_GET_STREAM as _, &mut s as *mut Stream) } != 0 {
+        return Err(errno());
+    }
+    // SAFETY: the caller passed a pointer to a `struct stitch_stream`.
+    unsafe { out.write(s) };
+    Ok(0)
+}
+
+fn stream_sync(fd: BorrowedFd<'_>) -> Result<c_int, c_int> {
+    let c = Call {
+        version: API_VERSION,
+        flags: 0,
+    };
+    // SAFETY: the kernel reads the command's size, size_of::<Call>().
+    match unsafe { libc::ioctl(fd.as_raw_fd(), IOC_STREAM_SYNC as _, &c as *const Call) } {
+        0 => Ok(0),
+        _ => Err(errno()),
+    }
+}
+
+/// Puts the calling thread in the stream `name` (NULL or empty: none).
+#[no_mangle]
+pub extern "C" fn setstream(name: *const c_char, flags: u32) -> c_int {
+    on_mount(None, |fd| set_stream(fd, name, flags))
+}
+
+/// [`setstream`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn setstream_at(fd: c_int, name: *const c_char, flags: u32) -> c_int {
+    on_mount(Some(fd), |fd| set_stream(fd, name, flags))
+}
+
+/// The calling thread's stream, into `*out`.
+#[no_mangle]
+pub extern "C" fn getstream(out: *mut Stream) -> c_int {
+    on_mount(None, |fd| get_stream(fd, out))
+}
+
+/// [`getstream`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn getstream_at(fd: c_int, out: *mut Stream) -> c_int {
+    on_mount(Some(fd), |fd| get_stream(fd, out))
+}
+
+/// Makes the calling thread's stream durable.
+#[no_mangle]
+pub extern "C" fn streamsync() -> c_int {
+    on_mount(None, stream_sync)
+}
+
+/// [`streamsync`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn streamsync_at(fd: c_int) -> c_int {
+    on_mount(Some(fd), stream_sync)
+}
+
 /// Makes everything the mount holds durable.
 #[no_mangle]
 pub extern "C" fn stitch_sync() -> c_int {
@@ -198,8 +280,8 @@ pub extern "C" fn stitch_subreaper() -> c_int {
 pub extern "C" fn stitch_strerror(err: c_int) -> *const c_char {
     let msg: &'static CStr = match err {
         libc::ENOTTY => c"not a stitchfs mount (or a call this server does not know)",
-        libc::EINVAL => c"a structure of the wrong size or version, or a bad argument",
-        libc::EPERM => c"the handle belongs to another user's process",
+        libc::EINVAL => c"a structure of the wrong size or version, a bad argument, or a stream sync by a thread in no stream",
+        libc::EPERM => c"the handle or stream belongs to another user",
         libc::EBADF => c"an unknown or closed handle (its process exited), or a bad descriptor",
         libc::EIO => c"the mount latched a device error: nothing more is durable",
         libc::EROFS => c"the mount is read-only",
@@ -207,6 +289,7 @@ pub extern "C" fn stitch_strerror(err: c_int) -> *const c_char {
         libc::ESRCH => c"the calling process could not be identified (it exited meanwhile)",
         libc::ENOENT => c"no such file or directory (the mount path)",
         libc::EACCES => c"permission denied (the mount path)",
+        libc::ENAMETOOLONG => c"a stream name longer than 63 bytes",
         _ => c"unexpected error",
     };
     msg.as_ptr()

@@ -321,8 +321,14 @@ impl MemFs {
 
     /// Logs the first change since the last flush.
     pub(crate) fn mark_dirty(&self, ino: InodeNo, s: &mut NodeState, t: Timestamp) {
-        if !s.dirty && !s.never_disk {
+        if s.never_disk {
+            return;
+        }
+        let stream = self.stream_now().stream;
+        let new_stream = stream.is_some_and(|st| !s.dirty_streams.contains(&st));
+        if !s.dirty || new_stream {
             s.dirty = true;
+            s.dirty_streams.extend(stream);
             self.log(t, LogOp::Dirty { ino });
         }
     }

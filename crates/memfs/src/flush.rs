@@ -62,7 +62,13 @@ impl Merged {
     }
 
     /// Every entry that must go with the entries on `targets` (each an
-    /// object and the last stamp wanted of it).
+    /// object and the last stamp wanted of it). Two more rules keep
+    /// streams whole up to the cut: an entry in a stream takes the
+    /// stream's every entry (the flush then holds a prefix of it however
+    /// it was reached), and a stream's `Dirty` entry takes every entry on
+    /// its inode (the flush writes the inode's state at the cut, which
+    /// holds the later writes of other streams too, so their `Dirty`
+    /// entries and so their prefixes come along).
     fn closure(&self, targets: &[(Object, u64)]) -> BTreeSet<u64> {
         let mut selected = BTreeSet::new();
         let mut reached: FxHashMap<Object, u64> = FxHashMap::default();
@@ -80,8 +86,12 @@ impl Merged {
             for &st in stamps.range(from..=limit) {
                 if selected.insert(st) {
                     let e = &self.ops[&st];
+                    let whole = !e.domains.is_empty();
                     for o in e.objects() {
-                        work.push((o, st));
+                        let state =
+                            matches!(o, Object::Inode(_)) && matches!(e.op, LogOp::Dirty { .. });
+                        let to_cut = whole && (matches!(o, Object::Domain(_)) || state);
+                        work.push((o, if to_cut { u64::MAX } else { st }));
                     }
                 }
             }
@@ -146,6 +156,9 @@ struct Plan {
 enum Scope {
     All,
     Inode(InodeNo),
+    /// A stream's changes up to the cut, with an inode's (an fsync in
+    /// the stream) if given.
+    Stream(u64, Option<InodeNo>),
 }
 
 /// Which applied plans are durable. Plans are numbered as they are
@@ -236,15 +249,35 @@ impl MemFs {
     /// creation of its inode (its name too, as diskfs creates both at
     /// once); a directory's entries and whatever they depend on.
     /// `datasync` (fdatasync) is served the same way.
+    ///
+    /// In a stream (`domains`) an fsync takes the stream's changes up to
+    /// it and the inode's, whatever the mount's order; with
+    /// `ignore_fsync` it takes nothing and returns at once (the stream's
+    /// order keeps what it would have ordered).
     pub fn fsync(&self, ino: InodeNo, _datasync: bool) -> Result<()> {
-        self.flush(self.fsync_scope(ino))
+        let d = self.stream_now();
+        match d.stream {
+            Some(_) if d.ignore_fsync => {
+                self.inner.stats.lock().fsyncs_ignored += 1;
+                Ok(())
+            }
+            Some(stream) => self.flush(Scope::Stream(stream, Some(ino))),
+            None => self.flush(self.fsync_scope(ino)),
+        }
     }
 
-    /// What an fsync of `ino` takes under the mount's order.
+    /// Makes every change of `stream` durable (and what they depend on).
+    pub fn sync_stream(&self, stream: u64) -> Result<()> {
+        self.flush(Scope::Stream(stream, None))
+    }
+
+    /// What an fsync of `ino` by a thread in no stream takes under the
+    /// mount's order (under `Global` every such thread is in one).
     fn fsync_scope(&self, ino: InodeNo) -> Scope {
         match self.inner.opts.order {
             Order::Sequential => Scope::All,
             Order::Precise => Scope::Inode(ino),
+            Order::Global => Scope::Stream(crate::domains::GLOBAL, Some(ino)),
         }
     }
 
@@ -312,6 +345,11 @@ impl MemFs {
                     return Ok(None);
                 }
                 merged.closure(&[(Object::Inode(ino), u64::MAX)])
+            }
+            Scope::Stream(stream, ino) => {
+                let mut targets = vec![(Object::Domain(stream), u64::MAX)];
+                targets.extend(ino.map(|i| (Object::Inode(i), u64::MAX)));
+                merged.closure(&targets)
             }
         };
         if selected.is_empty() {
@@ -396,6 +434,7 @@ impl MemFs {
             let mut s = n.s.write();
             s.never_disk = true;
             s.dirty = false;
+            s.dirty_streams.clear();
             s.xattrs_dirty = false;
             reserved += s.take_reserved();
             self.recount_frees(&mut s);
@@ -464,6 +503,7 @@ impl MemFs {
             return None;
         }
         s.dirty = false;
+        s.dirty_streams.clear();
         // Gone from the disk once this plan's operations are applied (no
         // name, nobody holding it open): its data has no reader, and
         // writing it would give blocks to a freed inode.

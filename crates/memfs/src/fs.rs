@@ -9,11 +9,12 @@
 //! these: diskfs drops its lock around each device flush, so another flush
 //! may apply and write its plan meanwhile.
 
+use crate::domains::{self, Domains, GLOBAL};
 use crate::error::{MemError, Result};
 use crate::flush::{Merged, Orders};
 use crate::log::{LogOp, Logs, Made};
 use crate::node::{Node, NodeState, PagePool, Xattrs};
-use crate::types::{Attr, DirEntry, FlushCause, Kind, Options, StatFs, Stats};
+use crate::types::{Attr, DirEntry, FlushCause, Kind, Options, Order, StatFs, Stats};
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -202,6 +203,11 @@ impl MemFs {
         ROOT
     }
 
+    /// What an fsync outside any stream makes durable (`Options::order`).
+    pub fn order(&self) -> Order {
+        self.inner.opts.order
+    }
+
     /// The time stamped on changes: the wall clock, or the tests' fixed
     /// one, as the image holds it (the kernel's `current_time` cuts the
     /// clock to the file system's granularity too).
@@ -379,7 +385,19 @@ impl MemFs {
             }
         }
         room.take(op.reserves());
-        self.inner.logs.append(time, op);
+        let domains = self.stream_now().stream.into_iter().collect();
+        self.inner.logs.append(time, op, domains);
+    }
+
+    /// The calling thread's ordering domains, with the mount's order
+    /// applied: a thread in no stream is in [`GLOBAL`] under
+    /// `Order::Global`.
+    pub(crate) fn stream_now(&self) -> Domains {
+        let mut d = domains::current();
+        if d.stream.is_none() && self.inner.opts.order == Order::Global {
+            d.stream = Some(GLOBAL);
+        }
+        d
     }
 
     /// Holds room for the longest prefix of `costs` (blocks, in order)

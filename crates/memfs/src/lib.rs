@@ -8,16 +8,18 @@
 //! `fsync`), drops operations that cancel out (absorption), and hands
 //! diskfs one batch, applied as one atomic unit (one journal transaction).
 //!
-//! Architecture invariants: memfs knows files, names and (later) ordering
-//! domains, never blocks or patches; it reaches the disk only through
+//! Architecture invariants: memfs knows files, names and ordering domains
+//! (streams, `domains`), never blocks or patches; it reaches the disk only through
 //! diskfs, and only at flush time or to load what memory lacks.
 //!
 //! Modules: `types` (what the frontend sees), `error`, `node` (in-memory
 //! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
 //! `fs` (the operations), `flush` (closure, absorption, the batch),
+//! `domains` (the stream the calling thread's changes belong to),
 //! `frees` (what the disk will free, for `statfs`).
 
 mod data;
+mod domains;
 mod error;
 mod flush;
 mod frees;
@@ -26,6 +28,7 @@ mod log;
 mod node;
 mod types;
 
+pub use domains::{in_domains, Domains, GLOBAL};
 pub use error::{MemError, Result, Trouble};
 pub use fs::MemFs;
 pub use node::Xattrs;

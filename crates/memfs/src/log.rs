@@ -11,9 +11,9 @@
 //! end, the cut takes it exclusively.
 //!
 //! Entries name the objects they depend on (`objects`); the flush closes
-//! over them. Ordering domains (streams, patchgroups) will be more objects
-//! on an entry (`domains`): the closure then keeps a domain's prefix
-//! exactly as it keeps a directory's.
+//! over them. Ordering domains (streams) are more objects on an entry
+//! (`domains`): the closure then keeps a domain's prefix exactly as it
+//! keeps a directory's.
 
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -90,12 +90,12 @@ pub(crate) struct Entry {
     /// The clock when the operation ran (its on-disk times).
     pub time: Timestamp,
     pub op: LogOp,
-    /// Ordering domains the operation belongs to (none yet).
+    /// Ordering domains the operation belongs to (its stream, if any).
     pub domains: Vec<u64>,
 }
 
-/// What an entry is ordered with: an inode, or an ordering domain (none
-/// are made yet). The two are numbered apart, so neither is taken for the
+/// What an entry is ordered with: an inode, or an ordering domain (a
+/// stream). The two are numbered apart, so neither is taken for the
 /// other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Object {
@@ -221,14 +221,14 @@ impl Logs {
 
     /// Appends `op` to the calling thread's log, stamped now: call it while
     /// holding the locks of the inodes the operation changed.
-    pub fn append(&self, time: Timestamp, op: LogOp) -> u64 {
+    pub fn append(&self, time: Timestamp, op: LogOp, domains: Vec<u64>) -> u64 {
         let log = self.mine();
         let stamp = self.stamp.fetch_add(1, Ordering::SeqCst);
         log.lock().push(Entry {
             stamp,
             time,
             op,
-            domains: Vec::new(),
+            domains,
         });
         stamp
     }

@@ -156,6 +156,15 @@ pub enum Order {
     /// it was meant to follow (the object it names) unless that one was
     /// fsynced itself.
     Precise,
+    /// Every thread that chose no stream is in one stream
+    /// (`domains::GLOBAL`): an fsync takes what that stream did before
+    /// it, and every flush that takes any of it takes all of it up to its
+    /// cut, so the disk holds a prefix of that history at every flush, in
+    /// soft updates too ("Consistency Without Ordering"'s init stream:
+    /// what the applications "All File Systems Are Not Created Equal"
+    /// studied assume). A thread in a stream of its own keeps its
+    /// stream's order.
+    Global,
 }
 
 impl Order {
@@ -163,6 +172,7 @@ impl Order {
         match self {
             Order::Sequential => "sequential",
             Order::Precise => "precise",
+            Order::Global => "global",
         }
     }
 }
@@ -180,7 +190,10 @@ impl std::str::FromStr for Order {
         match s {
             "sequential" => Ok(Order::Sequential),
             "precise" => Ok(Order::Precise),
-            other => Err(format!("unknown order {other:?} (sequential or precise)")),
+            "global" => Ok(Order::Global),
+            other => Err(format!(
+                "unknown order {other:?} (sequential, precise or global)"
+            )),
         }
     }
 }
@@ -210,6 +223,8 @@ pub struct Stats {
     pub pages_written: u64,
     /// fsyncs that found nothing to write.
     pub fsync_noops: u64,
+    /// fsyncs in a stream that ignores them (ordering only).
+    pub fsyncs_ignored: u64,
     /// Pages dropped from memory by eviction.
     pub pages_evicted: u64,
     /// Files handed to the background flusher by write-behind.

@@ -17,29 +17,6 @@ const NONE: RenameFlags = RenameFlags {
     exchange: false,
 };
 
-/// memfs over a copy of what the device holds now, after journal replay.
-fn crash_copy(fs: &MemFs, mode: Consistency) -> MemFs {
-    mount_on(device(disk_image(fs)), mode, opts())
-}
-
-/// What the device holds now, read under the disk lock, so between
-/// flushes: the image a crash now would leave.
-fn disk_image(fs: &MemFs) -> Vec<u8> {
-    fs.with_disk(|d| {
-        let dev = d.modes().cache().device().clone();
-        let mut img = Vec::new();
-        let bs = 4096;
-        let mut buf = vec![0; bs];
-        let blocks = d.layout().blocks_count as u64;
-        for b in 0..blocks {
-            dev.read(stitch_blockdev::BlockNo(b), &mut buf).unwrap();
-            img.extend_from_slice(&buf);
-        }
-        img
-    })
-    .unwrap()
-}
-
 fn names(fs: &MemFs, dir: InodeNo) -> Vec<String> {
     let mut v: Vec<String> = fs
         .readdir(dir)
@@ -577,13 +554,14 @@ fn write_chunks(fs: &MemFs, name: &[u8], chunk: &[u8], n: u64) -> stitch_memfs::
 /// Write-behind: a file holding more dirty bytes than the bound reaches
 /// the disk while it is written, with nobody calling fsync. A small file
 /// written before it goes with it in sequential order (no flush writes a
-/// change without the earlier ones) and stays in memory in precise order.
+/// change without the earlier ones) and in global order (both are in the
+/// one stream, taken whole), and stays in memory in precise order.
 #[test]
 fn a_large_file_is_written_behind_and_a_small_one_is_not() {
     let chunk: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
     for (mode, order) in MODES
         .into_iter()
-        .flat_map(|m| [(m, Order::Precise), (m, Order::Sequential)])
+        .flat_map(|m| [Order::Precise, Order::Sequential, Order::Global].map(|o| (m, o)))
     {
         let fs = mount_writing_behind_in(mode, order);
         let r = fs.root();
@@ -617,7 +595,7 @@ fn a_large_file_is_written_behind_and_a_small_one_is_not() {
         // sequential order, where it came before big's.
         let small_size = match order {
             Order::Precise => 0,
-            Order::Sequential => chunk.len() as u64,
+            Order::Sequential | Order::Global => chunk.len() as u64,
         };
         assert_eq!(
             after.lookup(r, b"small").unwrap().size,

@@ -6,5 +6,6 @@ pub mod fsck;
 pub mod mkfs;
 pub mod mount;
 pub mod programs;
+pub mod run;
 pub mod sync;
 pub mod umount;

@@ -59,7 +59,11 @@ pub struct Args {
     /// only what the fsynced file or directory depends on (McoreFS's
     /// closure), faster beside unrelated work, but a program that relies
     /// on an fsync to order earlier changes (Git's objects before its
-    /// references) can lose them.
+    /// references) can lose them. global: every program that chose no
+    /// stream shares one stream, so every flush holds a prefix of their
+    /// history, in soft updates too, and an fsync makes that prefix
+    /// durable. A program in a stream of its own (`stitchfs run
+    /// --stream`) keeps its stream's order whatever this says.
     #[arg(long, value_name = "ORDER", default_value_t = Order::Sequential)]
     pub order: Order,
     /// FUSE mount options, comma-separated (ro, noexec, ...). A mount by

@@ -9,8 +9,10 @@
 //! caller and carries no context (ARCHITECTURE.md says what that means
 //! for each feature).
 
+use super::streams::Member;
 use super::{Failure, OpResult, StitchFuse};
 use fuser::{Errno, Request};
+use rustc_hash::FxHashMap;
 use stitch_callers::{Caller, CallerError, Limits, ProcFs, Registry, Tid};
 use stitch_control::{Context, Tag, Wire, API_VERSION, CONTEXT_HELD, CONTEXT_INHERITED};
 
@@ -19,15 +21,31 @@ use stitch_control::{Context, Tag, Wire, API_VERSION, CONTEXT_HELD, CONTEXT_INHE
 /// kept across `exec`, shared by its threads, dropped when it exits
 /// (`stitch-callers` does all of that and knows nothing of what is here).
 ///
-/// Today a tag, which shows what a process inherited. Patchgroups will
-/// keep here the process's open groups and the set it has engaged (copied
-/// at fork, kept across exec, closed at exit with the context); streams
-/// the process's stream, which a new thread takes, and the streams its
-/// threads chose, keyed by thread id.
-#[derive(Clone, Debug, Default)]
+/// A tag, which shows what a process inherited, and its streams (module
+/// `streams`): the process's stream, which a new thread and a child
+/// process take, and the streams its threads joined, by thread id (not
+/// copied to a child: its threads are others). Patchgroups will keep
+/// here the process's open groups and the set it has engaged (copied at
+/// fork, kept across exec, closed at exit with the context).
+#[derive(Debug, Default)]
 pub struct ProcState {
     /// The number the process last set (`IOC_SET_TAG`).
     pub tag: u64,
+    /// The process's stream.
+    pub stream: Option<Member>,
+    /// The streams of threads that joined one, by thread id.
+    pub threads: FxHashMap<u32, Member>,
+}
+
+impl Clone for ProcState {
+    /// A child's copy (fork semantics): the tag and the process's stream.
+    fn clone(&self) -> Self {
+        ProcState {
+            tag: self.tag,
+            stream: self.stream,
+            threads: FxHashMap::default(),
+        }
+    }
 }
 
 /// The registry of the processes calling this mount.
@@ -131,7 +149,7 @@ fn reads(op: &str) -> bool {
 }
 
 /// A structure's version: 1 up to this server's.
-fn check_version(v: u32) -> OpResult<()> {
+pub(super) fn check_version(v: u32) -> OpResult<()> {
     if v == 0 || v > API_VERSION {
         return Err(Errno::EINVAL.into());
     }
@@ -139,7 +157,7 @@ fn check_version(v: u32) -> OpResult<()> {
 }
 
 /// The errno a caller that could not be had is answered with.
-fn refusal(e: CallerError) -> Failure {
+pub(super) fn refusal(e: CallerError) -> Failure {
     Failure::Errno(match e {
         CallerError::NoCaller | CallerError::Gone(_) => Errno::ESRCH,
         CallerError::TooMany(_) => Errno::EAGAIN,

@@ -8,7 +8,8 @@
 use super::{Failure, OpResult, StitchFuse};
 use fuser::{Errno, Request};
 use stitch_control::{
-    Version, Wire, API_VERSION, IOC_CONTEXT, IOC_SET_TAG, IOC_SYNC, IOC_VERSION, TABLE,
+    Version, Wire, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_SET_STREAM, IOC_SET_TAG,
+    IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, TABLE,
 };
 
 impl StitchFuse {
@@ -18,6 +19,9 @@ impl StitchFuse {
         match cmd {
             IOC_CONTEXT => self.context_call(req, input),
             IOC_SET_TAG => self.set_tag(req, input),
+            IOC_SET_STREAM => self.set_stream(req, input),
+            IOC_GET_STREAM => self.get_stream(req, input),
+            IOC_STREAM_SYNC => self.stream_sync(req, input),
             IOC_SYNC => {
                 self.fs.sync()?;
                 Ok(Vec::new())

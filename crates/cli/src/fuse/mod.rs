@@ -23,11 +23,14 @@
 //!
 //! - Every request's caller is resolved at one entry point
 //!   ([`StitchFuse::see`], module `callers`): one atomic load while no
-//!   process holds a context.
+//!   process holds a context. The request runs in its thread's stream
+//!   (`streams`; `stitch_memfs::in_domains`), so memfs orders what it
+//!   changes.
 //!
 //! Modules: `ops` (the `fuser::Filesystem` methods), `ids` (node ids and
 //! inode numbers), `control` (the control table's ioctls), `callers` (who
-//! is calling, and contexts), `dirs` (directory
+//! is calling, and contexts), `streams` (named streams and who is in
+//! which), `dirs` (directory
 //! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
@@ -39,6 +42,7 @@ mod dirs;
 mod ids;
 mod nodes;
 mod ops;
+mod streams;
 
 use fuser::{Errno, FileAttr, FileType};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -56,6 +60,8 @@ pub struct StitchFuse {
     drops_setid: bool,
     /// The processes calling, and their contexts.
     callers: callers::Callers,
+    /// The named streams.
+    streams: streams::Streams,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -69,6 +75,7 @@ impl StitchFuse {
             nodes: nodes::Nodes::default(),
             drops_setid: false,
             callers: callers::registry(DEFAULT_CONTEXTS),
+            streams: streams::Streams::default(),
         }
     }
 

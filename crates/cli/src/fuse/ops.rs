@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stitch_memfs::Refusal;
 use stitch_memfs::{
-    Attr, DropSetId, InodeNo, Kind, MemError, RenameFlags, SetAttrs, SetTime, Timestamp, XattrSet,
-    Xattrs,
+    in_domains, Attr, DropSetId, InodeNo, Kind, MemError, RenameFlags, SetAttrs, SetTime,
+    Timestamp, XattrSet, Xattrs,
 };
 
 /// Open files keep the kernel's page cache across opens: every change goes
@@ -177,9 +177,9 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
-        let _caller = self.see(req, op);
+        let domains = self.domains(self.see(req, op).as_ref());
         match ids::ino_of(node) {
-            Ok(ino) => serve(op, ino, reply, || work(ino), answer),
+            Ok(ino) => in_domains(domains, || serve(op, ino, reply, || work(ino), answer)),
             Err(e) => unknown_node(op, node, reply, e),
         }
     }
@@ -197,22 +197,24 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
-        let _caller = self.see(req, op);
+        let domains = self.domains(self.see(req, op).as_ref());
         let dir = match ids::ino_of(parent) {
             Ok(dir) => dir,
             Err(e) => return unknown_node(op, parent, reply, e),
         };
         let name = name.as_bytes();
-        serve(
-            op,
-            dir,
-            reply,
-            || {
-                check_name(name)?;
-                work(dir, name).map_err(Into::into)
-            },
-            answer,
-        );
+        in_domains(domains, || {
+            serve(
+                op,
+                dir,
+                reply,
+                || {
+                    check_name(name)?;
+                    work(dir, name).map_err(Into::into)
+                },
+                answer,
+            )
+        });
     }
 }
 

@@ -304,3 +304,26 @@ pub fn recorded_mount(
     fs.on_own_flush(move |c| seen.lock().unwrap().push(c));
     (dev, fs, causes)
 }
+
+/// memfs over a copy of what the device holds now, after journal replay.
+pub fn crash_copy(fs: &MemFs, mode: Consistency) -> MemFs {
+    mount_on(device(disk_image(fs)), mode, opts())
+}
+
+/// What the device holds now, read under the disk lock, so between
+/// flushes: the image a crash now would leave.
+pub fn disk_image(fs: &MemFs) -> Vec<u8> {
+    fs.with_disk(|d| {
+        let dev = d.modes().cache().device().clone();
+        let mut img = Vec::new();
+        let bs = 4096;
+        let mut buf = vec![0; bs];
+        let blocks = d.layout().blocks_count as u64;
+        for b in 0..blocks {
+            dev.read(stitch_blockdev::BlockNo(b), &mut buf).unwrap();
+            img.extend_from_slice(&buf);
+        }
+        img
+    })
+    .unwrap()
+}
