@@ -176,6 +176,28 @@ fn contexts_through_the_c_library() {
     });
 }
 
+/// libstitch's streams test program (`crates/libstitch/tests/streams.c`)
+/// on a fresh mount, as root (the Python package's is in
+/// `tests/streams.rs`).
+#[test]
+fn streams_through_the_c_library() {
+    let exe = c_program(
+        "streams",
+        &repo_root().join("crates/libstitch/tests/streams.c"),
+    );
+    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.with_mount(|mnt| {
+        let out = run(
+            "streams",
+            Command::new(&exe)
+                .env("STITCHFS_MOUNT", mnt)
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+        );
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("c streams ok"));
+    });
+}
+
 /// The Python package's test (`python/tests/control.py`) on a fresh
 /// mount, as root; then what it wrote through a shared mapping (requests
 /// with no caller) is read back after a remount.
@@ -265,10 +287,11 @@ fn the_three_copies_of_the_table_agree() {
     let src = dir.path().join("numbers.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %zu %zu %zu\\n\", \
+        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu\\n\", \
          STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_IOC_CONTEXT, STITCH_IOC_SET_TAG, \
+         STITCH_IOC_SET_STREAM, STITCH_IOC_GET_STREAM, STITCH_IOC_STREAM_SYNC, \
          STITCH_API_VERSION, sizeof(struct stitch_version), sizeof(struct stitch_context), \
-         sizeof(struct stitch_tag));return 0;}\n",
+         sizeof(struct stitch_tag), sizeof(struct stitch_stream), sizeof(struct stitch_call));return 0;}\n",
     )
     .unwrap();
     let exe = dir.path().join("numbers");
@@ -284,15 +307,20 @@ fn the_three_copies_of_the_table_agree() {
     assert!(out.status.success());
     let c = String::from_utf8(run("numbers", &mut Command::new(&exe)).stdout).unwrap();
     let want = format!(
-        "{} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         stitch_control::IOC_SYNC,
         stitch_control::IOC_VERSION,
         stitch_control::IOC_CONTEXT,
         stitch_control::IOC_SET_TAG,
+        stitch_control::IOC_SET_STREAM,
+        stitch_control::IOC_GET_STREAM,
+        stitch_control::IOC_STREAM_SYNC,
         stitch_control::API_VERSION,
         std::mem::size_of::<stitch_control::Version>(),
         std::mem::size_of::<stitch_control::Context>(),
-        std::mem::size_of::<stitch_control::Tag>()
+        std::mem::size_of::<stitch_control::Tag>(),
+        std::mem::size_of::<stitch_control::Stream>(),
+        std::mem::size_of::<stitch_control::Call>()
     );
     assert_eq!(c, want, "stitch.h");
     let py = run(
@@ -302,7 +330,9 @@ fn the_three_copies_of_the_table_agree() {
                 "-c",
                 "import stitchfs as s; \
                  print(s.IOC_SYNC, s.IOC_VERSION, s.IOC_CONTEXT, s.IOC_SET_TAG, \
-                 s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size)",
+                 s.IOC_SET_STREAM, s.IOC_GET_STREAM, s.IOC_STREAM_SYNC, \
+                 s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size, \
+                 s._STREAM.size, s._CALL.size)",
             ])
             .env("PYTHONPATH", repo_root().join("python")),
     );
