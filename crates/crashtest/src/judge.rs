@@ -175,7 +175,8 @@ pub fn judge(mode: Consistency, facts: &Facts, sits: &[Situation<'_>]) -> Vec<Fi
     out
 }
 
-fn checkers(mode: Consistency, facts: &Facts) -> Vec<Finding> {
+/// What e2fsck and our fsck say of the image, held to the mode.
+pub fn checkers(mode: Consistency, facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut push = |kind, message: String| out.push(Finding { kind, message });
     let journal = matches!(mode, Consistency::Journal(_));

@@ -37,6 +37,7 @@ pub mod oracle;
 pub mod report;
 pub mod run;
 pub mod state;
+pub mod streams;
 pub mod workload;
 
 pub use error::{RunError, SpecError};
@@ -329,9 +330,19 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
         Ok(s) => s,
         Err(e) => return job.problem(Kind::Harness, format!("crash states: {e}"), None),
     };
+    // Under the global order a workload in no stream is in one: judged by
+    // the stream rules as one stream, where the model can replay it.
+    let one = (cfg.order == Order::Global && !w.streams())
+        .then(|| streams::as_one_stream(w))
+        .flatten();
+    let judged = if w.streams() { Some(w) } else { one.as_ref() };
+    let streams = match judged.map(streams::Expected::of).transpose() {
+        Ok(s) => s,
+        Err(e) => return job.problem(Kind::Harness, e, None),
+    };
     for (idx, state) in states.enumerate() {
         if cfg.only_state.is_none_or(|o| o == idx) {
-            judge_state(job, cache, checker, &rec, idx, &state);
+            judge_state(job, cache, checker, &rec, streams.as_ref(), idx, &state);
         }
     }
 }
@@ -343,6 +354,7 @@ fn judge_state(
     cache: &Cache,
     checker: &mut Checker,
     rec: &run::Recording,
+    streams: Option<&streams::Expected>,
     idx: usize,
     state: &CrashState,
 ) {
@@ -357,7 +369,21 @@ fn judge_state(
     job.ms.images += usize::from(fresh);
     job.ms.checked += usize::from(fresh && facts.checked);
     job.ms.replayed += usize::from(facts.replayed > 0);
-    let mut findings = judge::judge(mode, &facts, &sits);
+    let mut findings = match streams {
+        None => judge::judge(mode, &facts, &sits),
+        Some(exp) => {
+            let points = (state.points.start().0, state.points.end().0);
+            let mut out = judge::checkers(mode, &facts);
+            match &facts.tree {
+                Ok(found) => out.extend(streams::judge(exp, rec, points, mode, found)),
+                Err(e) => out.push(Finding {
+                    kind: Kind::Recovery,
+                    message: format!("stitchfs could not recover the image: {e}"),
+                }),
+            }
+            out
+        }
+    };
     if findings.is_empty() {
         return;
     }

@@ -188,13 +188,19 @@ fn make_base(journal: bool, setup: &[Action]) -> Result<Base, SetupError> {
 
 /// A fresh model with `setup` applied.
 pub fn setup_model(setup: &[Action]) -> Model {
+    setup_model_counting(setup).0
+}
+
+/// [`setup_model`], and the writes the setup counted (the next write's
+/// pattern follows them).
+pub fn setup_model_counting(setup: &[Action]) -> (Model, u64) {
     let mut m = Model::new(0o755, Owner { uid: 0, gid: 0 }, Limits::default());
     m.set_now(model_now());
     let mut writes = 0;
     for a in setup {
         model_apply(&mut m, a, &mut writes).expect("setup valid on the model");
     }
-    m
+    (m, writes)
 }
 
 /// Applies `a` to the model; `writes` counts writes for their patterns.
@@ -328,6 +334,9 @@ struct Driver<'a> {
     inside: Vec<Inside>,
     /// memfs's order, which says what its fsyncs cover.
     order: Order,
+    /// The stream of the step in progress (its operation and persistence
+    /// point run in it).
+    stream: Option<u8>,
 }
 
 /// How a write names its file: by path at an offset, by path at its end,
@@ -400,6 +409,7 @@ impl<'a> Driver<'a> {
             own_flushes: 0,
             inside: Vec::new(),
             order,
+            stream: None,
         }
     }
 
@@ -797,6 +807,19 @@ impl<'a> Driver<'a> {
         let failed = |point: String| move |error| StepError::Persist { point, error };
         let scope = match p {
             Persist::None => return Ok(None),
+            Persist::StreamSync => {
+                let n = self.stream.ok_or_else(|| StepError::Persist {
+                    point: "streamsync".into(),
+                    error: stitch_memfs::MemError::Refused(stitch_memfs::Refusal::Invalid(
+                        "a stream sync outside any stream",
+                    )),
+                })?;
+                self.fs
+                    .sync_stream(u64::from(n))
+                    .map_err(failed("streamsync".into()))?;
+                // The oracle states no stream rules; `streams` judges.
+                Scope::All
+            }
             Persist::Sync => {
                 self.fs.sync().map_err(failed("sync".into()))?;
                 Scope::All
@@ -966,6 +989,16 @@ pub struct Recording {
     pub problems: Vec<(crate::report::Kind, String)>,
     /// Flushes memfs made on its own (among `flushes`).
     pub own_flushes: usize,
+    /// Where each step's operation ended in the log, and where its
+    /// persistence point returned (if it has one), in step order.
+    pub marks: Vec<StepMarks>,
+}
+
+/// Log positions of one step.
+#[derive(Clone, Copy, Debug)]
+pub struct StepMarks {
+    pub acted: usize,
+    pub persisted: Option<usize>,
 }
 
 impl Recording {
@@ -1023,6 +1056,7 @@ pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording
         rec,
         flushes: vec![mount],
         problems: Vec::new(),
+        marks: Vec::new(),
     };
     let mut setup_writes = 0;
     for a in &w.setup {
@@ -1059,6 +1093,7 @@ pub fn record(mode: Consistency, w: &Workload, memfs: Memfs) -> Result<Recording
         flushes: r.flushes,
         problems: r.problems,
         own_flushes: r.d.own_flushes,
+        marks: r.marks,
     })
 }
 
@@ -1085,6 +1120,7 @@ struct Recorder<'a> {
     rec: Arc<RecordingDevice<MemDevice>>,
     flushes: Vec<FlushRec>,
     problems: Vec<(crate::report::Kind, String)>,
+    marks: Vec<StepMarks>,
 }
 
 impl Recorder<'_> {
@@ -1114,13 +1150,25 @@ impl Recorder<'_> {
     fn steps(&mut self, w: &Workload) {
         for (i, step) in w.steps.iter().enumerate() {
             let mut before = self.len();
-            let acted = self.d.act(&step.action);
+            self.d.stream = step.stream;
+            let domains = stitch_memfs::Domains {
+                stream: step.stream.map(u64::from),
+                ignore_fsync: false,
+            };
+            let acted = stitch_memfs::in_domains(domains, || self.d.act(&step.action));
             let what = format!("step {}: {}", i + 1, step.action);
             self.inside(&what, &mut before);
+            let acted_at = self.len();
             let done = acted.and_then(|_| {
                 self.nothing_written_since(before, &what);
-                self.persist(format!("step {}: {step}", i + 1), &step.persist)
+                let label = format!("step {}: {step}", i + 1);
+                stitch_memfs::in_domains(domains, || self.persist(label, &step.persist))
             });
+            self.marks.push(StepMarks {
+                acted: acted_at,
+                persisted: (done.is_ok() && step.persist != Persist::None).then(|| self.len()),
+            });
+            self.d.stream = None;
             if let Err(e) = done {
                 self.problems
                     .push((e.kind(), format!("step {}: {e}", i + 1)));

@@ -97,12 +97,17 @@ pub enum Persist {
     /// `fsync` through the handle in this slot (of an orphan, perhaps).
     FsyncFd(u32),
     Sync,
+    /// A stream sync: every change of the step's stream, durable.
+    StreamSync,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Step {
     pub action: Action,
     pub persist: Persist,
+    /// The stream the step runs in (`sN/` in a spec), if any: its
+    /// operation and its persistence point.
+    pub stream: Option<u8>,
 }
 
 /// A workload: what is on disk before recording, then the steps.
@@ -150,12 +155,16 @@ impl fmt::Display for Persist {
             Persist::Fsync(p) => write!(f, "fsync({p})"),
             Persist::FsyncFd(fd) => write!(f, "fsync(fd{fd})"),
             Persist::Sync => f.write_str("sync"),
+            Persist::StreamSync => f.write_str("streamsync"),
         }
     }
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(n) = self.stream {
+            write!(f, "[stream {n}] ")?;
+        }
         match &self.persist {
             Persist::None => write!(f, "{}", self.action),
             p => write!(f, "{}; {p}", self.action),
@@ -164,6 +173,12 @@ impl fmt::Display for Step {
 }
 
 impl Workload {
+    /// Whether some step runs in a stream: the workload is judged by
+    /// `streams`' rules (prefixes and related changes).
+    pub fn streams(&self) -> bool {
+        self.steps.iter().any(|s| s.stream.is_some())
+    }
+
     /// A listing for reports.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -213,11 +228,16 @@ fn action_spec(a: &Action) -> String {
 
 fn step_spec(s: &Step) -> String {
     let a = action_spec(&s.action);
+    let a = match s.stream {
+        Some(n) => format!("s{n}/{a}"),
+        None => a,
+    };
     match &s.persist {
         Persist::None => a,
         Persist::Fsync(p) => format!("{a}+fsync:{p}"),
         Persist::FsyncFd(fd) => format!("{a}+fsyncfd:{fd}"),
         Persist::Sync => format!("{a}+sync"),
+        Persist::StreamSync => format!("{a}+streamsync"),
     }
 }
 
@@ -353,6 +373,12 @@ fn parse_action(s: &str) -> Result<Action, SpecError> {
 }
 
 fn parse_step(s: &str) -> Result<Step, SpecError> {
+    let (stream, s) = match s.split_once('/') {
+        Some((n, rest)) if n.starts_with('s') && n[1..].parse::<u8>().is_ok() => {
+            (n[1..].parse::<u8>().ok(), rest)
+        }
+        _ => (None, s),
+    };
     let (a, p) = match s.split_once('+') {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
@@ -360,6 +386,7 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
     let persist = match p {
         None => Persist::None,
         Some("sync") => Persist::Sync,
+        Some("streamsync") => Persist::StreamSync,
         Some(p) => match (p.strip_prefix("fsync:"), p.strip_prefix("fsyncfd:")) {
             (Some(path), _) => Persist::Fsync(path.to_string()),
             (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|error| SpecError::Number {
@@ -372,6 +399,7 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
     Ok(Step {
         action: parse_action(a)?,
         persist,
+        stream,
     })
 }
 
@@ -406,7 +434,11 @@ fn s(p: &str) -> String {
 }
 
 fn step(action: Action, persist: Persist) -> Step {
-    Step { action, persist }
+    Step {
+        action,
+        persist,
+        stream: None,
+    }
 }
 
 fn fsync(p: &str) -> Persist {
@@ -1103,6 +1135,7 @@ pub fn steps() -> Vec<Step> {
             v.push(Step {
                 action: a.clone(),
                 persist: p,
+                stream: None,
             });
         }
     }
@@ -1147,7 +1180,7 @@ fn extend(all: &[Step], len: usize, prefix: &mut Vec<Step>, out: &mut Vec<Worklo
     }
 }
 
-fn gen(steps: Vec<Step>) -> Workload {
+pub(crate) fn gen(steps: Vec<Step>) -> Workload {
     Workload {
         name: generated_spec(&steps),
         setup: standard_setup(),

@@ -311,6 +311,14 @@ impl Batch<'_> {
         counts(self.l.fs())
     }
 
+    /// The batch carries a stream's changes: in a journal mode its file
+    /// data goes through the journal whatever the data mode, so a crash
+    /// shows the whole batch or none of it (data written in place before
+    /// the commit would show a later change before an earlier one).
+    pub fn journal_data(&mut self) -> Result<()> {
+        Ok(self.l.fs().modes_mut().journal_data()?)
+    }
+
     /// An operation boundary where the unit may be split (a journal
     /// transaction that would outgrow half the log commits here).
     pub fn split_point(&mut self) -> Result<()> {

@@ -611,7 +611,11 @@ impl MemFs {
             v.dedup();
             v
         };
+        let streams = plan.ops.iter().any(|e| !e.domains.is_empty());
         self.inner.disk.batch().and_then(|mut b| {
+            if streams {
+                b.journal_data()?;
+            }
             let r = apply_plan(&mut b, plan, t);
             let written = plan
                 .files

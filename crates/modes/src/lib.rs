@@ -225,6 +225,16 @@ impl Modes {
         }
     }
 
+    /// Journals the data of the running transaction, whatever the data
+    /// mode, as a stream needs it (all of the transaction or none of it
+    /// after a crash); nothing to do without a journal.
+    pub fn journal_data(&mut self) -> Result<()> {
+        match &mut self.journal {
+            Some(j) => j.journal_data(&mut self.cache),
+            None => Ok(()),
+        }
+    }
+
     /// Opens an atomic section: the journal commits nothing until the
     /// matching [`Modes::end_atomic`] (a batch of operations becomes one
     /// transaction). Sections nest.

@@ -22,10 +22,13 @@ pub struct Args {
     #[arg(long, default_value = "ordered")]
     pub data: String,
     /// Workloads: all (named, past regressions and generated), named,
-    /// generated, one named workload (featherstitch, mcorefs-rename,
-    /// mcorefs-loop, mcorefs-rmrf, ccfs-journal-update, maildelivery,
-    /// large-write, orphans, full, git-objects), or a spec `gen:STEPS` as printed in a
-    /// violation.
+    /// generated, streams (steps in three streams, judged for prefixes and
+    /// related steps: the named stream cases and --samples drawn of
+    /// --length + 4 steps), one named workload (featherstitch,
+    /// mcorefs-rename, mcorefs-loop, mcorefs-rmrf, ccfs-journal-update,
+    /// maildelivery, large-write, orphans, full, git-objects), or a spec
+    /// `gen:STEPS` as printed in a violation (`sN/` before a step runs it
+    /// in stream N; `+streamsync` syncs its stream).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
@@ -215,6 +218,17 @@ fn chosen_workloads(
             w
         }
         "named" => workload::named(),
+        // Stream workloads run four steps longer than --length says:
+        // two streams need a few steps each to meet.
+        "streams" => {
+            let mut w = stitch_crashtest::streams::named();
+            w.extend(stitch_crashtest::streams::generated(
+                length + 4,
+                samples,
+                seed,
+            ));
+            w
+        }
         "generated" => workload::generated(length, samples, seed),
         spec => vec![workload::parse(spec)?],
     };

@@ -174,6 +174,9 @@ struct Running {
     /// Data blocks journaled in `ordered` mode (see [`SMALL_DATA`]).
     small_data: u32,
     revokes: BTreeSet<BlockNo>,
+    /// It journals its data whatever the data mode
+    /// ([`Journal::journal_data`]).
+    journal_data: bool,
 }
 
 /// In `ordered` mode, a transaction's first data blocks (up to this many,
@@ -367,9 +370,22 @@ impl Journal {
                 data: Vec::new(),
                 small_data: 0,
                 revokes: BTreeSet::new(),
+                journal_data: false,
             });
         }
         Ok(self.running.as_mut().expect("just made"))
+    }
+
+    /// Journals the running transaction's file data, whatever the data
+    /// mode, as a stream needs it: a crash then shows all of the
+    /// transaction or none of it. A block written in place before the
+    /// commit (`writeback`, and `ordered` past its first blocks) would
+    /// show a later change before an earlier one committed, or bytes
+    /// before the size and name that go with them. Call it before the
+    /// changes it should cover.
+    pub(crate) fn journal_data(&mut self, cache: &mut PatchCache) -> Result<()> {
+        self.ensure_running(cache)?.journal_data = true;
+        Ok(())
     }
 
     /// A change diskfs asks for, transformed: journaled changes wait on the
@@ -387,6 +403,7 @@ impl Journal {
         let live_copy = self.live_copies.contains_key(&block);
         let r = self.ensure_running(cache)?;
         let journaled = always
+            || r.journal_data
             || (ordered && (r.block_set.contains(&block) || r.small_data < small) && {
                 r.small_data += u32::from(!r.block_set.contains(&block));
                 true
