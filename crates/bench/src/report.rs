@@ -123,12 +123,14 @@ impl<'a> Runs<'a> {
             .flatten()
             .filter_map(|o| o.as_ref().err());
         let why_not = &self.m.not_run[self.phase];
+        let unfit = &self.m.not_applicable[self.system][self.phase];
         Summary {
             seconds: mid.map(|m| m.seconds),
             usage: mid.map(|m| m.usage.clone()),
             error: failed_runs(errors, self.outcomes().len()),
             skipped: why_not
                 .clone()
+                .or_else(|| unfit.clone())
                 .or_else(|| self.m.skipped[self.system].clone()),
         }
     }
@@ -143,7 +145,8 @@ pub struct Summary {
     pub usage: Option<Usage>,
     /// How many runs failed, and the first one's error.
     pub error: Option<String>,
-    /// Why it did not run: its system, or its workload, cannot run here.
+    /// Why it did not run: its system, or its workload, cannot run here,
+    /// or the workload does not apply to the system.
     pub skipped: Option<String>,
 }
 

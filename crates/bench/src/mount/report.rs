@@ -6,7 +6,7 @@ use super::{Phase, Scale, Settings, PHASES};
 use crate::markdown::{figure, mb, or_dash, ratio, section, Table};
 use crate::report::{self, Runs, Summary};
 use crate::session::Measured;
-use crate::systems::{DeviceLimits, System};
+use crate::systems::{DeviceLimits, Launch, System};
 use crate::workload::Sample;
 use serde::Serialize;
 
@@ -121,7 +121,9 @@ fn device_floor(phase: &Phase, d: &DeviceLimits) -> Option<f64> {
 fn goals(cells: &[Cell], systems: &[&'static System]) -> Vec<Goal> {
     let mut out = Vec::new();
     let cell = |sys: &str, phase: &str| cells.iter().find(|c| c.system == sys && c.phase == phase);
-    for sys in systems.iter().filter(|s| s.id.starts_with("stitchfs")) {
+    // A system that launches programs runs none of these workloads.
+    let stitchfs = |s: &&&System| s.id.starts_with("stitchfs") && s.launch() == Launch::Direct;
+    for sys in systems.iter().filter(stitchfs) {
         // Only for the phases that ran.
         let mut goal = |phase: &str, base: &str, measured: fn(&Cell) -> Option<f64>, limit| {
             if let Some(c) = cell(sys.id, phase) {
