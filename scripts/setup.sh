@@ -20,11 +20,19 @@ have ar || need_apt+=(binutils)
 have tar || need_apt+=(tar)
 have fuse2fs || need_apt+=(fuse2fs)
 have findmnt || need_apt+=(util-linux)
+# ccfs's applications (`stitchfs bench seeds`, `stitchfs crashtest
+# --program leveldb`): LevelDB through plyvel, Debian's package for
+# Debian's python3 (another python3 first on PATH needs its own plyvel),
+# and eatmydata, which drops the programs' fsyncs for the ceiling.
+python3 -c 'import plyvel' >/dev/null 2>&1 || need_apt+=(python3-plyvel)
+have eatmydata || need_apt+=(eatmydata)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
 fi
+python3 -c 'import plyvel' >/dev/null 2>&1 ||
+  echo "setup: $(command -v python3) cannot import plyvel (python3-plyvel serves /usr/bin/python3); LevelDB's benchmark and crash test will not run" >&2
 
 if ! have cargo; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
@@ -50,12 +58,6 @@ if ! python3 -c 'import setuptools, wheel' >/dev/null 2>&1; then
   python3 -m pip install -q setuptools wheel
 fi
 have pkg-config || { sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo; DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q pkgconf; }
-
-# LevelDB for `stitchfs crashtest --program leveldb` (plyvel's wheels
-# carry the library).
-if ! python3 -c 'import plyvel' >/dev/null 2>&1; then
-  python3 -m pip install -q plyvel || echo "setup: plyvel not installed; crashtest --program leveldb will fail" >&2
-fi
 
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   python3 -m pip install -q matplotlib || echo "setup: matplotlib not installed; benchmarks will skip plots" >&2

@@ -7,11 +7,11 @@
 //! fields; this module gives it the runs to take them from.
 //!
 //! It also writes what every mount suite's report says alike (the testbed
-//! paragraphs, the systems skipped, a cell's row), and reads a report's
+//! paragraphs, the systems skipped, a cell's row, the goals measured), and reads a report's
 //! names back as the benchmark's own ([`known_name`]): a report read back
 //! names nothing else. It knows no suite.
 
-use super::markdown::{bullets, Table};
+use super::markdown::{bullets, ratio, section, Table};
 use super::session::Measured;
 use super::systems::{self, DeviceLimits, Machine, System, Usage};
 use super::workload::{Outcome, Sample};
@@ -27,6 +27,10 @@ pub struct Report<S, C> {
     pub device: Vec<DeviceLimits>,
     pub systems: Vec<SystemRow>,
     pub cells: Vec<C>,
+    /// The suite's goals, measured from the cells (none in a report
+    /// written before the suite had goals).
+    #[serde(default)]
+    pub goals: Vec<Goal>,
 }
 
 impl<S, C> Report<S, C> {
@@ -51,8 +55,55 @@ impl<S, C> Report<S, C> {
             machine: m.machine,
             device: m.device,
             cells,
+            goals: Vec::new(),
         }
     }
+}
+
+/// One of a suite's goals, measured: a ratio that should be at least
+/// `limit`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Goal {
+    #[serde(deserialize_with = "system_name")]
+    pub system: Name,
+    pub what: String,
+    pub measured: Option<f64>,
+    /// At least this.
+    pub limit: f64,
+    /// The same ratio for a FUSE floor, when it ran: a goal it misses
+    /// too, where it is faster than stitchfs, is beyond any FUSE server
+    /// mounted this way on this machine.
+    pub floor: Option<f64>,
+}
+
+impl Goal {
+    pub(crate) fn verdict(&self) -> String {
+        match (self.measured, self.floor) {
+            (None, _) => "not measured".into(),
+            (Some(m), _) if m >= self.limit => "met".into(),
+            (Some(m), Some(f)) if f < self.limit && f >= m => {
+                format!("not met; the FUSE floor reaches only {f:.2} here")
+            }
+            (Some(_), _) => "not met".into(),
+        }
+    }
+}
+
+/// The goals as a report's section: one line each, with the verdict.
+pub(crate) fn goals(goals: &[Goal]) -> String {
+    section(
+        "Goals",
+        goals.iter().map(|g| {
+            format!(
+                "{} {}: {} (goal ≥ {:.1}): {}",
+                g.system,
+                g.what,
+                ratio(g.measured),
+                g.limit,
+                g.verdict()
+            )
+        }),
+    )
 }
 
 impl Measured {
@@ -123,12 +174,14 @@ impl<'a> Runs<'a> {
             .flatten()
             .filter_map(|o| o.as_ref().err());
         let why_not = &self.m.not_run[self.phase];
+        let unfit = &self.m.not_applicable[self.system][self.phase];
         Summary {
             seconds: mid.map(|m| m.seconds),
             usage: mid.map(|m| m.usage.clone()),
             error: failed_runs(errors, self.outcomes().len()),
             skipped: why_not
                 .clone()
+                .or_else(|| unfit.clone())
                 .or_else(|| self.m.skipped[self.system].clone()),
         }
     }
@@ -143,7 +196,8 @@ pub struct Summary {
     pub usage: Option<Usage>,
     /// How many runs failed, and the first one's error.
     pub error: Option<String>,
-    /// Why it did not run: its system, or its workload, cannot run here.
+    /// Why it did not run: its system, or its workload, cannot run here,
+    /// or the workload does not apply to the system.
     pub skipped: Option<String>,
 }
 
@@ -397,6 +451,41 @@ mod tests {
                 vs_ext4: None,
                 error: None,
             },
+        );
+    }
+
+    #[test]
+    fn a_miss_is_the_floor_s_only_where_the_floor_misses_too_and_is_faster() {
+        let check = |measured: Option<f64>, floor: Option<f64>, expect: &str| {
+            let g = Goal {
+                system: "stitchfs",
+                what: "smallfile rate vs fuse2fs".into(),
+                measured,
+                limit: 2.0,
+                floor,
+            };
+            assert_eq!(g.verdict(), expect, "{measured:?} beside {floor:?}");
+        };
+        check(None, Some(1.0), "not measured");
+        check(Some(2.0), None, "met");
+        check(Some(1.2), None, "not met");
+        check(
+            Some(1.2),
+            Some(1.5),
+            "not met; the FUSE floor reaches only 1.50 here",
+        );
+        // A floor slower than stitchfs, or meeting the goal, bounds nothing.
+        check(Some(1.2), Some(1.0), "not met");
+        check(Some(1.2), Some(2.5), "not met");
+        assert_eq!(
+            goals(&[Goal {
+                system: "stitchfs",
+                what: "smallfile rate vs fuse2fs".into(),
+                measured: Some(2.5),
+                limit: 2.0,
+                floor: None,
+            }]),
+            "\nGoals:\n\n- stitchfs smallfile rate vs fuse2fs: 2.50 (goal ≥ 2.0): met\n"
         );
     }
 

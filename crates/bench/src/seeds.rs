@@ -21,23 +21,42 @@
 //!   127.0.0.1, Maildir on the mount, default `mail_fsync=optimized`) and a
 //!   Python `imaplib` client: 1,000 messages of 2 KB appended to INBOX
 //!   (untimed), then moved one `UID MOVE` at a time to another folder.
-//! - ccfs: **sqlite**, 2,000 inserts of 120 random bytes, each its own
-//!   transaction, rollback journal (`journal_mode=DELETE`,
-//!   `synchronous=FULL`), the `sqlite3` shell; **git**, `git add -A` and
-//!   `git commit` of the source tree with `core.fsync=all`; **fsync**, the
-//!   append, overwrite and truncate fsync-latency tests (4 KiB per
+//! - ccfs (§4.4's applications, and §4.2's tests): **sqlite**, 2,000
+//!   inserts of 120 random bytes, each its own transaction,
+//!   `synchronous=FULL`, rollback journal (`journal_mode=DELETE`), and
+//!   **sqlite-wal**, the same in WAL mode, both through Python's `sqlite3`
+//!   module; **git**, `git add -A` and `git commit` of the source tree
+//!   with `core.fsync=all`, so that Git is correct on a file system that
+//!   reorders; **leveldb**, 5,000 synchronous puts (`sync=True`) of 1,000
+//!   random bytes under random keys through Python's `plyvel`; **fsync**,
+//!   the append, overwrite and truncate fsync-latency tests (4 KiB per
 //!   operation, each followed by fsync).
 //! - xsyncfs: **postmark-xsyncfs** (10,000 files, 10,000 transactions,
 //!   PostMark's default sizes 500 B–10 KB).
 //!
 //! McoreFS's workloads are `bench mount`'s. Every timed phase ends with a
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
-//! stitchfs's sync ioctl), inside the timing: a phase is done when what it
-//! wrote is durable, whatever the system defers; fuse2fs alone cannot be
-//! asked. See `workload` for what the counts cover.
+//! stitchfs's sync ioctl, what `stitchfs sync` sends), inside the timing:
+//! a phase is done when what it wrote is durable, whatever the system
+//! defers; fuse2fs alone cannot be asked. See `workload` for what the
+//! counts cover.
+//!
+//! The workloads done by programs (PostMark, untar, andrew, the ccfs
+//! applications) also run on the systems that launch programs
+//! ([`super::systems::Launch`]): `stitchfs-stream`, the programs in a
+//! stream that ignores fsync, and `stitchfs-ceiling` and
+//! `fuse-floor-nofsync`, every fsync dropped. The Python drivers of SQLite
+//! and LevelDB are told of the stream: they call
+//! `setstream("bench", IGNORE_FSYNC)` first and `streamsync()` once after
+//! their last transaction, the one commit point the benchmark owes (the
+//! phase is timed to what it wrote being durable on every system).
+//! Other commands run under `stitchfs run --stream bench --ignore-fsync`,
+//! which makes the stream durable as each exits. The report measures the
+//! stream configuration against the ceiling and ext4 data=ordered
+//! ([`report`]'s goals).
 
 use super::session::{self, Suite};
-use super::systems::Place;
+use super::systems::{Launch, Place};
 use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
@@ -53,9 +72,11 @@ mod report;
 pub use report::{known_name, merge, table, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
-/// image on the disk).
-pub const DEFAULT_SYSTEMS: &str = "stitchfs-softupdates,stitchfs,stitchfs-data-journal,\
-stitchfs-writeback,stitchfs-async,ext4-writeback,ext4,ext4-journal,ext4-sync,ext2,fuse2fs";
+/// image on the disk) and stitchfs-context (a probe of the server's caller
+/// lookup, for `bench mount`).
+pub const DEFAULT_SYSTEMS: &str = "stitchfs-softupdates,stitchfs,stitchfs-precise,\
+stitchfs-stream,stitchfs-data-journal,stitchfs-writeback,stitchfs-async,stitchfs-ceiling,\
+ext4-writeback,ext4,ext4-journal,ext4-sync,ext2,fuse2fs,fuse-floor,fuse-floor-nofsync";
 
 /// What a phase's figure is.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -96,7 +117,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 22] = [
+pub const PHASES: [Phase; 24] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -114,8 +135,12 @@ pub const PHASES: [Phase; 22] = [
     time("Featherstitch", "make"),
     // SQLite's rollback journal, synchronous=FULL: at least the journal,
     // and the database, fsynced per transaction.
-    rate("ccfs", "SQLite insert", "inserts/s", 2.0),
+    rate("ccfs", "SQLite insert (rollback)", "inserts/s", 2.0),
+    // WAL, synchronous=FULL: the log fsynced per transaction.
+    rate("ccfs", "SQLite insert (WAL)", "inserts/s", 1.0),
     time("ccfs", "git add + commit"),
+    // A synchronous put: its log record appended and fdatasynced.
+    rate("ccfs", "LevelDB put", "puts/s", 1.0),
     rate("ccfs", "append+fsync", "ops/s", 1.0),
     rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
@@ -124,7 +149,7 @@ pub const PHASES: [Phase; 22] = [
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 12] = [
+pub const WORKLOADS: [(&str, &[usize]); 14] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -133,10 +158,12 @@ pub const WORKLOADS: [(&str, &[usize]); 12] = [
     ("postmark-fst", &[11]),
     ("andrew", &[12, 13, 14]),
     ("sqlite", &[15]),
-    ("git", &[16]),
-    ("fsync", &[17, 18, 19]),
-    ("postmark-xsyncfs", &[20]),
-    ("imap", &[21]),
+    ("sqlite-wal", &[16]),
+    ("git", &[17]),
+    ("leveldb", &[18]),
+    ("fsync", &[19, 20, 21]),
+    ("postmark-xsyncfs", &[22]),
+    ("imap", &[23]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -169,8 +196,12 @@ pub struct Scale {
     pub postmark_xsyncfs: PostMark,
     /// untar and git: files of the source tree (None: all of it).
     pub tree_files: Option<usize>,
+    /// sqlite and sqlite-wal: inserts, and bytes each.
     pub sqlite_inserts: usize,
     pub sqlite_bytes: usize,
+    /// leveldb: synchronous puts, and bytes a value.
+    pub leveldb_puts: usize,
+    pub leveldb_bytes: usize,
     /// imap: messages moved, and their body size.
     pub imap_messages: usize,
     pub imap_bytes: usize,
@@ -213,6 +244,8 @@ impl Scale {
         tree_files: None,
         sqlite_inserts: 2_000,
         sqlite_bytes: 120,
+        leveldb_puts: 5_000,
+        leveldb_bytes: 1_000,
         imap_messages: 1_000,
         imap_bytes: 2048,
         fsync_ops: 1_000,
@@ -252,6 +285,8 @@ impl Scale {
         tree_files: Some(200),
         sqlite_inserts: 50,
         sqlite_bytes: 120,
+        leveldb_puts: 100,
+        leveldb_bytes: 1_000,
         imap_messages: 20,
         imap_bytes: 2048,
         fsync_ops: 50,
@@ -307,7 +342,8 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                 .is_none()
                 .then(|| "no source tree (give --tree DIR)".into())
         }),
-        "sqlite" => tool("sqlite3", "sqlite3"),
+        "sqlite" | "sqlite-wal" => python_module("sqlite3", "python3"),
+        "leveldb" => python_module("plyvel", "python3-plyvel"),
         "imap" => tool("dovecot", "dovecot-imapd")
             .or_else(|| tool("python3", "python3"))
             .or_else(|| {
@@ -329,19 +365,77 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
     }
 }
 
+/// Why `python3` cannot import `module` here, with the Debian package
+/// that provides it; `None` when it can.
+fn python_module(module: &str, package: &str) -> Option<String> {
+    let imports = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    (!imports).then(|| {
+        format!(
+            "python3 cannot import {module}: apt-get install {package} (or run scripts/setup.sh)"
+        )
+    })
+}
+
 /// Inputs made once, outside the systems under test.
 struct Prepared {
     /// A tar of the source tree, and its size.
     tree_tar: Option<PathBuf>,
     tree_note: Option<String>,
     dir: PathBuf,
+    /// The applications' Python driver ([`DRIVER`]), the directory
+    /// holding the `stitchfs` Python package it imports, and the
+    /// interpreter that runs it.
+    driver: PathBuf,
+    python: PathBuf,
+    interpreter: PathBuf,
+}
+
+/// The interpreter `python3` names, resolved once: a shim on PATH (pyenv's
+/// is a shell script that starts pyenv first) would otherwise be timed
+/// with the work.
+fn interpreter() -> PathBuf {
+    Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// The Python package `stitchfs` of this build (one module), which the
+/// driver imports in a stream: the control calls this binary's server
+/// answers, whatever package the machine has installed.
+const PYTHON_PACKAGE: &str = include_str!("../../../python/stitchfs/__init__.py");
+
+/// The driver and the package, written in `dir`: the driver's path, and
+/// the directory to put on `PYTHONPATH`.
+fn driver_files(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let python = dir.join("python");
+    std::fs::create_dir_all(python.join("stitchfs"))?;
+    std::fs::write(python.join("stitchfs/__init__.py"), PYTHON_PACKAGE)?;
+    let driver = dir.join("apps.py");
+    std::fs::write(&driver, DRIVER)?;
+    Ok((driver, python))
 }
 
 fn prepare(cfg: &Config, dir: &Path) -> anyhow::Result<Prepared> {
+    let (driver, python) = driver_files(dir)?;
     let mut inputs = Prepared {
         tree_tar: None,
         tree_note: None,
         dir: dir.to_path_buf(),
+        driver,
+        python,
+        interpreter: interpreter(),
     };
     let wants_tree = cfg
         .workloads
@@ -423,6 +517,17 @@ impl Suite for Seeds<'_> {
         workload_missing(w, self.cfg)
     }
 
+    /// Not the Seltzer microbenchmarks and fsync tests (done in this
+    /// process), nor imap (its server starts before the phase).
+    fn runs_programs(&self, w: usize) -> bool {
+        let name = WORKLOADS[w].0;
+        name.starts_with("postmark")
+            || matches!(
+                name,
+                "untar" | "andrew" | "sqlite" | "sqlite-wal" | "git" | "leveldb"
+            )
+    }
+
     fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {
         workload(w, run, self.cfg, &self.inputs)
     }
@@ -441,7 +546,6 @@ fn tool_versions() -> Vec<String> {
     let mut v = Vec::new();
     for (cmd, args) in [
         ("tar", &["--version"][..]),
-        ("sqlite3", &["--version"][..]),
         ("git", &["--version"][..]),
         ("gcc", &["--version"][..]),
         ("fuse2fs", &["-V"][..]),
@@ -451,16 +555,33 @@ fn tool_versions() -> Vec<String> {
             v.push(format!("{cmd}: {l}"));
         }
     }
-    if let Some(out) = Command::new("dpkg-query")
-        .args(["-W", "-f", "${Version}", "postmark"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-    {
-        v.push(format!(
-            "postmark: Debian {}",
-            String::from_utf8_lossy(&out.stdout)
-        ));
+    for (module, script) in [
+        (
+            "python3",
+            "import sys, sqlite3; print('Python', sys.version.split()[0], 'SQLite', \
+             sqlite3.sqlite_version)",
+        ),
+        (
+            "plyvel",
+            "import plyvel; print(plyvel.__version__, 'LevelDB', plyvel.__leveldb_version__)",
+        ),
+    ] {
+        if let Some(l) = first_line("python3", &["-c", script]) {
+            v.push(format!("{module}: {l}"));
+        }
+    }
+    for package in ["postmark", "eatmydata"] {
+        if let Some(out) = Command::new("dpkg-query")
+            .args(["-W", "-f", "${Version}", package])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+        {
+            v.push(format!(
+                "{package}: Debian {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
     }
     v
 }
@@ -477,8 +598,10 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "postmark-xsyncfs" => postmark(run, p[0], &s.postmark_xsyncfs, inputs),
         "untar" => untar(run, p, inputs),
         "andrew" => andrew(run, p, cfg),
-        "sqlite" => sqlite(run, p[0], s, inputs),
+        "sqlite" => sqlite(run, p[0], "DELETE", s, inputs),
+        "sqlite-wal" => sqlite(run, p[0], "WAL", s, inputs),
         "git" => git(run, p[0], inputs),
+        "leveldb" => leveldb(run, p[0], s, inputs),
         "fsync" => fsync_tests(run, p, s.fsync_ops),
         "imap" => imap(run, p[0], s, inputs),
         other => anyhow::bail!("no workload {other}"),
@@ -586,11 +709,15 @@ pub fn postmark_transactions(out: &str) -> Option<(f64, f64)> {
 fn postmark(run: &mut Run, phase: usize, pm: &PostMark, inputs: &Prepared) -> anyhow::Result<()> {
     run.setup(phase, |root| Ok(std::fs::create_dir(root.join("pm"))?))?;
     let cfg_path = inputs.dir.join("postmark.cfg");
+    let launch = run.launch();
     run.timed(phase, |root| {
         std::fs::write(&cfg_path, postmark_config(pm, &root.join("pm")))?;
         let out = run_tool(
-            Command::new("postmark").arg(&cfg_path).current_dir(root),
-            "postmark",
+            launch
+                .command("postmark", root)?
+                .arg(&cfg_path)
+                .current_dir(root),
+            &format!("postmark{}", launch.describe()),
         )?;
         ensure!(
             postmark_transactions(&out).is_some(),
@@ -609,14 +736,16 @@ fn untar(run: &mut Run, p: &[usize], inputs: &Prepared) -> anyhow::Result<()> {
     // Read the tar once so its reads are not timed on the first system
     // only (drop_caches empties the cache before every mount).
     run.setup(p[0], |root| Ok(std::fs::create_dir(root.join("tree"))?))?;
+    let launch = run.launch();
     run.timed(p[0], |root| {
         run_tool(
-            Command::new("tar")
+            launch
+                .command("tar", root)?
                 .arg("-xf")
                 .arg(tar)
                 .arg("-C")
                 .arg(root.join("tree")),
-            "tar -x",
+            &format!("tar -x{}", launch.describe()),
         )?;
         syncfs(root)?;
         Ok(1.0)
@@ -624,8 +753,11 @@ fn untar(run: &mut Run, p: &[usize], inputs: &Prepared) -> anyhow::Result<()> {
     run.remount()?;
     run.timed(p[1], |root| {
         run_tool(
-            Command::new("rm").arg("-rf").arg(root.join("tree")),
-            "rm -rf",
+            launch
+                .command("rm", root)?
+                .arg("-rf")
+                .arg(root.join("tree")),
+            &format!("rm -rf{}", launch.describe()),
         )?;
         syncfs(root)?;
         Ok(1.0)
@@ -640,14 +772,16 @@ fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
         .project
         .as_ref()
         .context("no C project tarball")?;
+    let launch = run.launch();
     run.timed(p[0], |root| {
         run_tool(
-            Command::new("tar")
+            launch
+                .command("tar", root)?
                 .arg("-xf")
                 .arg(tarball)
                 .arg("-C")
                 .arg(root),
-            "tar -x of the project",
+            &format!("tar -x of the project{}", launch.describe()),
         )?;
         syncfs(root)?;
         Ok(1.0)
@@ -663,8 +797,11 @@ fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
     run.timed(p[1], |root| {
         let dir = src(root)?;
         run_tool(
-            Command::new("./configure").arg("--quiet").current_dir(&dir),
-            "configure",
+            launch
+                .command("./configure", root)?
+                .arg("--quiet")
+                .current_dir(&dir),
+            &format!("configure{}", launch.describe()),
         )?;
         syncfs(root)?;
         Ok(1.0)
@@ -672,60 +809,148 @@ fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
     run.timed(p[2], |root| {
         let dir = src(root)?;
         run_tool(
-            Command::new("make")
+            launch
+                .command("make", root)?
                 .args(["-j2", "--quiet"])
                 .current_dir(&dir),
-            "make",
+            &format!("make{}", launch.describe()),
         )?;
         syncfs(root)?;
         Ok(1.0)
     })
 }
 
-/// The sqlite3 shell's script: `n` inserts of `bytes` random bytes, each
-/// its own transaction, with a rollback journal.
-pub fn sqlite_script(n: usize, bytes: usize) -> String {
-    let mut s = String::from(
-        "PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n\
-         CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);\n",
-    );
-    for _ in 0..n {
-        s.push_str(&format!("INSERT INTO t(v) VALUES (randomblob({bytes}));\n"));
-    }
-    s
+/// The ccfs applications' driver (Python): SQLite through the `sqlite3`
+/// module and LevelDB through `plyvel`, in the working directory. With
+/// `--stream` it enters stitchfs stream `bench` with `IGNORE_FSYNC` before
+/// its first transaction and calls `streamsync` once after its last (the
+/// commit point: the end of the batch), and says plainly when this build
+/// or mount refuses either.
+pub const DRIVER: &str = r#"import random, sys
+
+def enter_stream():
+    try:
+        import stitchfs
+    except ImportError as e:
+        sys.exit(f"--stream: the stitchfs Python package cannot be imported: {e}")
+    missing = [n for n in ("setstream", "streamsync", "IGNORE_FSYNC") if not hasattr(stitchfs, n)]
+    if missing:
+        sys.exit("--stream: the stitchfs Python package has no " + ", ".join(missing)
+                 + " (this build has no streams)")
+    try:
+        stitchfs.setstream("bench", stitchfs.IGNORE_FSYNC)
+    except OSError as e:
+        sys.exit(f"--stream: setstream refused: {e}")
+    return stitchfs.streamsync
+
+def sqlite(mode, n, size):
+    import sqlite3
+    # Autocommit: each INSERT is its own transaction.
+    db = sqlite3.connect("bench.db", isolation_level=None)
+    got = db.execute(f"PRAGMA journal_mode={mode}").fetchone()[0]
+    if got.upper() != mode:
+        sys.exit(f"journal_mode is {got}, not {mode}")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+    for _ in range(n):
+        db.execute("INSERT INTO t(v) VALUES (randomblob(?))", (size,))
+    rows = db.execute("SELECT count(*) FROM t").fetchone()[0]
+    db.close()
+    return rows
+
+def leveldb(n, size):
+    import plyvel
+    rng = random.Random(42)
+    db = plyvel.DB("db", create_if_missing=True)
+    for _ in range(n):
+        db.put(rng.randbytes(16), rng.randbytes(size), sync=True)
+    rows = sum(1 for _ in db.iterator(include_value=False))
+    db.close()
+    return rows
+
+args = sys.argv[1:]
+commit = None
+if args[:1] == ["--stream"]:
+    commit = enter_stream()
+    args = args[1:]
+if args[0] == "sqlite":
+    n, rows = int(args[2]), sqlite(args[1], int(args[2]), int(args[3]))
+elif args[0] == "leveldb":
+    n, rows = int(args[1]), leveldb(int(args[1]), int(args[2]))
+else:
+    sys.exit(f"no application {args[0]}")
+if rows != n:
+    sys.exit(f"{rows} records, not {n}")
+if commit:
+    try:
+        commit()
+    except OSError as e:
+        sys.exit(f"--stream: streamsync failed: {e}")
+"#;
+
+/// One of ccfs's applications as phase `phase`: the driver with `args`
+/// (its application first) in a directory of the mount made beforehand,
+/// then syncfs; `amount` records written.
+fn driven(
+    run: &mut Run,
+    phase: usize,
+    args: &[&str],
+    amount: usize,
+    inputs: &Prepared,
+) -> anyhow::Result<()> {
+    run.setup(phase, |root| Ok(std::fs::create_dir(root.join("app"))?))?;
+    let launch = run.launch();
+    run.timed(phase, |root| {
+        let mut cmd = match launch {
+            // Told of the stream: it sets it and syncs it itself.
+            Launch::Stream => Command::new(&inputs.interpreter),
+            other => other.command(&inputs.interpreter, root)?,
+        };
+        cmd.arg(&inputs.driver);
+        if launch == Launch::Stream {
+            cmd.arg("--stream");
+        }
+        run_tool(
+            cmd.args(args)
+                .current_dir(root.join("app"))
+                .env("PYTHONPATH", &inputs.python),
+            &format!("the {} driver", args[0]),
+        )?;
+        syncfs(root)?;
+        Ok(amount as f64)
+    })
 }
 
-fn sqlite(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
-    let script = inputs.dir.join("inserts.sql");
-    std::fs::write(&script, sqlite_script(s.sqlite_inserts, s.sqlite_bytes))?;
-    run.setup(phase, |root| Ok(std::fs::create_dir(root.join("db"))?))?;
-    run.timed(phase, |root| {
-        let out = run_tool(
-            Command::new("sqlite3")
-                .arg(root.join("db/bench.db"))
-                .arg(format!(".read {}", script.display())),
-            "sqlite3",
-        )?;
-        let count = run_tool(
-            Command::new("sqlite3")
-                .arg(root.join("db/bench.db"))
-                .arg("SELECT count(*) FROM t"),
-            "sqlite3 count",
-        )?;
-        ensure!(
-            count.trim() == s.sqlite_inserts.to_string(),
-            "the table has {} rows, not {} ({out})",
-            count.trim(),
-            s.sqlite_inserts
-        );
-        syncfs(root)?;
-        Ok(s.sqlite_inserts as f64)
-    })
+/// ccfs's SQLite test in journal mode `mode` (DELETE: the rollback
+/// journal; WAL).
+fn sqlite(
+    run: &mut Run,
+    phase: usize,
+    mode: &str,
+    s: &Scale,
+    inputs: &Prepared,
+) -> anyhow::Result<()> {
+    let (n, bytes) = (s.sqlite_inserts.to_string(), s.sqlite_bytes.to_string());
+    driven(
+        run,
+        phase,
+        &["sqlite", mode, &n, &bytes],
+        s.sqlite_inserts,
+        inputs,
+    )
+}
+
+/// ccfs's LevelDB test, in the shape of db_bench's fillrandom with
+/// synchronous writes.
+fn leveldb(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Result<()> {
+    let (n, bytes) = (s.leveldb_puts.to_string(), s.leveldb_bytes.to_string());
+    driven(run, phase, &["leveldb", &n, &bytes], s.leveldb_puts, inputs)
 }
 
 /// ccfs's git test: the tree is unpacked (untimed, made durable), then
 /// `git init`, `git add -A` and `git commit` with `core.fsync=all` and
-/// `core.fsyncMethod=fsync` are timed together.
+/// `core.fsyncMethod=fsync` are timed together (in a stream, each its own
+/// `stitchfs run`, so the stream is made durable after each).
 fn git(run: &mut Run, phase: usize, inputs: &Prepared) -> anyhow::Result<()> {
     let tar = inputs.tree_tar.as_ref().context("no tree tarball")?;
     run.setup(phase, |root| {
@@ -740,11 +965,13 @@ fn git(run: &mut Run, phase: usize, inputs: &Prepared) -> anyhow::Result<()> {
         )?;
         Ok(())
     })?;
+    let launch = run.launch();
     run.timed(phase, |root| {
         let repo = root.join("repo");
         let git = |args: &[&str]| -> anyhow::Result<String> {
             run_tool(
-                Command::new("git")
+                launch
+                    .command("git", root)?
                     .args([
                         "-c",
                         "core.fsync=all",
@@ -769,7 +996,7 @@ fn git(run: &mut Run, phase: usize, inputs: &Prepared) -> anyhow::Result<()> {
                     .current_dir(&repo)
                     .env("GIT_CONFIG_NOSYSTEM", "1")
                     .env("HOME", &repo),
-                &format!("git {}", args[0]),
+                &format!("git {}{}", args[0], launch.describe()),
             )
         };
         git(&["init", "-q"])?;
@@ -988,9 +1215,49 @@ mod tests {
         }
         assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
         assert_eq!(select_workloads("all").unwrap().len(), WORKLOADS.len());
-        assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 8]);
+        assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 9]);
         assert!(select_workloads("tpc-c").is_err());
-        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 11);
+        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 16);
+    }
+
+    /// The driver runs each application off a mount and checks what it
+    /// wrote; asked for a stream there (or in a build without streams), it
+    /// fails saying so.
+    #[test]
+    fn the_driver_runs_the_applications_and_refuses_a_stream_plainly() {
+        if let Some(why) = python_module("sqlite3", "python3") {
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (driver, python) = driver_files(dir.path()).unwrap();
+        let drive = |args: &[&str]| {
+            let work = tempfile::tempdir_in(dir.path()).unwrap();
+            let out = Command::new("python3")
+                .arg(&driver)
+                .args(args)
+                .current_dir(work.path())
+                .env("PYTHONPATH", &python)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (out.status.success(), stderr)
+        };
+        for mode in ["DELETE", "WAL"] {
+            let (ok, stderr) = drive(&["sqlite", mode, "5", "120"]);
+            assert!(ok, "{mode}: {stderr}");
+        }
+        if python_module("plyvel", "python3-plyvel").is_none() {
+            let (ok, stderr) = drive(&["leveldb", "5", "100"]);
+            assert!(ok, "{stderr}");
+        }
+        let (ok, stderr) = drive(&["--stream", "sqlite", "WAL", "5", "120"]);
+        assert!(!ok && stderr.contains("--stream: "), "{stderr}");
+        let (ok, stderr) = drive(&["sqlite", "BOGUS", "5", "120"]);
+        assert!(
+            !ok && stderr.contains("journal_mode is delete, not BOGUS"),
+            "{stderr}"
+        );
     }
 
     #[test]
@@ -1000,13 +1267,5 @@ mod tests {
         assert!(c.contains("address = 127.0.0.1\n    port = 14301\n"), "{c}");
         assert!(c.contains("home=/m/mail/%u\n"), "{c}");
         assert!(c.contains("base_dir = /r/base\n"), "{c}");
-    }
-
-    #[test]
-    fn sqlite_script_has_one_transaction_per_insert() {
-        let s = sqlite_script(3, 120);
-        assert_eq!(s.matches("INSERT").count(), 3);
-        assert!(!s.contains("BEGIN"));
-        assert!(s.contains("journal_mode=DELETE"));
     }
 }

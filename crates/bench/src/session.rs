@@ -9,7 +9,7 @@
 //! what its workloads and phases are and how each workload runs
 //! ([`Suite`]).
 
-use super::systems::{DeviceLimits, Machine, Place, System};
+use super::systems::{DeviceLimits, Launch, Machine, Place, System};
 use super::workload::{Ctx, Outcome, Run};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,12 @@ pub(crate) trait Suite {
     fn missing(&self, _w: usize) -> Option<String> {
         None
     }
+    /// Whether workload `w` does its timed work in programs it starts
+    /// (which a system may launch in a stream or without fsync), not in
+    /// the benchmark process.
+    fn runs_programs(&self, _w: usize) -> bool {
+        false
+    }
     /// Runs workload `w`'s phases on `run`.
     fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()>;
 }
@@ -127,6 +133,9 @@ pub(crate) struct Measured {
     pub skipped: Vec<Option<String>>,
     /// Per phase, why its workload cannot run here.
     pub not_run: Vec<Option<String>>,
+    /// `not_applicable[system][phase]`: why the system does not run the
+    /// phase's workload ([`not_applicable`]).
+    pub not_applicable: Vec<Vec<Option<String>>>,
     /// `samples[system][phase][run]`: `None` for a skipped system; a phase
     /// not selected has no runs.
     pub samples: Vec<Vec<Vec<Option<Outcome>>>>,
@@ -143,6 +152,7 @@ impl Measured {
             systems: cfg.systems.clone(),
             skipped: unavailable(&cfg.systems),
             not_run: vec![None; phases],
+            not_applicable: vec![vec![None; phases]; cfg.systems.len()],
             samples: vec![vec![Vec::with_capacity(runs); phases]; cfg.systems.len()],
             caches_dropped: true,
         }
@@ -165,6 +175,7 @@ impl Measured {
             systems: systems.to_vec(),
             skipped: vec![None; systems.len()],
             not_run: vec![None; phases],
+            not_applicable: vec![vec![None; phases]; systems.len()],
             samples,
             caches_dropped: true,
         }
@@ -198,16 +209,26 @@ pub(crate) fn measure<S, I, T: Suite>(
                 }
                 continue;
             }
-            on_every_system(&mut m, r, T::WORKLOADS[w], T::phase_name, progress, |sys| {
-                let ctx = Ctx {
-                    sys,
-                    place,
-                    image_bytes,
-                    timeout: cfg.timeout,
-                };
-                let name = |p| T::phase_name(p).to_string();
-                ctx.workload(phases, name, |run| suite.workload(w, run))
-            });
+            let unfit =
+                |sys: &System| not_applicable(T::WORKLOADS[w].0, suite.runs_programs(w), sys);
+            on_every_system(
+                &mut m,
+                r,
+                T::WORKLOADS[w],
+                T::phase_name,
+                progress,
+                unfit,
+                |sys| {
+                    let ctx = Ctx {
+                        sys,
+                        place,
+                        image_bytes,
+                        timeout: cfg.timeout,
+                    };
+                    let name = |p| T::phase_name(p).to_string();
+                    ctx.workload(phases, name, |run| suite.workload(w, run))
+                },
+            );
         }
     }
     Ok(m)
@@ -236,22 +257,43 @@ fn unavailable(systems: &[&'static System]) -> Vec<Option<String>> {
     skipped
 }
 
+/// Why `sys` does not run workload `name`, if it does not: a system that
+/// launches programs in a stream or without fsync cannot launch the
+/// benchmark process, so it runs only workloads whose work is done in
+/// programs (`runs_programs`).
+pub(crate) fn not_applicable(name: &str, runs_programs: bool, sys: &System) -> Option<String> {
+    (sys.launch() != Launch::Direct && !runs_programs).then(|| {
+        format!(
+            "{NOT_APPLICABLE}: {name} works in the benchmark process, which {} cannot launch \
+             as it launches programs",
+            sys.label
+        )
+    })
+}
+
+/// How [`not_applicable`]'s reasons begin.
+pub(crate) const NOT_APPLICABLE: &str = "not applicable";
+
 /// Run `r` of one workload on every system: each phase's outcome goes to
-/// `m.samples[system][phase]` (`None` for a skipped system), failures are
-/// said on stderr too.
+/// `m.samples[system][phase]` (`None` for a skipped system, or one the
+/// workload does not apply to: `unfit` says why), failures are said on
+/// stderr too.
 fn on_every_system(
     m: &mut Measured,
     r: usize,
     (wname, phases): (&str, &[usize]),
     phase_name: impl Fn(usize) -> &'static str,
     progress: &mut impl FnMut(&str),
+    unfit: impl Fn(&System) -> Option<String>,
     mut run: impl FnMut(&'static System) -> (Vec<(usize, Outcome)>, bool),
 ) {
     for (i, &sys) in m.systems.iter().enumerate() {
         progress(&format!("run {r}: {wname} / {}", sys.label));
-        if m.skipped[i].is_some() {
+        let unfit = unfit(sys);
+        if m.skipped[i].is_some() || unfit.is_some() {
             for &p in phases {
                 m.samples[i][p].push(None);
+                m.not_applicable[i][p].clone_from(&unfit);
             }
             continue;
         }
@@ -288,6 +330,28 @@ mod tests {
         check("c, a", Ok(&[2, 0]));
         check("b", Ok(&[1]));
         check("d", Err("no workload \"d\" (known: a, b, c, or all)"));
+    }
+
+    /// Only a workload of programs runs on a system that launches them.
+    #[test]
+    fn systems_that_launch_programs_run_only_programs() {
+        let check = |sys: &str, runs_programs: bool, expect: Option<&str>| {
+            let sys = crate::systems::select(sys).unwrap()[0];
+            let why = not_applicable("fsync", runs_programs, sys);
+            assert_eq!(why.as_deref(), expect, "{} {runs_programs}", sys.id);
+        };
+        check("stitchfs", false, None);
+        check("stitchfs-stream", true, None);
+        check("stitchfs-ceiling", true, None);
+        check(
+            "stitchfs-stream",
+            false,
+            Some(
+                "not applicable: fsync works in the benchmark process, which stitchfs \
+                 journal, stream ignoring fsync cannot launch as it launches programs",
+            ),
+        );
+        check("fuse-floor-nofsync", false, Some("not applicable: fsync works in the benchmark process, which FUSE floor, fsyncs dropped cannot launch as it launches programs"));
     }
 
     #[derive(Clone, Serialize)]

@@ -12,6 +12,12 @@
 //! - stitchfs itself: `stitchfs mount IMAGE MNT --foreground` run as a child
 //!   of this binary.
 //!
+//! A system also says how a workload's programs run on it ([`Launch`]): as
+//! they are, with their fsyncs; in a stitchfs stream that ignores fsync
+//! (`stitchfs run --stream`); or with every fsync dropped (Debian's
+//! `eatmydata`). Work the benchmark process does itself cannot be launched
+//! so; a suite runs only its programs' workloads on such a system.
+//!
 //! A [`Mounted`] system gives [`Counters`]: this process's CPU time (the
 //! workloads run in it, so a kernel file system's work shows here), the CPU
 //! time of the FUSE server (`/proc/PID/stat`), what the file system wrote
@@ -23,6 +29,7 @@
 
 use anyhow::{bail, ensure, Context};
 use serde::Serialize;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -41,6 +48,59 @@ pub struct System {
     /// What tables call it.
     pub label: &'static str,
     kind: Kind,
+    launch: Launch,
+}
+
+/// How a workload's programs run on a system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// As they are, with their fsyncs.
+    Direct,
+    /// In stitchfs stream [`STREAM`] with fsync ignoring: a command under
+    /// `stitchfs run --stream bench --ignore-fsync`, which makes the stream
+    /// durable when it exits; a program that can be told (the benchmarks'
+    /// Python scripts) calls `setstream` and `streamsync` itself. Its
+    /// fsyncs, fdatasyncs and `O_SYNC` writes only order.
+    Stream,
+    /// Under Debian's `eatmydata` (an `LD_PRELOAD` library that makes
+    /// fsync, fdatasync, sync and `O_SYNC` no-ops): no durability and no
+    /// order until the phase's final sync.
+    NoFsync,
+}
+
+/// The stream a [`Launch::Stream`] system's programs run in.
+pub const STREAM: &str = "bench";
+
+impl Launch {
+    /// A command running `program` as this launch does, on the mount whose
+    /// root is `root` (its arguments follow).
+    pub fn command(self, program: impl AsRef<OsStr>, root: &Path) -> anyhow::Result<Command> {
+        Ok(match self {
+            Launch::Direct => Command::new(program),
+            Launch::Stream => {
+                let mut cmd = Command::new(std::env::current_exe()?);
+                cmd.args(["run", "--stream", STREAM, "--ignore-fsync", "--at"])
+                    .arg(root)
+                    .arg("--")
+                    .arg(program);
+                cmd
+            }
+            Launch::NoFsync => {
+                let mut cmd = Command::new(tool_path("eatmydata"));
+                cmd.arg("--").arg(program);
+                cmd
+            }
+        })
+    }
+
+    /// How a program ran, for messages: empty, or what wrapped it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Launch::Direct => "",
+            Launch::Stream => " (in stream `bench` under `stitchfs run --ignore-fsync`)",
+            Launch::NoFsync => " (under eatmydata)",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +137,7 @@ const fn kernel(
         id,
         label,
         kind: Kind::Kernel { fstype, options },
+        launch: Launch::Direct,
     }
 }
 
@@ -95,11 +156,27 @@ const fn stitchfs(
             order: None,
             context: false,
         },
+        launch: Launch::Direct,
+    }
+}
+
+/// `system` with its programs run as `launch` runs them.
+const fn launched(system: System, launch: Launch) -> System {
+    System { launch, ..system }
+}
+
+/// The FUSE floor server.
+const fn floor(id: &'static str, label: &'static str) -> System {
+    System {
+        id,
+        label,
+        kind: Kind::Floor,
+        launch: Launch::Direct,
     }
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 15] = [
+pub const SYSTEMS: [System; 18] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     System {
         id: "stitchfs-precise",
@@ -110,6 +187,7 @@ pub const SYSTEMS: [System; 15] = [
             order: Some("precise"),
             context: false,
         },
+        launch: Launch::Direct,
     },
     System {
         id: "stitchfs-context",
@@ -120,7 +198,17 @@ pub const SYSTEMS: [System; 15] = [
             order: None,
             context: true,
         },
+        launch: Launch::Direct,
     },
+    launched(
+        stitchfs(
+            "stitchfs-stream",
+            "stitchfs journal, stream ignoring fsync",
+            "journal",
+            Some("ordered"),
+        ),
+        Launch::Stream,
+    ),
     stitchfs(
         "stitchfs-softupdates",
         "stitchfs softupdates",
@@ -140,6 +228,15 @@ pub const SYSTEMS: [System; 15] = [
         Some("journal"),
     ),
     stitchfs("stitchfs-async", "stitchfs async", "async", None),
+    launched(
+        stitchfs(
+            "stitchfs-ceiling",
+            "stitchfs async, fsyncs dropped",
+            "async",
+            None,
+        ),
+        Launch::NoFsync,
+    ),
     kernel("ext4", "ext4 data=ordered", "ext4", "data=ordered"),
     kernel(
         "ext4-writeback",
@@ -154,17 +251,19 @@ pub const SYSTEMS: [System; 15] = [
         id: "fuse2fs",
         label: "fuse2fs",
         kind: Kind::Fuse2fs,
+        launch: Launch::Direct,
     },
     System {
         id: "bindfs",
         label: "bindfs",
         kind: Kind::Bindfs,
+        launch: Launch::Direct,
     },
-    System {
-        id: "fuse-floor",
-        label: "FUSE floor",
-        kind: Kind::Floor,
-    },
+    floor("fuse-floor", "FUSE floor"),
+    launched(
+        floor("fuse-floor-nofsync", "FUSE floor, fsyncs dropped"),
+        Launch::NoFsync,
+    ),
 ];
 
 /// The systems named by a comma-separated list of ids (`all` for every one).
@@ -245,7 +344,16 @@ impl System {
                 .is_none()
                 .then(|| format!("{bin} not installed: apt-get install {package} ({SETUP_HINT})"))
         };
-        match self.kind {
+        let launcher = match self.launch {
+            Launch::NoFsync => tool("eatmydata").is_none().then(|| {
+                "eatmydata not installed: apt-get install eatmydata (or run scripts/setup.sh)"
+                    .to_string()
+            }),
+            // Refused per workload, with what `stitchfs run` or
+            // `setstream` said, if this build has no streams.
+            Launch::Direct | Launch::Stream => None,
+        };
+        let system = match self.kind {
             Kind::Kernel { fstype, .. } => {
                 if !is_root() {
                     return Some("needs root (loop devices and mount)".into());
@@ -259,7 +367,13 @@ impl System {
             Kind::Bindfs => installed("bindfs", "bindfs").or_else(fuse),
             Kind::Stitchfs { .. } => fuse().or_else(|| own_subcommand(&["mount"])),
             Kind::Floor => fuse().or_else(|| own_subcommand(&["bench", "floor-server"])),
-        }
+        };
+        system.or(launcher)
+    }
+
+    /// How a workload's programs run on this system.
+    pub fn launch(&self) -> Launch {
+        self.launch
     }
 
     /// Makes fresh storage: a new image of `bytes` (or, for bindfs, an
@@ -1145,6 +1259,53 @@ mod tests {
         assert!(format!("{err:#}").contains("bindfs hung"), "{err:#}");
         drop(m);
         assert!(!is_mounted(&place.mnt()).unwrap());
+    }
+
+    /// A program runs as it is, under `stitchfs run` in the stream, or
+    /// under eatmydata.
+    #[test]
+    fn programs_are_launched_as_their_system_says() {
+        let root = Path::new("/m");
+        let line = |id: &str| {
+            let cmd = select(id).unwrap()[0]
+                .launch()
+                .command("git", root)
+                .unwrap();
+            let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
+            words.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+            words
+        };
+        assert_eq!(line("stitchfs-precise"), ["git"]);
+        assert_eq!(line("ext4"), ["git"]);
+        let stream = line("stitchfs-stream");
+        assert_eq!(
+            stream[1..],
+            [
+                "run",
+                "--stream",
+                "bench",
+                "--ignore-fsync",
+                "--at",
+                "/m",
+                "--",
+                "git"
+            ]
+        );
+        assert!(stream[0].ends_with(
+            std::env::current_exe()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+        ));
+        for id in ["stitchfs-ceiling", "fuse-floor-nofsync"] {
+            let words = line(id);
+            assert!(
+                words[0].ends_with("eatmydata") && words[1..] == ["--", "git"],
+                "{words:?}"
+            );
+        }
     }
 
     #[test]

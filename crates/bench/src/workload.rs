@@ -7,7 +7,7 @@
 //! start of the next phase, or to the end of the unmount that follows it,
 //! so the write-back a phase leaves behind is charged to it.
 
-use super::systems::{self, Mounted, Place, System, Usage};
+use super::systems::{self, Launch, Mounted, Place, System, Usage};
 use anyhow::Context;
 use std::fs::File;
 use std::io::Write;
@@ -151,6 +151,11 @@ impl Run<'_> {
                 }),
             ));
         }
+    }
+
+    /// How the system runs the workload's programs.
+    pub fn launch(&self) -> Launch {
+        self.ctx.sys.launch()
     }
 
     /// Runs `f` on the mount as phase `phase`; `f` returns its amount of
