@@ -31,8 +31,11 @@ if ((${#need_apt[@]})); then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
 fi
-python3 -c 'import plyvel' >/dev/null 2>&1 ||
-  echo "setup: $(command -v python3) cannot import plyvel (python3-plyvel serves /usr/bin/python3); LevelDB's benchmark and crash test will not run" >&2
+# Another python3 first on PATH (pyenv, a venv) gets plyvel's wheel.
+if ! python3 -c 'import plyvel' >/dev/null 2>&1; then
+  python3 -m pip install -q plyvel ||
+    echo "setup: $(command -v python3) cannot import plyvel; LevelDB's benchmark and crash test will not run" >&2
+fi
 
 if ! have cargo; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
