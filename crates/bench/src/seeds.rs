@@ -53,7 +53,7 @@
 //! Other commands run under `stitchfs run --stream bench --ignore-fsync`,
 //! which makes the stream durable as each exits. The report measures the
 //! stream configuration against the ceiling and ext4 data=ordered
-//! ([`report`]'s goals).
+//! (`report`'s goals).
 
 use super::session::{self, Suite};
 use super::systems::{Launch, Place};
