@@ -18,21 +18,12 @@
 
 mod posix_support;
 
-use posix_support::{repo_root, require_tool, Scratch, JOURNAL_ORDERED};
+use posix_support::{
+    python_site, repo_root, require_tool, run_logged as run, Scratch, JOURNAL_ORDERED,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-
-fn run(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    eprintln!(
-        "{what}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// libstitch installed once for this test binary, by the documented
 /// command, under a scratch prefix.
@@ -131,22 +122,7 @@ fn python(script: &str, mnt: &Path) -> Output {
 
 /// Runs python3 with `args` as [`python`] does.
 fn python_with(args: &[&str], mnt: &Path) -> Output {
-    require_tool("python3", "python3");
-    static SITE: OnceLock<PathBuf> = OnceLock::new();
-    let site = SITE.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-site");
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = run(
-            "pip install python/",
-            Command::new("python3")
-                .args(["-m", "pip", "install", "-q", "--no-build-isolation"])
-                .args(["--no-deps", "--target"])
-                .arg(&dir)
-                .arg(repo_root().join("python")),
-        );
-        assert!(out.status.success(), "pip install of the package failed");
-        dir
-    });
+    let site = python_site();
     run(
         "python3",
         Command::new("python3")

@@ -7,41 +7,11 @@
 
 mod posix_support;
 
-use posix_support::{repo_root, require_tool, Scratch, JOURNAL_ORDERED, SOFTUPDATES};
-use std::path::{Path, PathBuf};
+use posix_support::{
+    python_site, repo_root, run_logged as run, Scratch, JOURNAL_ORDERED, SOFTUPDATES,
+};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-fn run(what: &str, cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    eprintln!(
-        "{what}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The Python package, installed once by pip into a scratch directory.
-fn python_site() -> &'static Path {
-    static SITE: OnceLock<PathBuf> = OnceLock::new();
-    SITE.get_or_init(|| {
-        require_tool("python3", "python3");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-site-streams");
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = run(
-            "pip install python/",
-            Command::new("python3")
-                .args(["-m", "pip", "install", "-q", "--no-build-isolation"])
-                .args(["--no-deps", "--target"])
-                .arg(&dir)
-                .arg(repo_root().join("python")),
-        );
-        assert!(out.status.success(), "pip install of the package failed");
-        dir
-    })
-}
 
 #[test]
 fn the_python_package_joins_asks_and_leaves_streams_and_refuses_misuse() {

@@ -149,6 +149,42 @@ pub fn checked(what: &str, mut cmd: Command, stdin: &[u8]) -> Output {
     out
 }
 
+/// Runs `cmd` to its end and prints its status and output (to show in a
+/// failing test's log); the caller judges it.
+pub fn run_logged(what: &str, cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    eprintln!(
+        "{what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The Python package (`python/`), installed once per test binary by
+/// pip into a scratch directory (`--no-build-isolation`: setuptools from
+/// the machine); put it on `PYTHONPATH`.
+pub fn python_site() -> &'static Path {
+    static SITE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SITE.get_or_init(|| {
+        require_tool("python3", "python3");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("python-site-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = run_logged(
+            "pip install python/",
+            Command::new("python3")
+                .args(["-m", "pip", "install", "-q", "--no-build-isolation"])
+                .args(["--no-deps", "--target"])
+                .arg(&dir)
+                .arg(repo_root().join("python")),
+        );
+        assert!(out.status.success(), "pip install of the package failed");
+        dir
+    })
+}
+
 /// Runs `argv` (no shell), panicking with its output if it fails.
 pub fn run_ok(argv: &[String]) -> Output {
     let mut cmd = Command::new(&argv[0]);
