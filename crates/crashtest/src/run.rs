@@ -369,6 +369,7 @@ impl Inside {
             FlushCause::Pressure => "a flush under memory pressure",
             FlushCause::Periodic => "a periodic flush",
             FlushCause::WriteBehind(_) => "a write-behind flush",
+            FlushCause::Settle(_) => "a flush settling a file's state",
         }
     }
 }
@@ -782,6 +783,7 @@ impl<'a> Driver<'a> {
             let end = events.get(i + 1).map_or(now, |e| e.1);
             let flush = self.oracle.flush(match cause {
                 FlushCause::WriteBehind(ino) => fsync_scope(self.order, ino),
+                FlushCause::Settle(ino) => Scope::Inode(ino),
                 _ => Scope::All,
             });
             self.inside.push(Inside {

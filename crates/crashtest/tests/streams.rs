@@ -2,9 +2,9 @@
 //! with CCFS"): the named related-step cases and a seeded sample of
 //! workloads over three streams, every crash image judged by the stream
 //! rules (a prefix of each stream, related steps in order, what stream
-//! syncs and fsyncs promised). No journal mode may show a violation; async,
-//! the control, must. Under `--order global` a workload in no stream is
-//! judged as one stream.
+//! syncs and fsyncs promised). Neither soft updates nor any journal mode
+//! may show a violation; async, the control, must. Under `--order global`
+//! a workload in no stream is judged as one stream.
 
 mod common;
 use common::{run, run_with, SEED};
@@ -24,6 +24,14 @@ fn clean(mode: Consistency) {
     let t = s.total();
     assert!(t.states > 300, "too few crash images: {}", t.states);
     assert_eq!(t.total_violations(), 0, "{mode}: violations (see above)");
+}
+
+/// Soft updates chain a stream's changes inside each flush; a file's
+/// state is settled before a second change to it, and before its last
+/// name goes.
+#[test]
+fn soft_updates_keep_every_streams_prefix() {
+    clean(Consistency::SoftUpdates);
 }
 
 #[test]
@@ -51,8 +59,8 @@ fn async_breaks_streams_and_the_judge_sees_it() {
     );
 }
 
-/// The global order, in a journal mode: a workload in no stream leaves a
-/// prefix of its history at every crash.
+/// The global order: a workload in no stream leaves a prefix of its
+/// history at every crash, in a journal mode and in soft updates.
 #[test]
 fn global_order_leaves_a_prefix_of_the_history() {
     let mut w = workload::sampled(3, SAMPLES, SEED);
@@ -65,11 +73,15 @@ fn global_order_leaves_a_prefix_of_the_history() {
         judged >= SAMPLES,
         "only {judged} workloads judged as one stream"
     );
-    let s = run_with(
+    for mode in [
         Consistency::Journal(DataMode::Ordered),
-        w,
-        None,
-        Order::Global,
-    );
-    assert_eq!(s.total().total_violations(), 0, "violations (see above)");
+        Consistency::SoftUpdates,
+    ] {
+        let s = run_with(mode, w.clone(), None, Order::Global);
+        assert_eq!(
+            s.total().total_violations(),
+            0,
+            "{mode}: violations (see above)"
+        );
+    }
 }

@@ -394,10 +394,12 @@ impl DiskFs {
 
     /// The second phase of [`Self::write_new_run`]: the size covering the
     /// run up to byte `end`, and the pointers to `blocks` after
-    /// `pointer_deps`. A file's size goes first: a crash before its pointer
-    /// leaves a hole, which ext2 allows. A directory may have no hole, nor
-    /// a block past its size: its size goes with a pointer in the inode
-    /// (one patch), or after a pointer in an indirect block.
+    /// `pointer_deps`. With the pointers in the inode, the size goes with
+    /// them (one patch, after the data): an append shows whole or not at
+    /// all, as a stream's order needs. With the pointers in an indirect
+    /// block, a file's size goes first (a crash before its pointer leaves
+    /// a hole of zeros, which ext2 allows and a mapped block past the size
+    /// it does not); a directory may have no hole, so its size goes after.
     fn size_and_attach(
         &mut self,
         ino: InodeNo,
@@ -410,13 +412,13 @@ impl DiskFs {
         let mut out = Vec::new();
         let mut size_after = false;
         if end > inode.size() {
-            if !inode.is_dir() {
+            if map_path(first, self.bs)?.depth == 0 {
+                inode.set_size(end);
+            } else if !inode.is_dir() {
                 inode.set_size(end);
                 let s = self.inodes.write(&mut self.m, ino, inode, &[])?;
                 pointer_deps.extend(&s);
                 out.extend(s);
-            } else if map_path(first, self.bs)?.depth == 0 {
-                inode.set_size(end);
             } else {
                 size_after = true;
             }

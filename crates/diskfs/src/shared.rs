@@ -70,6 +70,10 @@ pub struct Shape {
     pub xattrs: bool,
     /// The times its inodes can hold.
     pub times: TimeRange,
+    /// Soft updates: a batch's changes reach the disk one by one, so an
+    /// ordered batch keeps each in its place ([`Batch::ordered`]); with a
+    /// journal the batch is one transaction.
+    pub soft_updates: bool,
 }
 
 /// A diskfs call on an unmounted handle.
@@ -107,6 +111,7 @@ impl Disk {
                 reserved_root_blocks: u64::from(sb.r_blocks_count_lo),
                 xattrs: d.supports_xattrs(),
                 times: d.time_range(),
+                soft_updates: d.modes().consistency() == crate::Consistency::SoftUpdates,
             }
         })
     }
@@ -165,6 +170,7 @@ impl Disk {
             l,
             patches: Vec::new(),
             open: true,
+            ordered: false,
         })
     }
 
@@ -239,6 +245,8 @@ pub struct Batch<'a> {
     patches: Vec<PatchId>,
     /// The atomic section is still open.
     open: bool,
+    /// The batch is [`Batch::ordered`].
+    ordered: bool,
 }
 
 impl Batch<'_> {
@@ -311,16 +319,21 @@ impl Batch<'_> {
         counts(self.l.fs())
     }
 
-    /// The batch carries a stream's changes: in a journal mode its file
-    /// data goes through the journal whatever the data mode, so a crash
-    /// shows the whole batch or none of it (data written in place before
-    /// the commit would show a later change before an earlier one).
-    pub fn journal_data(&mut self) -> Result<()> {
-        Ok(self.l.fs().modes_mut().journal_data()?)
+    /// The batch carries streams' changes, so every crash must leave a
+    /// prefix of each ([`stitch_modes::Modes::ordered`]): in a journal
+    /// mode its file data goes through the journal whatever the data
+    /// mode (data written in place before the commit would show a later
+    /// change before an earlier one); in soft updates each operation,
+    /// from one [`Batch::split_point`] to the next, reaches the disk only
+    /// after every one before it.
+    pub fn ordered(&mut self) -> Result<()> {
+        self.ordered = true;
+        Ok(self.l.fs().modes_mut().ordered()?)
     }
 
     /// An operation boundary where the unit may be split (a journal
-    /// transaction that would outgrow half the log commits here).
+    /// transaction that would outgrow half the log commits here), and
+    /// in an ordered batch a link of its chain.
     pub fn split_point(&mut self) -> Result<()> {
         Ok(self.l.fs().modes_mut().split_point()?)
     }
@@ -330,6 +343,12 @@ impl Batch<'_> {
         self.open = false;
         let m = self.l.fs().modes_mut();
         m.end_atomic()?;
+        // An ordered batch is durable only with every chained batch
+        // before it (in soft updates: the chain's tail), even one whose
+        // own changes were nothing new.
+        if self.ordered {
+            self.patches.extend(m.chain_tail());
+        }
         if self.patches.is_empty() {
             return Ok(Durability::NOTHING);
         }

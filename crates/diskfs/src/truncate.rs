@@ -3,7 +3,8 @@
 //! Soft-updates order, truncating down: the pointers to the cut blocks are
 //! cleared (in indirect blocks first, then in the inode together with the
 //! new size, so no block is ever mapped past the size on disk), and the
-//! blocks are freed only after that (rule 2).
+//! blocks are freed only after that (rule 2). The tail of the last kept
+//! block is zeroed after the new size too.
 
 use crate::error::{DiskError, Result};
 use crate::fs::{DiskFs, DATA};
@@ -33,12 +34,12 @@ impl DiskFs {
             // A cut inside the indirect map copies the kept part of each
             // indirect block on the way.
             self.alloc.room_before_op(&mut self.m, 3)?;
-            out.extend(self.zero_tail(&inode, size)?);
             let (freed, cleared) = self.cut_map(&mut inode, size.div_ceil(self.bs as u64))?;
             inode.core.blocks_lo -= freed.len() as u32 * (self.bs / 512) as u32;
             inode.set_size(size);
             inode.touch(now);
             let ip = self.inodes.write(&mut self.m, ino, &inode, &cleared)?;
+            out.extend(self.zero_tail(&inode, size, &ip)?);
             let after: Vec<PatchId> = cleared.iter().chain(&ip).copied().collect();
             for b in freed {
                 out.push(self.alloc.free_block(&mut self.m, b, &after)?);
@@ -53,8 +54,10 @@ impl DiskFs {
     }
 
     /// Zeros the bytes of the last kept block past the new size, so a later
-    /// extension reads zeros there (POSIX), not the cut data.
-    fn zero_tail(&mut self, inode: &Inode, size: u64) -> Result<Vec<PatchId>> {
+    /// extension reads zeros there (POSIX), not the cut data. After the
+    /// new size (`after`): before it, a crash would show the file at its
+    /// old size with zeros in the middle, neither before nor after.
+    fn zero_tail(&mut self, inode: &Inode, size: u64, after: &[PatchId]) -> Result<Vec<PatchId>> {
         let in_block = (size % self.bs as u64) as usize;
         if in_block == 0 {
             return Ok(Vec::new());
@@ -64,7 +67,7 @@ impl DiskFs {
                 p,
                 in_block,
                 &vec![0u8; self.bs - in_block],
-                &[],
+                after,
                 DATA,
             )?]),
             None => Ok(Vec::new()),

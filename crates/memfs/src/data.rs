@@ -6,7 +6,7 @@ use crate::error::{MemError, Result};
 use crate::fs::{Claim, MemFs};
 use crate::log::LogOp;
 use crate::node::{NodeState, Page, Xattrs};
-use crate::types::{Attr, DropSetId, Kind, SetAttrs, SetTime, XattrSet};
+use crate::types::{Attr, DropSetId, FlushCause, Kind, SetAttrs, SetTime, XattrSet};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -115,6 +115,7 @@ impl MemFs {
         if data.is_empty() {
             return Ok(0);
         }
+        self.settle_before_change(ino)?;
         let bs = self.block_size();
         // Room for every page as new, with the indirect blocks to map them.
         let pages = (data.len() as u64).div_ceil(bs) + 1;
@@ -333,6 +334,36 @@ impl MemFs {
         }
     }
 
+    /// Before a change to the data or attributes of `ino`, in soft
+    /// updates: if the file's state is dirty and in a stream (or the
+    /// caller is in one), that state goes to diskfs first, in its own
+    /// place of the stream's chain. A flush writes a file's state in one
+    /// place (where its first `Dirty` entry stands), and a crash may show
+    /// any of its blocks without the others: two changes in one state
+    /// would show the later one without the earlier, or one of them
+    /// before the changes that came between. The settling flush does not
+    /// wait for the device (the chain orders it; `MemFs::apply`), so a
+    /// change costs a batch, not a device flush. With a journal the flush
+    /// is one transaction and needs no such care.
+    pub(crate) fn settle_before_change(&self, ino: InodeNo) -> Result<()> {
+        if !self.inner.soft_updates {
+            return Ok(());
+        }
+        let Some(n) = self.cached_node(ino) else {
+            return Ok(());
+        };
+        let due = {
+            let s = n.s.read();
+            s.dirty
+                && !s.never_disk
+                && (!s.dirty_streams.is_empty() || self.stream_now().stream.is_some())
+        };
+        if !due {
+            return Ok(());
+        }
+        self.flush_own(FlushCause::Settle(ino))
+    }
+
     /// Sets the size: shrinking drops the pages past it and zeroes the
     /// tail of the last one (dirtied, so the disk gets the zeros too).
     fn truncate_locked(&self, ino: InodeNo, s: &mut NodeState, size: u64) -> Result<()> {
@@ -371,6 +402,7 @@ impl MemFs {
                 return Err(MemError::Refused(Refusal::TooLarge));
             }
         }
+        self.settle_before_change(ino)?;
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();
@@ -456,6 +488,7 @@ impl MemFs {
             stored(name, v)?;
         }
         let loaded = self.xattrs(ino)?;
+        self.settle_before_change(ino)?;
         let _g = self.inner.gate.read();
         let n = self.node(ino)?;
         let mut s = n.s.write();

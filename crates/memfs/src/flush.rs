@@ -287,8 +287,10 @@ impl MemFs {
     pub(crate) fn flush_own(&self, cause: FlushCause) -> Result<()> {
         let scope = match cause {
             FlushCause::WriteBehind(ino) => self.fsync_scope(ino),
+            FlushCause::Settle(ino) => Scope::Inode(ino),
             FlushCause::Room | FlushCause::Pressure | FlushCause::Periodic => Scope::All,
         };
+        let wait = !matches!(cause, FlushCause::Settle(_));
         // A latched mount writes nothing more: nothing to tell (the flush
         // says why).
         if !self.inner.read_only.load(Ordering::SeqCst) {
@@ -298,10 +300,17 @@ impl MemFs {
                 hook(cause);
             }
         }
-        self.flush(scope)
+        self.flush_waiting(scope, wait)
     }
 
     fn flush(&self, scope: Scope) -> Result<()> {
+        self.flush_waiting(scope, true)
+    }
+
+    /// A flush, which returns once what it applied is durable unless
+    /// `wait` is false and the plan is chained in soft updates
+    /// ([`MemFs::apply`]).
+    fn flush_waiting(&self, scope: Scope, wait: bool) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return Err(MemError::Latched);
         }
@@ -320,14 +329,21 @@ impl MemFs {
             self.inner.durable.wait_below(before);
             return self.durable_so_far();
         };
-        self.apply(plan, order)
+        self.apply(plan, order, wait)
     }
 
     /// After waiting for earlier plans: an error if one of them failed
-    /// (the device is latched then, and what they held may be lost).
+    /// (the device is latched then, and what they held may be lost), and
+    /// the wait for the last plan applied without one (`unawaited`).
     fn durable_so_far(&self) -> Result<()> {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return Err(MemError::Latched);
+        }
+        let unawaited = *self.inner.unawaited.lock();
+        if let Some(goal) = unawaited {
+            if let Err(e) = self.inner.disk.wait_durable(goal) {
+                return Err(self.failed_flush(e));
+            }
         }
         Ok(())
     }
@@ -359,7 +375,19 @@ impl MemFs {
         // inode in memory (a mail directory's 100,000), and a copy of it
         // cost each fsync milliseconds.
         let nodes = self.nodes_of(selected.iter().flat_map(|st| merged.ops[st].op.objects()));
-        let dead = self.absorbable(merged, &selected, &nodes);
+        // Soft updates with streams' changes: the batch is chained, and
+        // every change in it reaches the disk in its place (`apply_plan`).
+        // Nothing is absorbed then: a crash between two changes must show
+        // every change before it, even the creation of a file the stream
+        // removed later. (A file's state is settled before its last name
+        // goes, `MemFs::settle_name`.)
+        let ordered =
+            self.inner.soft_updates && selected.iter().any(|st| !merged.ops[st].domains.is_empty());
+        let dead = if ordered {
+            FxHashSet::default()
+        } else {
+            self.absorbable(merged, &selected, &nodes)
+        };
         let mut plan = Plan {
             ops: Vec::new(),
             files: Vec::new(),
@@ -557,7 +585,14 @@ impl MemFs {
     /// durable. `order` (the apply lock) is released once the plan is in
     /// diskfs: the next plan may be applied, and its blocks written, while
     /// this one's device flush runs.
-    fn apply(&self, plan: Plan, order: MutexGuard<'_, ()>) -> Result<()> {
+    ///
+    /// Unless `wait` is false and the plan is chained (soft updates, a
+    /// plan with streams' changes: [`Batch::ordered`]): then it returns
+    /// once applied, and its goal becomes `unawaited`. The chain puts
+    /// every later chained patch after this plan's, and every later flush
+    /// waits for the goal too ([`MemFs::durable_so_far`]), so no flush
+    /// returns with it not durable.
+    fn apply(&self, plan: Plan, order: MutexGuard<'_, ()>, wait: bool) -> Result<()> {
         let number = self.inner.durable.begin();
         let finish = Finish(&self.inner.durable, number);
         let t = self.now();
@@ -568,17 +603,30 @@ impl MemFs {
         self.inner
             .reserved_blocks
             .fetch_sub(plan.reserved, Ordering::AcqRel);
+        let chained = self.inner.soft_updates && plan.ops.iter().any(|e| !e.domains.is_empty());
+        let wait = wait || !chained;
         let result = result.and_then(|(goal, sectors)| {
-            self.inner.disk.wait_durable(goal)?;
+            if wait {
+                self.inner.disk.wait_durable(goal)?;
+            } else if goal != stitch_diskfs::Durability::NOTHING {
+                // An ordered batch's goal covers every earlier one.
+                *self.inner.unawaited.lock() = Some(goal);
+            }
             Ok(sectors)
         });
         drop(finish);
-        self.inner.durable.wait_below(number);
+        if wait {
+            self.inner.durable.wait_below(number);
+        }
         let sectors = match result {
             Ok(s) => s,
             Err(e) => return Err(self.failed_flush(e)),
         };
-        self.durable_so_far()?;
+        if wait {
+            self.durable_so_far()?;
+        } else if self.inner.read_only.load(Ordering::SeqCst) {
+            return Err(MemError::Latched);
+        }
         let nodes = self.nodes_of(
             sectors
                 .iter()
@@ -614,9 +662,9 @@ impl MemFs {
         let streams = plan.ops.iter().any(|e| !e.domains.is_empty());
         self.inner.disk.batch().and_then(|mut b| {
             if streams {
-                b.journal_data()?;
+                b.ordered()?;
             }
-            let r = apply_plan(&mut b, plan, t);
+            let r = apply_plan(&mut b, plan, t, streams);
             let written = plan
                 .files
                 .iter()
@@ -880,15 +928,42 @@ impl MemFs {
 }
 
 /// Applies the plan's operations in stamp order, then the files' states.
-fn apply_plan(disk: &mut Batch<'_>, plan: &Plan, t: Timestamp) -> stitch_diskfs::Result<()> {
+/// A plan that carries streams (`ordered`: the batch is
+/// [`Batch::ordered`]) writes each file's state where its first `Dirty`
+/// entry stands instead, so in soft updates the state comes after the
+/// stream's earlier operations and before its later ones (memfs never
+/// lets a state span another change: `MemFs::settle_before_change`).
+fn apply_plan(
+    disk: &mut Batch<'_>,
+    plan: &Plan,
+    t: Timestamp,
+    ordered: bool,
+) -> stitch_diskfs::Result<()> {
     for ino in &plan.open {
         disk.open(*ino)?;
     }
+    let mut written: FxHashSet<InodeNo> = FxHashSet::default();
+    let files: FxHashMap<InodeNo, &FileState> = plan
+        .files
+        .iter()
+        .filter(|f| ordered && f.write)
+        .map(|f| (f.ino, f))
+        .collect();
     for e in &plan.ops {
         apply_entry(disk, e)?;
+        if let LogOp::Dirty { ino } = &e.op {
+            if let Some(f) = files.get(ino).filter(|_| written.insert(*ino)) {
+                disk.settle_unlink(f.ino)?;
+                write_file(disk, f, t)?;
+            }
+        }
         disk.split_point()?;
     }
-    for f in plan.files.iter().filter(|f| f.write) {
+    for f in plan
+        .files
+        .iter()
+        .filter(|f| f.write && !written.contains(&f.ino))
+    {
         disk.settle_unlink(f.ino)?;
         write_file(disk, f, t)?;
     }

@@ -83,6 +83,13 @@ pub(crate) struct Inner {
     pub times: TimeRange,
     /// The image has the `ext_attr` feature (extended attributes can be set).
     pub xattrs: bool,
+    /// The disk is in soft updates, where a flush's changes reach it one
+    /// by one: a file's state in a stream must not span another change
+    /// (`MemFs::settle_before_change`).
+    pub soft_updates: bool,
+    /// What the last plan applied without waiting for the device needs
+    /// to be durable (`MemFs::apply`).
+    pub unawaited: Mutex<Option<stitch_diskfs::Durability>>,
     /// Pages in memory, and the bound.
     pub pages: AtomicU64,
     /// Buffers of pages written behind, for the next pages written.
@@ -165,6 +172,8 @@ impl MemFs {
             block_size: shape.block_size,
             times: shape.times,
             xattrs: shape.xattrs,
+            soft_updates: shape.soft_updates,
+            unawaited: Mutex::new(None),
             disk,
             nodes: RwLock::new(FxHashMap::default()),
             gate: RwLock::new(()),
@@ -372,7 +381,7 @@ impl MemFs {
     }
 
     pub(crate) fn log(&self, time: Timestamp, op: LogOp) {
-        self.log_held(time, op, self.unclaimed());
+        self.log_held(time, op, self.unclaimed())
     }
 
     /// Logs `op`, its entry holding the room it needs (`LogOp::reserves`,
@@ -913,6 +922,25 @@ impl MemFs {
         Ok(attr)
     }
 
+    /// Before a change that may take the last name of the file `name` in
+    /// `parent` names: its state is settled (`settle_before_change`), as
+    /// memory lets go of a removed file's pages and they could never be
+    /// written in their place after.
+    fn settle_name(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        if !self.inner.soft_updates {
+            return Ok(());
+        }
+        let found = {
+            let _g = self.inner.gate.read();
+            let dir = self.loaded_dir(parent)?;
+            self.entry(&dir, name)?
+        };
+        match found {
+            Some((ino, kind)) if kind != Kind::Dir => self.settle_before_change(ino),
+            _ => Ok(()),
+        }
+    }
+
     pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
         self.remove(parent, name, false)
     }
@@ -932,6 +960,7 @@ impl MemFs {
             return Err(MemError::Refused(Refusal::NameTooLong));
         }
         self.writable()?;
+        self.settle_name(parent, name)?;
         let _g = self.inner.gate.read();
         let dir = self.loaded_dir(parent)?;
         let (ino, kind) = self
@@ -1002,6 +1031,9 @@ impl MemFs {
             return Err(MemError::Refused(Refusal::NameTooLong));
         }
         self.writable()?;
+        if !flags.exchange {
+            self.settle_name(newparent, newname)?;
+        }
         let room = self.claim_or_flush(1)?;
         let _g = self.inner.gate.read();
         let from = self.loaded_dir(parent)?;

@@ -243,6 +243,7 @@ pub struct OwnFlushes {
     pub pressure: u64,
     pub periodic: u64,
     pub write_behind: u64,
+    pub settle: u64,
 }
 
 impl OwnFlushes {
@@ -252,6 +253,7 @@ impl OwnFlushes {
             FlushCause::Pressure => &mut self.pressure,
             FlushCause::Periodic => &mut self.periodic,
             FlushCause::WriteBehind(_) => &mut self.write_behind,
+            FlushCause::Settle(_) => &mut self.settle,
         } += 1;
     }
 }
@@ -271,6 +273,11 @@ pub enum FlushCause {
     /// What an fsync of this file would take ([`Order`]): it holds
     /// `write_behind` bytes of dirty pages.
     WriteBehind(InodeNo),
+    /// The state of this file and what it depends on, in soft updates,
+    /// before a change to it in a stream when other changes came since
+    /// it last changed (a flush writes a file's state in one place of the
+    /// stream's order). Before the change is made.
+    Settle(InodeNo),
 }
 
 /// How `set_xattr` treats an attribute that is (not) there already:

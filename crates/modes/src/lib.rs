@@ -77,6 +77,21 @@ pub struct Modes {
     /// the cache writes back: [`STREAM_BYTES`], or an eighth of a small
     /// device (so tests on small images stream too).
     stream_dirty: usize,
+    /// Soft updates' order for a batch that carries streams: see
+    /// [`Modes::ordered`].
+    chain: Chain,
+}
+
+/// A chain of operations in soft updates: while `open`, every patch made
+/// depends on `tail` (an empty patch standing for everything made before
+/// the last link), and is noted in `since` for the next link. The tail
+/// outlives the batch, so the next ordered batch comes after this one's
+/// every patch too (a handle to a committed patch is no dependency).
+#[derive(Default)]
+struct Chain {
+    open: bool,
+    tail: Option<PatchId>,
+    since: Vec<PatchId>,
 }
 
 /// Bytes of dirty blocks a batch may leave in the cache at a split point
@@ -94,6 +109,7 @@ impl Modes {
             consistency,
             journal: None,
             stream_dirty,
+            chain: Chain::default(),
         }
     }
 
@@ -169,7 +185,14 @@ impl Modes {
             return j.change(&mut self.cache, block, flags, make);
         }
         let deps = self.keep(deps);
-        make(&mut self.cache, deps)
+        if !self.chain.open {
+            return make(&mut self.cache, deps);
+        }
+        let mut all = deps.to_vec();
+        all.extend(self.chain.tail);
+        let p = make(&mut self.cache, &all)?;
+        self.chain.since.push(p);
+        Ok(p)
     }
 
     pub fn byte(
@@ -225,14 +248,42 @@ impl Modes {
         }
     }
 
-    /// Journals the data of the running transaction, whatever the data
-    /// mode, as a stream needs it (all of the transaction or none of it
-    /// after a crash); nothing to do without a journal.
-    pub fn journal_data(&mut self) -> Result<()> {
+    /// The running batch carries streams, which need every crash to leave
+    /// a prefix of each. With a journal the batch is one transaction:
+    /// its data is journaled too, whatever the data mode (all of it or
+    /// none after a crash). In soft updates the batch's operations are
+    /// chained, each after the one before, until [`Modes::end_atomic`]:
+    /// every patch made depends on an empty patch standing for all the
+    /// patches made before the last [`Modes::split_point`] (and before
+    /// the previous ordered batch). The chain costs no write; it only
+    /// holds patches back, and some blocks get written twice. Async keeps
+    /// no order, this one neither.
+    pub fn ordered(&mut self) -> Result<()> {
         match &mut self.journal {
             Some(j) => j.journal_data(&mut self.cache),
-            None => Ok(()),
+            None => {
+                self.chain.open = self.consistency == Consistency::SoftUpdates;
+                Ok(())
+            }
         }
+    }
+
+    /// The empty patch standing for every patch chained so far (soft
+    /// updates, once an ordered batch made any).
+    pub fn chain_tail(&self) -> Option<PatchId> {
+        self.chain.tail
+    }
+
+    /// A link of the chain: what is made from now on comes after what was
+    /// made before.
+    fn chain_link(&mut self) -> Result<()> {
+        if self.chain.since.is_empty() {
+            return Ok(());
+        }
+        let mut deps = std::mem::take(&mut self.chain.since);
+        deps.extend(self.chain.tail);
+        self.chain.tail = Some(self.cache.create_empty(&deps)?);
+        Ok(())
     }
 
     /// Opens an atomic section: the journal commits nothing until the
@@ -245,6 +296,10 @@ impl Modes {
     }
 
     pub fn end_atomic(&mut self) -> Result<()> {
+        if self.chain.open {
+            self.chain_link()?;
+            self.chain.open = false;
+        }
         match &mut self.journal {
             Some(j) => j.end_atomic(&mut self.cache),
             None => Ok(()),
@@ -277,10 +332,13 @@ impl Modes {
     /// every mode, once more than [`STREAM_BYTES`] of blocks are dirty the
     /// cache writes what it may and flushes, so a large file goes to the
     /// device in slices rather than all of it being copied into the cache
-    /// first.
+    /// first. In an ordered batch ([`Modes::ordered`]) a link of the chain.
     pub fn split_point(&mut self) -> Result<()> {
         if let Some(j) = &mut self.journal {
             j.split_point(&mut self.cache)?;
+        }
+        if self.chain.open {
+            self.chain_link()?;
         }
         self.cache.write_back_over(self.stream_dirty)?;
         Ok(())
