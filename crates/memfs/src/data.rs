@@ -354,14 +354,17 @@ impl MemFs {
         };
         let due = {
             let s = n.s.read();
-            s.dirty
+            let due = s.dirty
                 && !s.never_disk
-                && (!s.dirty_streams.is_empty() || self.stream_now().stream.is_some())
+                && (!s.dirty_streams.is_empty() || self.stream_now().stream.is_some());
+            due.then_some(s.dirty_pages.len())
         };
-        if !due {
+        let Some(pages) = due else {
             return Ok(());
-        }
-        self.flush_own(FlushCause::Settle(ino))
+        };
+        self.flush_own(FlushCause::Settle(ino))?;
+        self.settled(ino, pages);
+        Ok(())
     }
 
     /// Sets the size: shrinking drops the pages past it and zeroes the

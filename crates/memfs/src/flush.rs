@@ -776,6 +776,7 @@ impl MemFs {
                 let flushed = self.flush_own(FlushCause::WriteBehind(ino));
                 if flushed.is_ok() {
                     self.shed_clean_pages(ino);
+                    self.inner.stats.lock().written_behind += 1;
                 }
                 orders = lock.lock();
                 if let Err(e) = flushed {
@@ -800,6 +801,37 @@ impl MemFs {
         if self.inner.opts.flush_interval.is_none() || !self.write_behind_due(dirty_pages) {
             return;
         }
+        self.hand_behind(ino);
+    }
+
+    /// After a settle (`MemFs::settle_before_change`) put `pages` of
+    /// `ino`'s dirty pages in diskfs without waiting for the device: a
+    /// stream rewriting one file settles at every write, so its pages
+    /// never pile up in memory to reach the bound, yet they are not
+    /// durable either. Once the settled pages reach the write-behind
+    /// bound, the file goes to the background flusher as if its own
+    /// pages had, and its flush waits for all the settles before it.
+    pub(crate) fn settled(&self, ino: InodeNo, pages: usize) {
+        if self.inner.opts.flush_interval.is_none() {
+            return;
+        }
+        let before = self.inner.settled_pages.fetch_add(pages as u64, Ordering::AcqRel);
+        let total = before + pages as u64;
+        if !self.write_behind_due(total as usize) {
+            return;
+        }
+        // Whoever crosses the bound hands the file on, once.
+        if self
+            .inner
+            .settled_pages
+            .compare_exchange(total, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.hand_behind(ino);
+        }
+    }
+
+    fn hand_behind(&self, ino: InodeNo) {
         let (lock, cv) = &self.inner.bg;
         let mut orders = lock.lock();
         if orders.behind.insert(ino) {

@@ -90,6 +90,9 @@ pub(crate) struct Inner {
     /// What the last plan applied without waiting for the device needs
     /// to be durable (`MemFs::apply`).
     pub unawaited: Mutex<Option<stitch_diskfs::Durability>>,
+    /// Dirty pages settled without waiting since write-behind last took
+    /// them (`MemFs::settled`).
+    pub settled_pages: AtomicU64,
     /// Pages in memory, and the bound.
     pub pages: AtomicU64,
     /// Buffers of pages written behind, for the next pages written.
@@ -174,6 +177,7 @@ impl MemFs {
             xattrs: shape.xattrs,
             soft_updates: shape.soft_updates,
             unawaited: Mutex::new(None),
+            settled_pages: AtomicU64::new(0),
             disk,
             nodes: RwLock::new(FxHashMap::default()),
             gate: RwLock::new(()),

@@ -229,6 +229,9 @@ pub struct Stats {
     pub pages_evicted: u64,
     /// Files handed to the background flusher by write-behind.
     pub write_behinds: u64,
+    /// Write-behind flushes that finished: what they wrote, and every
+    /// flush before them, is durable.
+    pub written_behind: u64,
     /// New pages given the buffer of a page written behind and let go,
     /// rather than memory never touched before.
     pub pages_reused: u64,
