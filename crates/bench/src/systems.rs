@@ -176,7 +176,7 @@ const fn floor(id: &'static str, label: &'static str) -> System {
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 18] = [
+pub const SYSTEMS: [System; 19] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     System {
         id: "stitchfs-precise",
@@ -214,6 +214,15 @@ pub const SYSTEMS: [System; 18] = [
         "stitchfs softupdates",
         "softupdates",
         None,
+    ),
+    launched(
+        stitchfs(
+            "stitchfs-softupdates-stream",
+            "stitchfs softupdates, stream ignoring fsync",
+            "softupdates",
+            None,
+        ),
+        Launch::Stream,
     ),
     stitchfs(
         "stitchfs-writeback",

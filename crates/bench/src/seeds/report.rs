@@ -365,8 +365,9 @@ const NOTES: &str =
      ordering only; the SQLite and LevelDB drivers call setstream themselves and \
      streamsync once after their last transaction (the commit point: the end of the \
      batch, to which every system is timed), other programs run under `stitchfs run \
-     --stream bench --ignore-fsync`, which makes the stream durable when each exits. \
-     stitchfs async, fsyncs dropped (`stitchfs-ceiling`), and the FUSE floor, fsyncs \
+     --stream bench --ignore-fsync`, which makes the stream durable when each exits; \
+     stitchfs softupdates, stream ignoring fsync (`stitchfs-softupdates-stream`, not \
+     in the default set) does the same in soft updates. stitchfs async, fsyncs dropped (`stitchfs-ceiling`), and the FUSE floor, fsyncs \
      dropped, run them under eatmydata: no fsync and no order, the phase's final sync \
      (inside the timing, as on every system) making it all durable; the ceiling of \
      what ignoring fsync can give. A workload done in the benchmark process (the \

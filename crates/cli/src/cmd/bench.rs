@@ -130,13 +130,14 @@ struct MountArgs {
     /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
     /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
-    /// Three more launch a workload's programs, so they run only `bench
+    /// Four more launch a workload's programs, so they run only `bench
     /// seeds`' workloads done by programs (the others are skipped as not
     /// applicable): stitchfs-stream (journal, data=ordered, the programs
     /// in stream `bench` with IGNORE_FSYNC: their fsyncs only order; the
     /// SQLite and LevelDB drivers call setstream and one streamsync after
     /// their last transaction, other commands run under `stitchfs run
-    /// --stream bench --ignore-fsync`); stitchfs-ceiling (async, the
+    /// --stream bench --ignore-fsync`); stitchfs-softupdates-stream (the
+    /// same in soft updates); stitchfs-ceiling (async, the
     /// programs under eatmydata: every fsync dropped, no order, one sync at
     /// the end of the phase, inside its timing, as on every system); and
     /// fuse-floor-nofsync (the FUSE floor with the programs under
