@@ -59,6 +59,7 @@ __all__ = [
     "IOC_SET_STREAM",
     "IOC_GET_STREAM",
     "IOC_STREAM_SYNC",
+    "IOC_STATS",
     "IGNORE_FSYNC",
     "StitchError",
     "StreamInfo",
@@ -70,12 +71,13 @@ __all__ = [
     "streamsync",
     "strerror",
     "subreaper",
+    "stats",
     "sync",
     "version",
 ]
 
-#: The API version this module describes (2: contexts, 3: streams).
-API_VERSION = 3
+#: The API version this module describes (2: contexts, 3: streams, 4: stats).
+API_VERSION = 4
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
 IOC_SYNC = 0x0000F501
@@ -91,6 +93,8 @@ IOC_SET_STREAM = 0x4050F505
 IOC_GET_STREAM = 0xC050F506
 #: ``_IOW(0xF5, 7, struct stitch_call)``: the caller's stream, durable.
 IOC_STREAM_SYNC = 0x4008F507
+#: ``_IOWR(0xF5, 8, struct stitch_stats)``: the mount's figures, as JSON.
+IOC_STATS = 0xFE88F508
 
 #: ``setstream`` flag: the stream's fsyncs only order, and return at once.
 IGNORE_FSYNC = 1
@@ -111,6 +115,8 @@ _TAG = struct.Struct("=IIQ")
 _STREAM = struct.Struct("=IIQ64s")
 # version, flags
 _CALL = struct.Struct("=II")
+_STATS_TEXT_MAX = 16000
+_STATS = struct.Struct(f"=II{_STATS_TEXT_MAX}s")
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -176,6 +182,21 @@ def version(target: Target = None) -> int:
     out = _call("version", target, IOC_VERSION, bytes(_VERSION.size))
     api, _flags = _VERSION.unpack(out)
     return int(api)
+
+
+def stats(target: Target = None) -> dict:
+    """The mount's figures now (counters, latencies, ordering domains), as
+    ``stitchfs stats --json`` prints them; field names in docs/stats.md."""
+    import json
+
+    buf = bytearray(_STATS.pack(API_VERSION, 0, b""))
+    with _descriptor(target) as fd:
+        try:
+            fcntl.ioctl(fd, IOC_STATS, buf, True)
+        except OSError as e:
+            raise StitchError(e.errno, f"stitchfs stats: {strerror(e.errno)}") from None
+    _version, n, text = _STATS.unpack(bytes(buf))
+    return json.loads(text[:n].decode())
 
 
 class Context(NamedTuple):

@@ -54,6 +54,11 @@ enum Command {
     /// Make everything a stitchfs mount holds durable (sync(1) does not
     /// reach FUSE servers): [PATH] is any file or directory on the mount.
     Sync(cmd::sync::Args),
+    /// Show a live mount's figures: flushes and their causes, dirty
+    /// memory, fsync latency, the patch cache's counters, the journal,
+    /// requests by opcode with their latency, streams and contexts
+    /// (field names of --json in docs/stats.md).
+    Stats(cmd::stats::Args),
     /// Run a program and everything it starts in a stream of a mount: the
     /// disk keeps a prefix of what they change, in order; the stream is
     /// made durable when the program exits, before its status is returned.
@@ -75,6 +80,7 @@ fn main() {
         Command::Mount(args) => cmd::mount::run(args),
         Command::Umount(args) => cmd::umount::run(args),
         Command::Sync(args) => cmd::sync::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
         Command::Run(args) => match cmd::run::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

@@ -23,6 +23,7 @@
 //! | `_IOW(0xF5, 5, Stream)` | [`IOC_SET_STREAM`] | [`Stream`] in | puts the calling thread in the stream named (made if new), or in none for an empty name |
 //! | `_IOWR(0xF5, 6, Stream)` | [`IOC_GET_STREAM`] | [`Stream`] in and out | the calling thread's stream: name, number, flags |
 //! | `_IOW(0xF5, 7, Call)` | [`IOC_STREAM_SYNC`] | [`Call`] in | every change of the calling thread's stream, durable when it returns |
+//! | `_IOWR(0xF5, 8, StatsText)` | [`IOC_STATS`] | [`StatsText`] in and out | the mount's figures now, as JSON (`docs/stats.md`) |
 //!
 //! A **stream** ("Consistency Without Ordering") is an order of changes:
 //! the disk always holds a prefix of each stream's changes (each whole),
@@ -86,7 +87,8 @@ pub const MAGIC: u32 = 0xF5;
 /// The API version this table describes. A server answers calls of its
 /// own version and older; a caller can ask with [`IOC_VERSION`].
 /// Version 1: sync and version. Version 2: contexts. Version 3: streams.
-pub const API_VERSION: u32 = 3;
+/// Version 4: stats.
+pub const API_VERSION: u32 = 4;
 
 const NONE: u32 = 0;
 const WRITE: u32 = 1;
@@ -252,6 +254,57 @@ pub struct Call {
     pub flags: u32,
 }
 
+/// The mount's figures: `_IOWR(0xF5, 8, StatsText)`.
+pub const IOC_STATS: u32 = ioc(READ | WRITE, 8, std::mem::size_of::<StatsText>());
+
+/// Room for the figures' JSON text in [`StatsText`].
+pub const STATS_TEXT_MAX: usize = 16000;
+
+/// What [`IOC_STATS`] is sent (`version` filled) and answers: the
+/// figures as one JSON object of `len` bytes (field names in
+/// `docs/stats.md`, stable within an API version).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsText {
+    /// In: the API version the caller speaks.
+    pub version: u32,
+    /// Out: the bytes of `text` used.
+    pub len: u32,
+    /// Out: UTF-8 JSON.
+    pub text: [u8; STATS_TEXT_MAX],
+}
+
+impl Default for StatsText {
+    fn default() -> StatsText {
+        StatsText {
+            version: 0,
+            len: 0,
+            text: [0; STATS_TEXT_MAX],
+        }
+    }
+}
+
+impl StatsText {
+    /// The answer carrying `json`; `None` if it does not fit.
+    pub fn of(json: &str) -> Option<StatsText> {
+        let mut t = StatsText {
+            version: API_VERSION,
+            len: u32::try_from(json.len()).ok()?,
+            ..StatsText::default()
+        };
+        t.text
+            .get_mut(..json.len())?
+            .copy_from_slice(json.as_bytes());
+        Some(t)
+    }
+
+    /// The JSON text, if `len` is within the field and the bytes UTF-8.
+    pub fn json(&self) -> Option<&str> {
+        std::str::from_utf8(self.text.get(..self.len as usize)?).ok()
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<StatsText>() == 16008);
 const _: () = assert!(std::mem::size_of::<Context>() == 56);
 const _: () = assert!(std::mem::size_of::<Stream>() == 80);
 const _: () = assert!(std::mem::size_of::<Call>() == 8);
@@ -325,6 +378,25 @@ impl Wire for Stream {
     }
 }
 
+impl Wire for StatsText {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(std::mem::size_of::<StatsText>());
+        v.extend_from_slice(&self.version.to_ne_bytes());
+        v.extend_from_slice(&self.len.to_ne_bytes());
+        v.extend_from_slice(&self.text);
+        v
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<StatsText> {
+        let head = Call::from_bytes(b)?;
+        Some(StatsText {
+            version: head.version,
+            len: head.flags,
+            text: b.get(8..8 + STATS_TEXT_MAX)?.try_into().ok()?,
+        })
+    }
+}
+
 wire!(Context {
     version: u32,
     flags: u32,
@@ -340,7 +412,7 @@ wire!(Context {
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 7] = [
+pub const TABLE: [(u32, &str); 8] = [
     (IOC_SYNC, "sync"),
     (IOC_VERSION, "version"),
     (IOC_CONTEXT, "context"),
@@ -348,6 +420,7 @@ pub const TABLE: [(u32, &str); 7] = [
     (IOC_SET_STREAM, "set_stream"),
     (IOC_GET_STREAM, "get_stream"),
     (IOC_STREAM_SYNC, "stream_sync"),
+    (IOC_STATS, "stats"),
 ];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
@@ -420,6 +493,25 @@ pub fn request_stream_sync(f: &impl AsRawFd) -> std::io::Result<()> {
     Err(std::io::Error::last_os_error())
 }
 
+/// The figures of the mount behind `f` ([`IOC_STATS`]), as JSON text:
+/// `Ok(None)` if `f` is on another file system (or a stitchfs server too
+/// old to know the call).
+pub fn request_stats(f: &impl AsRawFd) -> std::io::Result<Option<String>> {
+    let mut t = Box::new(StatsText {
+        version: API_VERSION,
+        ..StatsText::default()
+    });
+    // SAFETY: the kernel reads and writes size_of::<StatsText>() bytes,
+    // the size the command number carries, at `t`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_STATS as _, &mut *t as *mut StatsText) } == 0 {
+        let json = t.json().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "stats: not UTF-8 text")
+        })?;
+        return Ok(Some(json.to_owned()));
+    }
+    not_ours(std::io::Error::last_os_error()).map(|_| None)
+}
+
 /// The errors a file system that is not stitchfs answers an unknown
 /// ioctl with are `Ok(false)`; others stay errors.
 fn not_ours(err: std::io::Error) -> std::io::Result<bool> {
@@ -446,6 +538,9 @@ mod tests {
         assert_eq!(IOC_SET_STREAM, 0x4050_F505);
         assert_eq!(IOC_GET_STREAM, 0xC050_F506);
         assert_eq!(IOC_STREAM_SYNC, 0x4008_F507);
+        // _IOWR(0xF5, 8, 16008 bytes).
+        assert_eq!(IOC_STATS, 0xFE88_F508);
+        assert_eq!(decode(IOC_STATS), (8, 16008));
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 

@@ -235,7 +235,9 @@ fn dir_first_half(m: &Model, before: &Tree, a: &Action) -> Option<Tree> {
     }
     let mut names: std::collections::BTreeMap<Vec<u8>, u32> = Default::default();
     for (path, node) in &t.nodes {
-        *names.entry(node.same_as.clone().unwrap_or_else(|| path.clone())).or_default() += 1;
+        *names
+            .entry(node.same_as.clone().unwrap_or_else(|| path.clone()))
+            .or_default() += 1;
     }
     for (path, node) in t.nodes.iter_mut() {
         if node.meta.kind != FileKind::Dir {
@@ -301,7 +303,11 @@ impl Expected {
             }
             sets.push((set, before));
         }
-        let tree_of = |s: u32| sets.binary_search_by_key(&s, |(k, _)| *k).ok().map(|i| &sets[i].1);
+        let tree_of = |s: u32| {
+            sets.binary_search_by_key(&s, |(k, _)| *k)
+                .ok()
+                .map(|i| &sets[i].1)
+        };
         let partials = writing
             .into_iter()
             .filter_map(|(set, r)| {

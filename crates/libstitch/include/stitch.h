@@ -19,8 +19,9 @@
 extern "C" {
 #endif
 
-/* The API version this header describes (2: contexts, 3: streams). */
-#define STITCH_API_VERSION 3
+/* The API version this header describes (2: contexts, 3: streams,
+ * 4: stats). */
+#define STITCH_API_VERSION 4
 
 /* The ioctls underneath (FUSE restricted ioctls, type 0xF5). */
 #define STITCH_IOC_SYNC 0x0000F501u    /* _IO(0xF5, 1) */
@@ -30,6 +31,16 @@ extern "C" {
 #define STITCH_IOC_SET_STREAM 0x4050F505u /* _IOW(0xF5, 5, struct stitch_stream) */
 #define STITCH_IOC_GET_STREAM 0xC050F506u /* _IOWR(0xF5, 6, struct stitch_stream) */
 #define STITCH_IOC_STREAM_SYNC 0x4008F507u /* _IOW(0xF5, 7, struct stitch_call) */
+#define STITCH_IOC_STATS 0xFE88F508u /* _IOWR(0xF5, 8, struct stitch_stats) */
+
+/* The mount's figures as one JSON object (field names: docs/stats.md):
+ * the caller sets version, the server fills len and text. */
+#define STITCH_STATS_TEXT_MAX 16000
+struct stitch_stats {
+	uint32_t version; /* in: STITCH_API_VERSION */
+	uint32_t len;     /* out: bytes of text used */
+	char text[STITCH_STATS_TEXT_MAX]; /* out: UTF-8 JSON, not NUL-terminated */
+};
 
 struct stitch_version {
 	unsigned int api;   /* the API version the server speaks */

@@ -815,7 +815,10 @@ impl MemFs {
         if self.inner.opts.flush_interval.is_none() {
             return;
         }
-        let before = self.inner.settled_pages.fetch_add(pages as u64, Ordering::AcqRel);
+        let before = self
+            .inner
+            .settled_pages
+            .fetch_add(pages as u64, Ordering::AcqRel);
         let total = before + pages as u64;
         if !self.write_behind_due(total as usize) {
             return;

@@ -241,6 +241,25 @@ impl MemFs {
         }
     }
 
+    /// What memory holds now: a walk of the inode table under its read
+    /// lock (for `stitchfs stats`, not for every request).
+    pub fn memory(&self) -> crate::types::Memory {
+        let nodes = self.inner.nodes.read();
+        let mut m = crate::types::Memory {
+            pages: self.inner.pages.load(Ordering::Acquire),
+            inodes: nodes.len() as u64,
+            ..Default::default()
+        };
+        for n in nodes.values() {
+            let s = n.s.read();
+            if s.dirty {
+                m.dirty_inodes += 1;
+                m.dirty_pages += s.dirty_pages.len() as u64;
+            }
+        }
+        m
+    }
+
     /// Runs `f` on diskfs (tests and tools: the device, the journal).
     pub fn with_disk<R>(&self, f: impl FnOnce(&mut DiskFs) -> R) -> Result<R> {
         Ok(self.inner.disk.inspect(f)?)

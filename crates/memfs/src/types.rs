@@ -210,6 +210,19 @@ impl Default for Options {
     }
 }
 
+/// What memory holds now ([`crate::MemFs::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// Pages of file data in memory, clean or dirty.
+    pub pages: u64,
+    /// Of those, pages changed since the last flush that took them.
+    pub dirty_pages: u64,
+    /// Files and directories with changes not yet flushed.
+    pub dirty_inodes: u64,
+    /// Inodes in the table.
+    pub inodes: u64,
+}
+
 /// Counters since mount.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {

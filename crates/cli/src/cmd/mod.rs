@@ -7,5 +7,6 @@ pub mod mkfs;
 pub mod mount;
 pub mod programs;
 pub mod run;
+pub mod stats;
 pub mod sync;
 pub mod umount;

@@ -30,7 +30,8 @@
 //! Modules: `ops` (the `fuser::Filesystem` methods), `ids` (node ids and
 //! inode numbers), `control` (the control table's ioctls), `callers` (who
 //! is calling, and contexts), `streams` (named streams and who is in
-//! which), `dirs` (directory
+//! which), `requests` and `stats` (what was served, and the mount's
+//! figures for `stitchfs stats`), `dirs` (directory
 //! handles), `nodes` (lookup counts and generations), `diag` (where messages go: stderr, or syslog once daemonized),
 //! `daemon` (daemonizing, signals, unmounting).
 
@@ -42,6 +43,8 @@ mod dirs;
 mod ids;
 mod nodes;
 mod ops;
+mod requests;
+mod stats;
 mod streams;
 
 use fuser::{Errno, FileAttr, FileType};
@@ -62,6 +65,8 @@ pub struct StitchFuse {
     callers: callers::Callers,
     /// The named streams.
     streams: streams::Streams,
+    /// The requests served, by opcode.
+    requests: requests::Requests,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -76,6 +81,7 @@ impl StitchFuse {
             drops_setid: false,
             callers: callers::registry(DEFAULT_CONTEXTS),
             streams: streams::Streams::default(),
+            requests: requests::Requests::default(),
         }
     }
 
@@ -225,22 +231,26 @@ fn serve<R: ErrorReply, T, E: Into<Failure>>(
     reply: R,
     work: impl FnOnce() -> Result<T, E>,
     answer: impl FnOnce(R, T),
-) {
+) -> bool {
     match catch_unwind(AssertUnwindSafe(|| work().map_err(Into::into))) {
         Ok(Ok(v)) => {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(|| answer(reply, v))) {
                 log_panic(op, ino, &*panic);
+                return false;
             }
+            true
         }
         Ok(Err(f)) => {
             if let Some(line) = f.log_line(op, ino) {
                 diag::request_error(&line);
             }
             reply.fail(f.errno());
+            false
         }
         Err(panic) => {
             log_panic(op, ino, &*panic);
             reply.fail(Errno::EIO);
+            false
         }
     }
 }

@@ -15,7 +15,7 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use stitch_memfs::Refusal;
 use stitch_memfs::{
     in_domains, Attr, DropSetId, InodeNo, Kind, MemError, RenameFlags, SetAttrs, SetTime,
@@ -177,11 +177,16 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
+        let began = Instant::now();
         let domains = self.domains(self.see(req, op).as_ref());
-        match ids::ino_of(node) {
+        let ok = match ids::ino_of(node) {
             Ok(ino) => in_domains(domains, || serve(op, ino, reply, || work(ino), answer)),
-            Err(e) => unknown_node(op, node, reply, e),
-        }
+            Err(e) => {
+                unknown_node(op, node, reply, e);
+                false
+            }
+        };
+        self.requests.record(op, began.elapsed(), ok);
     }
 
     /// Serves `req` on `name` in directory `parent`, refusing first a name
@@ -197,13 +202,17 @@ impl StitchFuse {
         work: impl FnOnce(InodeNo, &[u8]) -> Result<T, E>,
         answer: impl FnOnce(R, T),
     ) {
+        let began = Instant::now();
         let domains = self.domains(self.see(req, op).as_ref());
         let dir = match ids::ino_of(parent) {
             Ok(dir) => dir,
-            Err(e) => return unknown_node(op, parent, reply, e),
+            Err(e) => {
+                unknown_node(op, parent, reply, e);
+                return self.requests.record(op, began.elapsed(), false);
+            }
         };
         let name = name.as_bytes();
-        in_domains(domains, || {
+        let ok = in_domains(domains, || {
             serve(
                 op,
                 dir,
@@ -215,6 +224,7 @@ impl StitchFuse {
                 answer,
             )
         });
+        self.requests.record(op, began.elapsed(), ok);
     }
 }
 

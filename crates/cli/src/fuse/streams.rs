@@ -57,6 +57,15 @@ struct Named {
 }
 
 impl Streams {
+    /// Streams made on the mount (each lives until unmount).
+    pub fn len(&self) -> usize {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .len()
+    }
+
     /// The stream `name`, made for `uid` if new.
     fn open(&self, name: &[u8], uid: u32) -> Result<u64, Errno> {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,126 @@
+//! `IOC_STATS`, served: the mount's figures as one JSON object, the text
+//! `stitchfs stats` prints. The field names are documented in
+//! `docs/stats.md` and only grow within an API version.
+
+use super::callers::check_version;
+use super::{OpResult, StitchFuse};
+use fuser::Errno;
+use serde_json::{json, Map, Value};
+use stitch_control::{StatsText, Wire};
+
+impl StitchFuse {
+    /// `IOC_STATS`: the figures, if they fit the answer (they do by far:
+    /// a few kilobytes against sixteen).
+    pub(super) fn stats_call(&self, input: &[u8]) -> OpResult<Vec<u8>> {
+        let asked = StatsText::from_bytes(input).ok_or(Errno::EINVAL)?;
+        check_version(asked.version)?;
+        let text = self.figures()?.to_string();
+        Ok(StatsText::of(&text).ok_or(Errno::EOVERFLOW)?.to_bytes())
+    }
+
+    /// The mount's figures now.
+    pub(super) fn figures(&self) -> OpResult<Value> {
+        let (patches, journal) = self
+            .fs
+            .with_disk(|d| {
+                let p = d.modes().cache().stats();
+                let j = d.modes().journal().map(|j| j.stats());
+                (p, j)
+            })
+            .map_err(super::Failure::from)?;
+        let m = self.fs.stats();
+        let mem = self.fs.memory();
+        let o = m.own_flushes;
+        let requests: Map<String, Value> = self
+            .requests
+            .summary()
+            .into_iter()
+            .map(|(name, r)| {
+                (
+                    name.to_string(),
+                    json!({
+                        "count": r.count,
+                        "errors": r.errors,
+                        "total_us": r.total_ns / 1000,
+                        "p50_us": r.p50_ns / 1000,
+                        "p99_us": r.p99_ns / 1000,
+                        "max_us": r.max_ns / 1000,
+                    }),
+                )
+            })
+            .collect();
+        let fsync = requests.get("fsync").cloned().unwrap_or_else(|| {
+            json!({"count": 0, "errors": 0, "total_us": 0, "p50_us": 0, "p99_us": 0, "max_us": 0})
+        });
+        let block = self.fs.block_size();
+        Ok(json!({
+            "api": stitch_control::API_VERSION,
+            "order": self.fs.order().to_string(),
+            "patches": {
+                "requests": patches.requests,
+                "created": patches.patches_created(),
+                "created_byte": patches.created_byte,
+                "created_bit": patches.created_bit,
+                "created_empty": patches.created_empty,
+                "created_hard": patches.created_hard,
+                "merged": patches.merged(),
+                "merged_hard": patches.merged_hard,
+                "merged_soft_to_hard": patches.merged_soft_to_hard,
+                "merged_overlap": patches.merged_overlap,
+                "overlap_merge_refused": patches.overlap_merge_refused,
+                "undo_bytes_allocated": patches.undo_bytes_allocated,
+                "undo_bytes_live": patches.undo_bytes_live,
+                "rollbacks": patches.reverts,
+                "commits": patches.commits,
+                "blocks_written": patches.blocks_written,
+                "write_batches": patches.write_batches,
+                "device_flushes": patches.flushes,
+                "blocks_read": patches.blocks_read,
+                "evictions": patches.evictions,
+                "backpressure_waits": patches.backpressure_waits,
+                "live_patches": patches.live_patches,
+                "dirty_blocks": patches.dirty_blocks,
+                "cached_blocks": patches.cached_blocks,
+            },
+            "journal": journal.map(|j| json!({
+                "commits": j.commits,
+                "data_only": j.data_only,
+                "log_blocks": j.log_blocks,
+                "copies": j.copies,
+                "revokes": j.revokes,
+                "tail_moves": j.tail_moves,
+                "space_waits": j.space_waits,
+            })),
+            "memfs": {
+                "flushes": m.flushes,
+                "ops_applied": m.ops_applied,
+                "ops_absorbed": m.ops_absorbed,
+                "pages_written": m.pages_written,
+                "fsync_noops": m.fsync_noops,
+                "fsyncs_ignored": m.fsyncs_ignored,
+                "pages_evicted": m.pages_evicted,
+                "write_behinds": m.write_behinds,
+                "written_behind": m.written_behind,
+                "pages_reused": m.pages_reused,
+                "own_flushes": {
+                    "periodic": o.periodic,
+                    "write_behind": o.write_behind,
+                    "pressure": o.pressure,
+                    "room": o.room,
+                    "settle": o.settle,
+                },
+                "pages": mem.pages,
+                "dirty_pages": mem.dirty_pages,
+                "dirty_bytes": mem.dirty_pages * block,
+                "dirty_inodes": mem.dirty_inodes,
+                "inodes": mem.inodes,
+            },
+            "requests": requests,
+            "fsync": fsync,
+            "domains": {
+                "streams": self.streams.len(),
+                "contexts": self.callers.len(),
+            },
+        }))
+    }
+}

@@ -1,0 +1,240 @@
+//! `stitchfs stats` on a real mount: the figures move as operations
+//! happen (a create counts as a create, an fsync adds to the fsync
+//! latency count, a flush to the flushes and the blocks written), the
+//! JSON's fields are exactly those `docs/stats.md` documents, and a path
+//! off any stitchfs mount is a clear error. The same figures through the
+//! Python package.
+
+mod posix_support;
+
+use posix_support::{repo_root, run_logged as run, Scratch, JOURNAL_ORDERED, SOFTUPDATES};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
+
+fn stats(mnt: &Path) -> Value {
+    let out = run(
+        "stitchfs stats --json",
+        Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+            .args(["stats", "--json"])
+            .arg(mnt),
+    );
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
+}
+
+fn num(v: &Value, path: &str) -> u64 {
+    path.split('.')
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{path} missing in {v}"))
+}
+
+fn count(v: &Value, op: &str) -> u64 {
+    v["requests"].get(op).map_or(0, |r| num(r, "count"))
+}
+
+#[test]
+fn the_figures_move_as_operations_happen() {
+    for mode in [JOURNAL_ORDERED, SOFTUPDATES] {
+        let mut s = Scratch::new(mode, 64);
+        // No periodic flush: what is dirty stays so until the test syncs.
+        s.mount_args = vec!["--flush-interval".into(), "0".into()];
+        s.with_mount(|mnt| {
+            let before = stats(mnt);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(mnt.join("f"))
+                .unwrap();
+            let created = stats(mnt);
+            assert_eq!(
+                count(&created, "create"),
+                count(&before, "create") + 1,
+                "{}: {created}",
+                mode.name()
+            );
+            f.write_all(&[7u8; 10_000]).unwrap();
+            f.sync_all().unwrap();
+            let synced = stats(mnt);
+            let name = mode.name();
+            assert_eq!(
+                num(&synced, "fsync.count"),
+                num(&before, "fsync.count") + 1,
+                "{name}"
+            );
+            assert_eq!(
+                count(&synced, "write"),
+                count(&before, "write") + 1,
+                "{name}"
+            );
+            assert!(num(&synced, "fsync.max_us") >= num(&synced, "fsync.p50_us"));
+            assert!(
+                num(&synced, "memfs.flushes") > num(&before, "memfs.flushes"),
+                "{name}"
+            );
+            assert!(num(&synced, "memfs.pages_written") >= num(&before, "memfs.pages_written") + 3);
+            assert!(
+                num(&synced, "patches.blocks_written") > num(&before, "patches.blocks_written"),
+                "{name}"
+            );
+            assert!(
+                num(&synced, "patches.device_flushes") > num(&before, "patches.device_flushes")
+            );
+            match mode.journal() {
+                true => assert!(num(&synced, "journal.commits") > num(&before, "journal.commits")),
+                false => assert!(synced["journal"].is_null(), "{synced}"),
+            }
+            // Written and not synced: dirty, until a sync takes it.
+            f.write_all(&[8u8; 8192]).unwrap();
+            let dirty = stats(mnt);
+            assert!(num(&dirty, "memfs.dirty_pages") >= 2, "{name}: {dirty}");
+            assert_eq!(
+                num(&dirty, "memfs.dirty_bytes"),
+                num(&dirty, "memfs.dirty_pages") * 4096
+            );
+            // A request answered with an error counts as one of its
+            // opcode: removing a directory that is not empty.
+            std::fs::create_dir(mnt.join("d")).unwrap();
+            std::fs::write(mnt.join("d/x"), b"x").unwrap();
+            assert!(std::fs::remove_dir(mnt.join("d")).is_err());
+            let after = stats(mnt);
+            let rmdir = |v: &Value, k: &str| v["requests"]["rmdir"][k].as_u64().unwrap_or(0);
+            assert_eq!(
+                (rmdir(&after, "count"), rmdir(&after, "errors")),
+                (1, 1),
+                "{name}"
+            );
+        });
+    }
+}
+
+#[test]
+fn streams_and_contexts_show_as_domains() {
+    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.with_mount(|mnt| {
+        assert_eq!(num(&stats(mnt), "domains.streams"), 0);
+        let out = run(
+            "stitchfs run --stream",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .args(["run", "--stream", "s1", "--at"])
+                .arg(mnt)
+                .args(["--", "sh", "-c", "echo x > f"])
+                .current_dir(mnt),
+        );
+        assert!(out.status.success());
+        assert_eq!(num(&stats(mnt), "domains.streams"), 1);
+    });
+}
+
+/// Every dotted path of `v`, with the opcodes of `requests` as `OPCODE`.
+fn fields(v: &Value, at: &str, out: &mut BTreeSet<String>) {
+    if !v.is_object() {
+        out.insert(at.to_string());
+    }
+    if let Value::Object(m) = v {
+        for (k, child) in m {
+            let k = if at == "requests" {
+                "OPCODE"
+            } else {
+                k.as_str()
+            };
+            let path = if at.is_empty() {
+                k.to_string()
+            } else {
+                format!("{at}.{k}")
+            };
+            fields(child, &path, out);
+        }
+    }
+}
+
+#[test]
+fn the_json_fields_are_the_documented_ones() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/stats.md")).unwrap();
+    let documented: BTreeSet<String> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|l| {
+            let first = l.split('|').nth(1).unwrap_or("");
+            first
+                .split(',')
+                .map(|f| f.trim().trim_matches('`').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for mode in [JOURNAL_ORDERED, SOFTUPDATES] {
+        let s = Scratch::new(mode, 64);
+        s.with_mount(|mnt| {
+            std::fs::write(mnt.join("f"), b"x").unwrap();
+            let v = stats(mnt);
+            let mut got = BTreeSet::new();
+            fields(&v, "", &mut got);
+            // Without a journal the field is null and has no members.
+            let here: Vec<&String> = documented
+                .iter()
+                .filter(|f| mode.journal() || !f.starts_with("journal."))
+                .collect();
+            // The leaves: a documented object (`journal`, `fsync`) stands
+            // for its members.
+            let want: BTreeSet<String> = here
+                .iter()
+                .filter(|f| !here.iter().any(|g| g.starts_with(&format!("{f}."))))
+                .map(|f| f.to_string())
+                .collect();
+            assert_eq!(got, want, "{}: the JSON against docs/stats.md", mode.name());
+        });
+    }
+}
+
+#[test]
+fn the_text_shows_the_figures_and_a_foreign_path_is_refused() {
+    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.with_mount(|mnt| {
+        std::fs::write(mnt.join("f"), b"x").unwrap();
+        let out = run(
+            "stitchfs stats",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .arg("stats")
+                .arg(mnt),
+        );
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        for want in [
+            "fsync latency",
+            "dirty bytes",
+            "device flushes",
+            "journal",
+            "create",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        let py = run(
+            "python3 stitchfs.stats",
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import sys, stitchfs; s = stitchfs.stats(sys.argv[1]); \
+                     print(s['api'], s['requests']['create']['count'])",
+                ])
+                .arg(mnt)
+                .env("PYTHONPATH", repo_root().join("python")),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&py.stdout).trim(),
+            format!("{} 1", stitch_control::API_VERSION)
+        );
+    });
+    let out = run(
+        "stitchfs stats off a mount",
+        Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+            .arg("stats")
+            .arg(env!("CARGO_TARGET_TMPDIR")),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not on a stitchfs mount"));
+}
