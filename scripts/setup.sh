@@ -26,10 +26,20 @@ have findmnt || need_apt+=(util-linux)
 # and eatmydata, which drops the programs' fsyncs for the ceiling.
 python3 -c 'import plyvel' >/dev/null 2>&1 || need_apt+=(python3-plyvel)
 have eatmydata || need_apt+=(eatmydata)
+# Seeing inside a mount (crates/cli/tests/stats.rs): Graphviz draws
+# `stitchfs graph`, tmux holds `stitchfs top` in a terminal, and the
+# Prometheus client's parser reads `--metrics`.
+have dot || need_apt+=(graphviz)
+have tmux || need_apt+=(tmux)
+python3 -c 'import prometheus_client' >/dev/null 2>&1 || need_apt+=(python3-prometheus-client)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need_apt[@]}"
+fi
+if ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
+  python3 -m pip install -q prometheus-client ||
+    echo "setup: $(command -v python3) cannot import prometheus_client; the metrics test will fail" >&2
 fi
 # Another python3 first on PATH (pyenv, a venv) gets plyvel's wheel.
 if ! python3 -c 'import plyvel' >/dev/null 2>&1; then

@@ -60,11 +60,13 @@ __all__ = [
     "IOC_GET_STREAM",
     "IOC_STREAM_SYNC",
     "IOC_STATS",
+    "IOC_GRAPH",
     "IGNORE_FSYNC",
     "StitchError",
     "StreamInfo",
     "context",
     "getstream",
+    "graph",
     "set_tag",
     "setstream",
     "stream",
@@ -76,7 +78,8 @@ __all__ = [
     "version",
 ]
 
-#: The API version this module describes (2: contexts, 3: streams, 4: stats).
+#: The API version this module describes (2: contexts, 3: streams, 4: stats
+#: and the patch graph).
 API_VERSION = 4
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
@@ -93,8 +96,10 @@ IOC_SET_STREAM = 0x4050F505
 IOC_GET_STREAM = 0xC050F506
 #: ``_IOW(0xF5, 7, struct stitch_call)``: the caller's stream, durable.
 IOC_STREAM_SYNC = 0x4008F507
-#: ``_IOWR(0xF5, 8, struct stitch_stats)``: the mount's figures, as JSON.
+#: ``_IOWR(0xF5, 8, struct stitch_text)``: the mount's figures, as JSON.
 IOC_STATS = 0xFE88F508
+#: ``_IOWR(0xF5, 9, struct stitch_text)``: the live patch graph, as DOT.
+IOC_GRAPH = 0xFE88F509
 
 #: ``setstream`` flag: the stream's fsyncs only order, and return at once.
 IGNORE_FSYNC = 1
@@ -115,8 +120,8 @@ _TAG = struct.Struct("=IIQ")
 _STREAM = struct.Struct("=IIQ64s")
 # version, flags
 _CALL = struct.Struct("=II")
-_STATS_TEXT_MAX = 16000
-_STATS = struct.Struct(f"=II{_STATS_TEXT_MAX}s")
+_TEXT_MAX = 16000
+_TEXT = struct.Struct(f"=II{_TEXT_MAX}s")
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -184,19 +189,28 @@ def version(target: Target = None) -> int:
     return int(api)
 
 
+def _text(what: str, target: Target, cmd: int) -> str:
+    buf = bytearray(_TEXT.pack(API_VERSION, 0, b""))
+    with _descriptor(target) as fd:
+        try:
+            fcntl.ioctl(fd, cmd, buf, True)
+        except OSError as e:
+            raise StitchError(e.errno, f"stitchfs {what}: {strerror(e.errno)}") from None
+    _version, n, text = _TEXT.unpack(bytes(buf))
+    return text[:n].decode()
+
+
 def stats(target: Target = None) -> dict:
     """The mount's figures now (counters, latencies, ordering domains), as
     ``stitchfs stats --json`` prints them; field names in docs/stats.md."""
     import json
 
-    buf = bytearray(_STATS.pack(API_VERSION, 0, b""))
-    with _descriptor(target) as fd:
-        try:
-            fcntl.ioctl(fd, IOC_STATS, buf, True)
-        except OSError as e:
-            raise StitchError(e.errno, f"stitchfs stats: {strerror(e.errno)}") from None
-    _version, n, text = _STATS.unpack(bytes(buf))
-    return json.loads(text[:n].decode())
+    return json.loads(_text("stats", target, IOC_STATS))
+
+
+def graph(target: Target = None) -> str:
+    """The mount's live graph of uncommitted patches, as Graphviz DOT."""
+    return _text("graph", target, IOC_GRAPH)
 
 
 class Context(NamedTuple):

@@ -59,6 +59,10 @@ enum Command {
     /// requests by opcode with their latency, streams and contexts
     /// (field names of --json in docs/stats.md).
     Stats(cmd::stats::Args),
+    /// Show a live mount's graph of uncommitted patches (each in its
+    /// block, pointing at what it depends on) as Graphviz DOT, or draw it
+    /// with -o FILE.svg / FILE.png; summarised by block when large.
+    Graph(cmd::graph::Args),
     /// Run a program and everything it starts in a stream of a mount: the
     /// disk keeps a prefix of what they change, in order; the stream is
     /// made durable when the program exits, before its status is returned.
@@ -81,6 +85,7 @@ fn main() {
         Command::Umount(args) => cmd::umount::run(args),
         Command::Sync(args) => cmd::sync::run(args),
         Command::Stats(args) => cmd::stats::run(args),
+        Command::Graph(args) => cmd::graph::run(args),
         Command::Run(args) => match cmd::run::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

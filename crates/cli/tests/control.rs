@@ -263,12 +263,12 @@ fn the_three_copies_of_the_table_agree() {
     let src = dir.path().join("numbers.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu\\n\", \
+        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu\\n\", \
          STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_IOC_CONTEXT, STITCH_IOC_SET_TAG, \
-         STITCH_IOC_SET_STREAM, STITCH_IOC_GET_STREAM, STITCH_IOC_STREAM_SYNC, STITCH_IOC_STATS, \
+         STITCH_IOC_SET_STREAM, STITCH_IOC_GET_STREAM, STITCH_IOC_STREAM_SYNC, STITCH_IOC_STATS, STITCH_IOC_GRAPH, \
          STITCH_API_VERSION, sizeof(struct stitch_version), sizeof(struct stitch_context), \
          sizeof(struct stitch_tag), sizeof(struct stitch_stream), sizeof(struct stitch_call), \
-         sizeof(struct stitch_stats));return 0;}\n",
+         sizeof(struct stitch_text));return 0;}\n",
     )
     .unwrap();
     let exe = dir.path().join("numbers");
@@ -284,7 +284,7 @@ fn the_three_copies_of_the_table_agree() {
     assert!(out.status.success());
     let c = String::from_utf8(run("numbers", &mut Command::new(&exe)).stdout).unwrap();
     let want = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         stitch_control::IOC_SYNC,
         stitch_control::IOC_VERSION,
         stitch_control::IOC_CONTEXT,
@@ -293,13 +293,14 @@ fn the_three_copies_of_the_table_agree() {
         stitch_control::IOC_GET_STREAM,
         stitch_control::IOC_STREAM_SYNC,
         stitch_control::IOC_STATS,
+        stitch_control::IOC_GRAPH,
         stitch_control::API_VERSION,
         std::mem::size_of::<stitch_control::Version>(),
         std::mem::size_of::<stitch_control::Context>(),
         std::mem::size_of::<stitch_control::Tag>(),
         std::mem::size_of::<stitch_control::Stream>(),
         std::mem::size_of::<stitch_control::Call>(),
-        std::mem::size_of::<stitch_control::StatsText>()
+        std::mem::size_of::<stitch_control::Text>()
     );
     assert_eq!(c, want, "stitch.h");
     let py = run(
@@ -309,9 +310,9 @@ fn the_three_copies_of_the_table_agree() {
                 "-c",
                 "import stitchfs as s; \
                  print(s.IOC_SYNC, s.IOC_VERSION, s.IOC_CONTEXT, s.IOC_SET_TAG, \
-                 s.IOC_SET_STREAM, s.IOC_GET_STREAM, s.IOC_STREAM_SYNC, s.IOC_STATS, \
+                 s.IOC_SET_STREAM, s.IOC_GET_STREAM, s.IOC_STREAM_SYNC, s.IOC_STATS, s.IOC_GRAPH, \
                  s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size, \
-                 s._STREAM.size, s._CALL.size, s._STATS.size)",
+                 s._STREAM.size, s._CALL.size, s._TEXT.size)",
             ])
             .env("PYTHONPATH", repo_root().join("python")),
     );

@@ -238,3 +238,96 @@ fn the_text_shows_the_figures_and_a_foreign_path_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not on a stitchfs mount"));
 }
+
+fn graph(mnt: &Path) -> String {
+    let out = run(
+        "stitchfs graph",
+        Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+            .arg("graph")
+            .arg(mnt),
+    );
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `dot` accepts `text` (drawing it as SVG).
+fn dot_accepts(text: &str, dir: &Path) {
+    posix_support::require_tool("dot", "graphviz");
+    let file = dir.join("g.dot");
+    std::fs::write(&file, text).unwrap();
+    let out = run(
+        "dot -Tsvg",
+        Command::new("dot")
+            .arg("-Tsvg")
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.join("g.svg")),
+    );
+    assert!(out.status.success(), "dot refused:\n{text}");
+}
+
+/// After an fsync in journal mode the checkpoint's patches are live: the
+/// graph holds each (as many as the figures count) in its block's box,
+/// with their dependencies, and Graphviz draws it; through `-o FILE.png`
+/// too. A graph too large to send whole comes summarised by block.
+#[test]
+fn the_graph_is_the_live_patches_and_graphviz_draws_it() {
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--flush-interval".into(), "0".into()];
+    s.with_mount(|mnt| {
+        let mut f = std::fs::File::create(mnt.join("f")).unwrap();
+        f.write_all(&[1u8; 8192]).unwrap();
+        f.sync_all().unwrap();
+        let dot = graph(mnt);
+        let live = num(&stats(mnt), "patches.live_patches");
+        assert!(live > 0, "nothing live after an fsync in journal mode");
+        let nodes = dot
+            .lines()
+            .filter(|l| l.contains("\" [") && !l.contains("->"))
+            .count() as u64;
+        assert_eq!(nodes, live, "{dot}");
+        let edges: Vec<&str> = dot.lines().filter(|l| l.contains("->")).collect();
+        assert!(!edges.is_empty(), "{dot}");
+        // Every arrow joins two patches of the graph.
+        for e in &edges {
+            for end in e.split("->") {
+                let id = end.trim().trim_end_matches(';').trim();
+                assert!(
+                    dot.contains(&format!("{id} [")),
+                    "{id} of {e} is no node:\n{dot}"
+                );
+            }
+        }
+        assert!(dot.contains("subgraph cluster_"), "{dot}");
+        dot_accepts(&dot, s.dir.path());
+        let png = s.dir.path().join("g.png");
+        let out = run(
+            "stitchfs graph -o g.png",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .arg("graph")
+                .arg(mnt)
+                .arg("-o")
+                .arg(&png),
+        );
+        assert!(out.status.success());
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        // Many files at once: too many patches to send whole.
+        for i in 0..400 {
+            std::fs::write(mnt.join(format!("m{i}")), [2u8; 100]).unwrap();
+        }
+        run(
+            "stitchfs sync",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .arg("sync")
+                .arg(mnt),
+        );
+        let big = graph(mnt);
+        assert!(
+            big.starts_with("digraph blocks"),
+            "{}",
+            &big[..200.min(big.len())]
+        );
+        assert!(big.contains("patches,"), "{big}");
+        dot_accepts(&big, s.dir.path());
+    });
+}

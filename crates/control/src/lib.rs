@@ -23,7 +23,8 @@
 //! | `_IOW(0xF5, 5, Stream)` | [`IOC_SET_STREAM`] | [`Stream`] in | puts the calling thread in the stream named (made if new), or in none for an empty name |
 //! | `_IOWR(0xF5, 6, Stream)` | [`IOC_GET_STREAM`] | [`Stream`] in and out | the calling thread's stream: name, number, flags |
 //! | `_IOW(0xF5, 7, Call)` | [`IOC_STREAM_SYNC`] | [`Call`] in | every change of the calling thread's stream, durable when it returns |
-//! | `_IOWR(0xF5, 8, StatsText)` | [`IOC_STATS`] | [`StatsText`] in and out | the mount's figures now, as JSON (`docs/stats.md`) |
+//! | `_IOWR(0xF5, 8, Text)` | [`IOC_STATS`] | [`Text`] in and out | the mount's figures now, as JSON (`docs/stats.md`) |
+//! | `_IOWR(0xF5, 9, Text)` | [`IOC_GRAPH`] | [`Text`] in and out | the live graph of uncommitted patches, as Graphviz DOT (summarised by block when whole it would not fit) |
 //!
 //! A **stream** ("Consistency Without Ordering") is an order of changes:
 //! the disk always holds a prefix of each stream's changes (each whole),
@@ -87,7 +88,7 @@ pub const MAGIC: u32 = 0xF5;
 /// The API version this table describes. A server answers calls of its
 /// own version and older; a caller can ask with [`IOC_VERSION`].
 /// Version 1: sync and version. Version 2: contexts. Version 3: streams.
-/// Version 4: stats.
+/// Version 4: stats and the patch graph.
 pub const API_VERSION: u32 = 4;
 
 const NONE: u32 = 0;
@@ -254,43 +255,46 @@ pub struct Call {
     pub flags: u32,
 }
 
-/// The mount's figures: `_IOWR(0xF5, 8, StatsText)`.
-pub const IOC_STATS: u32 = ioc(READ | WRITE, 8, std::mem::size_of::<StatsText>());
+/// The mount's figures: `_IOWR(0xF5, 8, Text)`.
+pub const IOC_STATS: u32 = ioc(READ | WRITE, 8, std::mem::size_of::<Text>());
 
-/// Room for the figures' JSON text in [`StatsText`].
-pub const STATS_TEXT_MAX: usize = 16000;
+/// The live patch graph: `_IOWR(0xF5, 9, Text)`.
+pub const IOC_GRAPH: u32 = ioc(READ | WRITE, 9, std::mem::size_of::<Text>());
 
-/// What [`IOC_STATS`] is sent (`version` filled) and answers: the
-/// figures as one JSON object of `len` bytes (field names in
-/// `docs/stats.md`, stable within an API version).
+/// Room for the text of a [`Text`] answer.
+pub const TEXT_MAX: usize = 16000;
+
+/// What [`IOC_STATS`] and [`IOC_GRAPH`] are sent (`version` filled) and
+/// answer: `len` bytes of UTF-8 text (the figures as one JSON object,
+/// field names in `docs/stats.md`; the graph as Graphviz DOT).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatsText {
+pub struct Text {
     /// In: the API version the caller speaks.
     pub version: u32,
     /// Out: the bytes of `text` used.
     pub len: u32,
-    /// Out: UTF-8 JSON.
-    pub text: [u8; STATS_TEXT_MAX],
+    /// Out: UTF-8 text.
+    pub text: [u8; TEXT_MAX],
 }
 
-impl Default for StatsText {
-    fn default() -> StatsText {
-        StatsText {
+impl Default for Text {
+    fn default() -> Text {
+        Text {
             version: 0,
             len: 0,
-            text: [0; STATS_TEXT_MAX],
+            text: [0; TEXT_MAX],
         }
     }
 }
 
-impl StatsText {
-    /// The answer carrying `json`; `None` if it does not fit.
-    pub fn of(json: &str) -> Option<StatsText> {
-        let mut t = StatsText {
+impl Text {
+    /// The answer carrying `json` (any text); `None` if it does not fit.
+    pub fn of(json: &str) -> Option<Text> {
+        let mut t = Text {
             version: API_VERSION,
             len: u32::try_from(json.len()).ok()?,
-            ..StatsText::default()
+            ..Text::default()
         };
         t.text
             .get_mut(..json.len())?
@@ -298,13 +302,13 @@ impl StatsText {
         Some(t)
     }
 
-    /// The JSON text, if `len` is within the field and the bytes UTF-8.
-    pub fn json(&self) -> Option<&str> {
+    /// The text, if `len` is within the field and the bytes UTF-8.
+    pub fn text(&self) -> Option<&str> {
         std::str::from_utf8(self.text.get(..self.len as usize)?).ok()
     }
 }
 
-const _: () = assert!(std::mem::size_of::<StatsText>() == 16008);
+const _: () = assert!(std::mem::size_of::<Text>() == 16008);
 const _: () = assert!(std::mem::size_of::<Context>() == 56);
 const _: () = assert!(std::mem::size_of::<Stream>() == 80);
 const _: () = assert!(std::mem::size_of::<Call>() == 8);
@@ -378,21 +382,21 @@ impl Wire for Stream {
     }
 }
 
-impl Wire for StatsText {
+impl Wire for Text {
     fn to_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(std::mem::size_of::<StatsText>());
+        let mut v = Vec::with_capacity(std::mem::size_of::<Text>());
         v.extend_from_slice(&self.version.to_ne_bytes());
         v.extend_from_slice(&self.len.to_ne_bytes());
         v.extend_from_slice(&self.text);
         v
     }
 
-    fn from_bytes(b: &[u8]) -> Option<StatsText> {
+    fn from_bytes(b: &[u8]) -> Option<Text> {
         let head = Call::from_bytes(b)?;
-        Some(StatsText {
+        Some(Text {
             version: head.version,
             len: head.flags,
-            text: b.get(8..8 + STATS_TEXT_MAX)?.try_into().ok()?,
+            text: b.get(8..8 + TEXT_MAX)?.try_into().ok()?,
         })
     }
 }
@@ -412,7 +416,7 @@ wire!(Context {
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 8] = [
+pub const TABLE: [(u32, &str); 9] = [
     (IOC_SYNC, "sync"),
     (IOC_VERSION, "version"),
     (IOC_CONTEXT, "context"),
@@ -421,6 +425,7 @@ pub const TABLE: [(u32, &str); 8] = [
     (IOC_GET_STREAM, "get_stream"),
     (IOC_STREAM_SYNC, "stream_sync"),
     (IOC_STATS, "stats"),
+    (IOC_GRAPH, "graph"),
 ];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
@@ -497,17 +502,28 @@ pub fn request_stream_sync(f: &impl AsRawFd) -> std::io::Result<()> {
 /// `Ok(None)` if `f` is on another file system (or a stitchfs server too
 /// old to know the call).
 pub fn request_stats(f: &impl AsRawFd) -> std::io::Result<Option<String>> {
-    let mut t = Box::new(StatsText {
+    request_text(f, IOC_STATS)
+}
+
+/// The live patch graph of the mount behind `f` ([`IOC_GRAPH`]), as
+/// Graphviz DOT: `Ok(None)` as for [`request_stats`].
+pub fn request_graph(f: &impl AsRawFd) -> std::io::Result<Option<String>> {
+    request_text(f, IOC_GRAPH)
+}
+
+/// Sends `cmd`, a call answered with a [`Text`].
+fn request_text(f: &impl AsRawFd, cmd: u32) -> std::io::Result<Option<String>> {
+    let mut t = Box::new(Text {
         version: API_VERSION,
-        ..StatsText::default()
+        ..Text::default()
     });
-    // SAFETY: the kernel reads and writes size_of::<StatsText>() bytes,
-    // the size the command number carries, at `t`.
-    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_STATS as _, &mut *t as *mut StatsText) } == 0 {
-        let json = t.json().ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, "stats: not UTF-8 text")
+    // SAFETY: the kernel reads and writes size_of::<Text>() bytes, the
+    // size the command number carries, at `t`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), cmd as _, &mut *t as *mut Text) } == 0 {
+        let text = t.text().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "an answer not UTF-8 text")
         })?;
-        return Ok(Some(json.to_owned()));
+        return Ok(Some(text.to_owned()));
     }
     not_ours(std::io::Error::last_os_error()).map(|_| None)
 }
@@ -541,6 +557,7 @@ mod tests {
         // _IOWR(0xF5, 8, 16008 bytes).
         assert_eq!(IOC_STATS, 0xFE88_F508);
         assert_eq!(decode(IOC_STATS), (8, 16008));
+        assert_eq!(IOC_GRAPH, 0xFE88_F509);
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 

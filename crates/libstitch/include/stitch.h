@@ -31,15 +31,17 @@ extern "C" {
 #define STITCH_IOC_SET_STREAM 0x4050F505u /* _IOW(0xF5, 5, struct stitch_stream) */
 #define STITCH_IOC_GET_STREAM 0xC050F506u /* _IOWR(0xF5, 6, struct stitch_stream) */
 #define STITCH_IOC_STREAM_SYNC 0x4008F507u /* _IOW(0xF5, 7, struct stitch_call) */
-#define STITCH_IOC_STATS 0xFE88F508u /* _IOWR(0xF5, 8, struct stitch_stats) */
+#define STITCH_IOC_STATS 0xFE88F508u /* _IOWR(0xF5, 8, struct stitch_text) */
+#define STITCH_IOC_GRAPH 0xFE88F509u /* _IOWR(0xF5, 9, struct stitch_text) */
 
-/* The mount's figures as one JSON object (field names: docs/stats.md):
- * the caller sets version, the server fills len and text. */
-#define STITCH_STATS_TEXT_MAX 16000
-struct stitch_stats {
+/* A text answer: the mount's figures as one JSON object (field names:
+ * docs/stats.md), or its live patch graph as Graphviz DOT. The caller
+ * sets version, the server fills len and text. */
+#define STITCH_TEXT_MAX 16000
+struct stitch_text {
 	uint32_t version; /* in: STITCH_API_VERSION */
 	uint32_t len;     /* out: bytes of text used */
-	char text[STITCH_STATS_TEXT_MAX]; /* out: UTF-8 JSON, not NUL-terminated */
+	char text[STITCH_TEXT_MAX]; /* out: UTF-8, not NUL-terminated */
 };
 
 struct stitch_version {

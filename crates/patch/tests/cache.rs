@@ -436,6 +436,32 @@ fn the_graph_exports_as_dot() {
     assert!(dot.contains("held"));
 }
 
+/// The summary by block: blocks as nodes with their patches counted,
+/// one arrow per pair of groups, and blocks past the bound as one node.
+#[test]
+fn the_graph_summarised_by_block() {
+    let (_, mut c) = cache(
+        8,
+        CacheConfig {
+            optimizations: Optimizations::NONE,
+            ..CacheConfig::default()
+        },
+    );
+    let a = c.create_byte(BlockNo(1), 0, &[1; 4], &[], META).unwrap();
+    let a2 = c.create_byte(BlockNo(1), 8, &[1; 4], &[], META).unwrap();
+    let e = c.create_held(&[a, a2]).unwrap();
+    c.create_byte(BlockNo(2), 0, &[1; 4], &[e], META).unwrap();
+    c.create_byte(BlockNo(3), 0, &[1; 4], &[a], META).unwrap();
+    let dot = c.to_dot_by_block(2);
+    assert!(dot.contains("\"b1\" [label=\"block 1\\n2 patches"), "{dot}");
+    assert!(dot.contains("\"empty\" -> \"b1\" [label=\"2\"]"), "{dot}");
+    // Blocks 2 and 3 hold one patch each: the one ranked lower (3) goes
+    // with the others.
+    assert!(dot.contains("\"b2\" -> \"empty\" [label=\"1\"]"), "{dot}");
+    assert!(dot.contains("\"other\" -> \"b1\" [label=\"1\"]"), "{dot}");
+    assert!(dot.contains("1 other blocks"), "{dot}");
+}
+
 #[test]
 fn patch_memory_is_counted() {
     let (_, mut c) = cache(

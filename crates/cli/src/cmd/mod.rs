@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod crashtest;
 pub mod fsck;
+pub mod graph;
 pub mod mkfs;
 pub mod mount;
 pub mod programs;

@@ -1,21 +1,49 @@
 //! `IOC_STATS`, served: the mount's figures as one JSON object, the text
 //! `stitchfs stats` prints. The field names are documented in
-//! `docs/stats.md` and only grow within an API version.
+//! `docs/stats.md` and only grow within an API version. And `IOC_GRAPH`:
+//! the live patch graph as Graphviz DOT (`stitchfs graph`).
 
 use super::callers::check_version;
 use super::{OpResult, StitchFuse};
 use fuser::Errno;
 use serde_json::{json, Map, Value};
-use stitch_control::{StatsText, Wire};
+use stitch_control::{Text, Wire, TEXT_MAX};
 
 impl StitchFuse {
     /// `IOC_STATS`: the figures, if they fit the answer (they do by far:
     /// a few kilobytes against sixteen).
     pub(super) fn stats_call(&self, input: &[u8]) -> OpResult<Vec<u8>> {
-        let asked = StatsText::from_bytes(input).ok_or(Errno::EINVAL)?;
+        let asked = Text::from_bytes(input).ok_or(Errno::EINVAL)?;
         check_version(asked.version)?;
         let text = self.figures()?.to_string();
-        Ok(StatsText::of(&text).ok_or(Errno::EOVERFLOW)?.to_bytes())
+        Ok(Text::of(&text).ok_or(Errno::EOVERFLOW)?.to_bytes())
+    }
+
+    /// `IOC_GRAPH`: every uncommitted patch and its dependencies, or, when
+    /// that does not fit the answer, the summary by block with as many
+    /// blocks as fit.
+    pub(super) fn graph_call(&self, input: &[u8]) -> OpResult<Vec<u8>> {
+        let asked = Text::from_bytes(input).ok_or(Errno::EINVAL)?;
+        check_version(asked.version)?;
+        let dot = self
+            .fs
+            .with_disk(|d| {
+                let cache = d.modes().cache();
+                let whole = cache.to_dot();
+                if whole.len() <= TEXT_MAX {
+                    return whole;
+                }
+                let mut blocks = 64;
+                loop {
+                    let summary = cache.to_dot_by_block(blocks);
+                    if summary.len() <= TEXT_MAX || blocks == 0 {
+                        return summary;
+                    }
+                    blocks /= 2;
+                }
+            })
+            .map_err(super::Failure::from)?;
+        Ok(Text::of(&dot).ok_or(Errno::EOVERFLOW)?.to_bytes())
     }
 
     /// The mount's figures now.
