@@ -331,3 +331,54 @@ fn the_graph_is_the_live_patches_and_graphviz_draws_it() {
         dot_accepts(&big, s.dir.path());
     });
 }
+
+/// `--metrics 127.0.0.1:0`: the figures in the Prometheus text format, as
+/// Prometheus's own client library parses it, moving with the mount.
+#[test]
+fn the_metrics_endpoint_speaks_prometheus() {
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--metrics".into(), "127.0.0.1:0".into()];
+    let m = s.mount();
+    let log = m.log();
+    let url = log
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") && w.ends_with("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address in the mount's log:\n{log}"))
+        .to_string();
+    std::fs::write(s.mnt.join("f"), b"x").unwrap();
+    std::fs::File::open(s.mnt.join("f"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let script = r#"
+import sys, urllib.request, urllib.error
+from prometheus_client.parser import text_string_to_metric_families
+body = urllib.request.urlopen(sys.argv[1]).read().decode()
+fams = {f.name: f for f in text_string_to_metric_families(body)}
+def value(name, **labels):
+    for s in fams[name].samples:
+        if s.name in (name, name + "_total") and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise SystemExit(f"{name} {labels} missing")
+print(fams["stitchfs_requests"].type, int(value("stitchfs_requests", op="create")),
+      int(value("stitchfs_requests", op="fsync")), fams["stitchfs_memfs_dirty_bytes"].type,
+      value("stitchfs_journal_commits") >= 1,
+      fams["stitchfs_request_latency_seconds"].type)
+try:
+    urllib.request.urlopen(sys.argv[1].replace("/metrics", "/other"))
+except urllib.error.HTTPError as e:
+    print(e.code)
+"#;
+    let out = run(
+        "python3 prometheus parser",
+        Command::new("python3").args(["-c", script, &url]),
+    );
+    let unmounted = m.unmount();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "counter 1 1 gauge True summary\n404\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    unmounted.unwrap();
+}

@@ -97,6 +97,11 @@ pub struct Args {
     /// exit.
     #[arg(long, value_name = "N", default_value_t = crate::fuse::DEFAULT_CONTEXTS)]
     pub contexts: usize,
+    /// Serve the mount's figures (those of `stitchfs stats`) in the
+    /// Prometheus text format at http://ADDR/metrics, e.g. 127.0.0.1:9464
+    /// (off unless given; anyone who can reach ADDR may read them)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 fn parse_consistency(s: &str) -> Result<Consistency, String> {
@@ -131,6 +136,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     diag::install_panic_hook();
     let fs = open(&plan, &args)?;
     let server = StitchFuse::new(fs.clone()).with_contexts(args.contexts);
+    if let Some(addr) = &args.metrics {
+        match crate::fuse::metrics::serve(addr, server.figure_source()) {
+            Ok(bound) => diag::info(&format!("metrics on http://{bound}/metrics")),
+            Err(e) => return Finisher::new(fs).finish(Some(e)),
+        }
+    }
     let mut session = match fuser::Session::new(server, &plan.mountpoint, &plan.config) {
         Ok(s) => s,
         Err(e) => {

@@ -41,14 +41,16 @@ pub mod daemon;
 pub mod diag;
 mod dirs;
 mod ids;
+pub mod metrics;
 mod nodes;
 mod ops;
 mod requests;
-mod stats;
+pub mod stats;
 mod streams;
 
 use fuser::{Errno, FileAttr, FileType};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::SystemTime;
 pub use stitch_fusekit::{ErrorReply, MAX_WRITE, NAME_MAX, TTL};
 use stitch_memfs::{Attr, InodeNo, Kind, MemError, MemFs, Timestamp, Trouble};
@@ -62,11 +64,11 @@ pub struct StitchFuse {
     /// truncate and change of owner is ours (see `ops::WANTED`).
     drops_setid: bool,
     /// The processes calling, and their contexts.
-    callers: callers::Callers,
+    callers: Arc<callers::Callers>,
     /// The named streams.
-    streams: streams::Streams,
+    streams: Arc<streams::Streams>,
     /// The requests served, by opcode.
-    requests: requests::Requests,
+    requests: Arc<requests::Requests>,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -79,17 +81,28 @@ impl StitchFuse {
             dirs: dirs::DirHandles::default(),
             nodes: nodes::Nodes::default(),
             drops_setid: false,
-            callers: callers::registry(DEFAULT_CONTEXTS),
-            streams: streams::Streams::default(),
-            requests: requests::Requests::default(),
+            callers: Arc::new(callers::registry(DEFAULT_CONTEXTS)),
+            streams: Arc::default(),
+            requests: Arc::default(),
         }
     }
 
     /// At most `n` processes hold a context at once; one more asking for
     /// one is refused `EAGAIN` until others exit.
     pub fn with_contexts(mut self, n: usize) -> Self {
-        self.callers = callers::registry(n);
+        self.callers = Arc::new(callers::registry(n));
         self
+    }
+
+    /// What the mount's figures are read from, for a reader outside the
+    /// request loop (`--metrics`).
+    pub fn figure_source(&self) -> stats::Source {
+        stats::Source {
+            fs: self.fs.clone(),
+            callers: self.callers.clone(),
+            streams: self.streams.clone(),
+            requests: self.requests.clone(),
+        }
     }
 }
 

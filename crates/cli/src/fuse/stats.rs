@@ -46,16 +46,27 @@ impl StitchFuse {
         Ok(Text::of(&dot).ok_or(Errno::EOVERFLOW)?.to_bytes())
     }
 
+    fn figures(&self) -> OpResult<Value> {
+        Ok(self.figure_source().figures()?)
+    }
+}
+
+/// What the figures are read from: shared with the server.
+pub struct Source {
+    pub(super) fs: stitch_memfs::MemFs,
+    pub(super) callers: std::sync::Arc<super::callers::Callers>,
+    pub(super) streams: std::sync::Arc<super::streams::Streams>,
+    pub(super) requests: std::sync::Arc<super::requests::Requests>,
+}
+
+impl Source {
     /// The mount's figures now.
-    pub(super) fn figures(&self) -> OpResult<Value> {
-        let (patches, journal) = self
-            .fs
-            .with_disk(|d| {
-                let p = d.modes().cache().stats();
-                let j = d.modes().journal().map(|j| j.stats());
-                (p, j)
-            })
-            .map_err(super::Failure::from)?;
+    pub fn figures(&self) -> Result<Value, stitch_memfs::MemError> {
+        let (patches, journal) = self.fs.with_disk(|d| {
+            let p = d.modes().cache().stats();
+            let j = d.modes().journal().map(|j| j.stats());
+            (p, j)
+        })?;
         let m = self.fs.stats();
         let mem = self.fs.memory();
         let o = m.own_flushes;
