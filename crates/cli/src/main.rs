@@ -63,6 +63,10 @@ enum Command {
     /// block, pointing at what it depends on) as Graphviz DOT, or draw it
     /// with -o FILE.svg / FILE.png; summarised by block when large.
     Graph(cmd::graph::Args),
+    /// A terminal dashboard of a live mount, refreshed every second:
+    /// request rates, dirty data, flushes and their causes, fsync latency,
+    /// the patch cache, domains, requests by opcode (s sorts, q quits).
+    Top(cmd::top::Args),
     /// Run a program and everything it starts in a stream of a mount: the
     /// disk keeps a prefix of what they change, in order; the stream is
     /// made durable when the program exits, before its status is returned.
@@ -86,6 +90,7 @@ fn main() {
         Command::Sync(args) => cmd::sync::run(args),
         Command::Stats(args) => cmd::stats::run(args),
         Command::Graph(args) => cmd::graph::run(args),
+        Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => match cmd::run::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

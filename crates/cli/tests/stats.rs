@@ -382,3 +382,101 @@ except urllib.error.HTTPError as e:
     );
     unmounted.unwrap();
 }
+
+/// `stitchfs top` in a terminal (a tmux pane): its screen shows the
+/// figures of a known workload (three creates, two fsyncs), `s` changes
+/// the table's order, `q` quits with status 0. Off a terminal it refuses.
+#[test]
+fn top_shows_the_figures_in_a_terminal_and_q_quits() {
+    posix_support::require_tool("tmux", "tmux");
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--flush-interval".into(), "0".into()];
+    s.with_mount(|mnt| {
+        for name in ["a", "b", "c"] {
+            std::fs::write(mnt.join(name), b"x").unwrap();
+        }
+        for name in ["a", "b"] {
+            std::fs::File::open(mnt.join(name))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+        }
+        let socket = format!("stitchfs-test-{}", std::process::id());
+        let rc = s.dir.path().join("top.rc");
+        let tmux = |args: &[&str]| {
+            let out = Command::new("tmux")
+                .args(["-L", &socket])
+                .args(args)
+                .output()
+                .expect("tmux runs");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let cmd = format!(
+            "{} top {}; echo $? > {}",
+            env!("CARGO_BIN_EXE_stitchfs"),
+            mnt.display(),
+            rc.display()
+        );
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "110",
+            "-y",
+            "30",
+            &cmd,
+        ]);
+        let screen_with = |want: &str| {
+            let waited = std::time::Instant::now();
+            loop {
+                let screen = tmux(&["capture-pane", "-t", "top", "-p"]);
+                if screen.contains(want) {
+                    return screen;
+                }
+                assert!(
+                    waited.elapsed().as_secs() < 20,
+                    "no {want:?} on the screen:\n{screen}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        };
+        let screen = screen_with("sort: rate");
+        let row = |op: &str| -> Vec<String> {
+            screen
+                .lines()
+                .find(|l| l.trim_start_matches('│').split_whitespace().next() == Some(op))
+                .unwrap_or_else(|| panic!("no {op} row:\n{screen}"))
+                .trim_matches(|c| c == '│' || c == ' ')
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        };
+        // opcode, rate, count, errors: three creates, two fsyncs.
+        assert_eq!(row("create")[2], "3", "{screen}");
+        assert_eq!(row("fsync")[2], "2", "{screen}");
+        assert!(screen.contains("fsyncs     2"), "{screen}");
+        assert!(screen.contains("journal tx"), "{screen}");
+        tmux(&["send-keys", "-t", "top", "s"]);
+        screen_with("sort: count");
+        tmux(&["send-keys", "-t", "top", "q"]);
+        let waited = std::time::Instant::now();
+        while !rc.exists() {
+            assert!(waited.elapsed().as_secs() < 20, "top did not quit on q");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "0");
+        tmux(&["kill-server"]);
+        let out = run(
+            "stitchfs top off a terminal",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .arg("top")
+                .arg(mnt)
+                .stdout(std::process::Stdio::piped()),
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("needs a terminal"));
+    });
+}

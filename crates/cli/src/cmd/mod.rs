@@ -10,4 +10,5 @@ pub mod programs;
 pub mod run;
 pub mod stats;
 pub mod sync;
+pub mod top;
 pub mod umount;
