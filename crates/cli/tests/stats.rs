@@ -115,9 +115,29 @@ fn the_figures_move_as_operations_happen() {
 
 #[test]
 fn streams_and_contexts_show_as_domains() {
-    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--flush-interval".into(), "0".into()];
     s.with_mount(|mnt| {
         assert_eq!(num(&stats(mnt), "domains.streams"), 0);
+        // A stream with two changes not yet flushed, and a context.
+        let py = run(
+            "python3 setstream",
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "import sys, stitchfs; stitchfs.setstream('s2', target=sys.argv[1]); \
+                     open(sys.argv[1] + '/g', 'w').write('x')",
+                ])
+                .arg(mnt)
+                .env("PYTHONPATH", repo_root().join("python")),
+        );
+        assert!(py.status.success());
+        let v = stats(mnt);
+        let s2 = &v["domains"]["by_stream"][0];
+        assert_eq!(s2["name"], "s2", "{v}");
+        assert!(num(s2, "pending_changes") >= 2, "{v}");
+        assert!(num(&v, "domains.pending_changes") >= num(s2, "pending_changes"));
+        assert!(num(&v, "domains.contexts") >= 1, "{v}");
         let out = run(
             "stitchfs run --stream",
             Command::new(env!("CARGO_BIN_EXE_stitchfs"))
@@ -127,7 +147,15 @@ fn streams_and_contexts_show_as_domains() {
                 .current_dir(mnt),
         );
         assert!(out.status.success());
-        assert_eq!(num(&stats(mnt), "domains.streams"), 1);
+        let v = stats(mnt);
+        assert_eq!(num(&v, "domains.streams"), 2);
+        // run made its stream durable when the program exited.
+        let s1 = &v["domains"]["by_stream"][1];
+        assert_eq!(
+            (s1["name"].as_str(), num(s1, "pending_changes")),
+            (Some("s1"), 0),
+            "{v}"
+        );
     });
 }
 

@@ -52,6 +52,13 @@ pub(crate) struct Merged {
 }
 
 impl Merged {
+    /// Counts the entries merged and not yet flushed.
+    pub(crate) fn pending(&self, into: &mut crate::types::Pending) {
+        for e in self.ops.values() {
+            into.count(&e.domains);
+        }
+    }
+
     fn add(&mut self, entries: Vec<Entry>) {
         for e in entries {
             for o in e.objects() {

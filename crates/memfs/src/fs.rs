@@ -260,6 +260,15 @@ impl MemFs {
         m
     }
 
+    /// The logged changes not yet flushed, in all and by ordering domain
+    /// (for `stitchfs stats`): the merged log's and the threads' logs'.
+    pub fn pending(&self) -> crate::types::Pending {
+        let mut p = crate::types::Pending::default();
+        self.inner.merged.lock().pending(&mut p);
+        self.inner.logs.pending(&mut p);
+        p
+    }
+
     /// Runs `f` on diskfs (tests and tools: the device, the journal).
     pub fn with_disk<R>(&self, f: impl FnOnce(&mut DiskFs) -> R) -> Result<R> {
         Ok(self.inner.disk.inspect(f)?)

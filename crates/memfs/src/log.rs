@@ -245,6 +245,17 @@ impl Logs {
         out
     }
 
+    /// The entries not yet drained, each counted once, and once more
+    /// for each domain it is in (for the figures, not for flushes).
+    pub fn pending(&self, into: &mut crate::types::Pending) {
+        let logs = self.all.lock().clone();
+        for l in logs {
+            for e in l.lock().iter() {
+                into.count(&e.domains);
+            }
+        }
+    }
+
     fn mine(&self) -> Arc<Log> {
         MINE.with(|m| {
             let mut m = m.borrow_mut();

@@ -223,6 +223,25 @@ pub struct Memory {
     pub inodes: u64,
 }
 
+/// Logged changes not yet flushed ([`crate::MemFs::pending`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Every entry.
+    pub changes: u64,
+    /// Entries by ordering domain (a stream's number; an entry may be in
+    /// more than one).
+    pub by_domain: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Pending {
+    pub(crate) fn count(&mut self, domains: &[u64]) {
+        self.changes += 1;
+        for d in domains {
+            *self.by_domain.entry(*d).or_default() += 1;
+        }
+    }
+}
+
 /// Counters since mount.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {

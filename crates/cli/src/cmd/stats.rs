@@ -178,6 +178,19 @@ pub fn render(now: &Value, before: Option<(&Value, Duration)>) -> String {
     line(&mut out, "streams", &["domains", "streams"], false);
     line(
         &mut out,
+        "changes pending",
+        &["domains", "pending_changes"],
+        false,
+    );
+    for st in now["domains"]["by_stream"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "    {:<26} {} pending\n",
+            st["name"].as_str().unwrap_or("?"),
+            st["pending_changes"].as_u64().unwrap_or(0)
+        ));
+    }
+    line(
+        &mut out,
         "processes with a context",
         &["domains", "contexts"],
         false,

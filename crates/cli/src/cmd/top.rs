@@ -285,7 +285,11 @@ impl View<'_> {
             format!("median     {}", micros(num(self.now, &["fsync", "p50_us"]))),
             format!("99th pct   {}", micros(num(self.now, &["fsync", "p99_us"]))),
             format!("max        {}", micros(num(self.now, &["fsync", "max_us"]))),
-            format!("streams    {}", num(self.now, &["domains", "streams"])),
+            format!(
+                "streams    {} ({} changes pending)",
+                num(self.now, &["domains", "streams"]),
+                num(self.now, &["domains", "pending_changes"])
+            ),
             format!("contexts   {}", num(self.now, &["domains", "contexts"])),
         ];
         let mut patches = vec![

@@ -8,14 +8,15 @@
 //! requests become labelled families: `stitchfs_requests_total{op}`,
 //! `stitchfs_request_errors_total{op}`, and a summary
 //! `stitchfs_request_latency_seconds{op,quantile}` with its `_sum` and
-//! `_count`, and `stitchfs_request_latency_max_seconds{op}`.
+//! `_count`, and `stitchfs_request_latency_max_seconds{op}`; each
+//! stream's pending changes `stitchfs_stream_pending_changes{stream}`.
 
 use super::stats::Source;
 use serde_json::Value;
 use std::fmt::Write;
 
 /// The figures that are a present state, not a count since the mount.
-const GAUGES: [&str; 11] = [
+const GAUGES: [&str; 14] = [
     "patches.undo_bytes_live",
     "patches.live_patches",
     "patches.dirty_blocks",
@@ -27,6 +28,9 @@ const GAUGES: [&str; 11] = [
     "memfs.inodes",
     "domains.streams",
     "domains.contexts",
+    "domains.pending_changes",
+    "journal.log_used_blocks",
+    "journal.log_capacity_blocks",
 ];
 
 /// Starts serving `source`'s figures on `addr` (`HOST:PORT`): the
@@ -113,6 +117,26 @@ pub fn exposition(v: &Value) -> String {
                 out,
                 "{name}{{cause=\"{cause}\"}} {}",
                 n.as_u64().unwrap_or(0)
+            );
+        }
+    }
+    if let Some(streams) = v["domains"]["by_stream"].as_array() {
+        let name = "stitchfs_stream_pending_changes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Logged changes of each stream not yet flushed.\n# TYPE {name} gauge"
+        );
+        for st in streams {
+            let label = st["name"]
+                .as_str()
+                .unwrap_or("")
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            let _ = writeln!(
+                out,
+                "{name}{{stream=\"{label}\"}} {}",
+                st["pending_changes"].as_u64().unwrap_or(0)
             );
         }
     }

@@ -64,7 +64,7 @@ impl Source {
     pub fn figures(&self) -> Result<Value, stitch_memfs::MemError> {
         let (patches, journal) = self.fs.with_disk(|d| {
             let p = d.modes().cache().stats();
-            let j = d.modes().journal().map(|j| j.stats());
+            let j = d.modes().journal().map(|j| (j.stats(), j.space()));
             (p, j)
         })?;
         let m = self.fs.stats();
@@ -92,6 +92,30 @@ impl Source {
             json!({"count": 0, "errors": 0, "total_us": 0, "p50_us": 0, "p99_us": 0, "max_us": 0})
         });
         let block = self.fs.block_size();
+        let pending = self.fs.pending();
+        let mut by_stream: Vec<Value> = self
+            .streams
+            .names()
+            .into_iter()
+            .map(|(id, name)| {
+                json!({
+                    "name": String::from_utf8_lossy(&name),
+                    "id": id,
+                    "pending_changes": pending.by_domain.get(&id).copied().unwrap_or(0),
+                })
+            })
+            .collect();
+        if self.fs.order() == stitch_memfs::Order::Global {
+            let id = stitch_memfs::GLOBAL;
+            by_stream.insert(
+                0,
+                json!({
+                    "name": "(global)",
+                    "id": id,
+                    "pending_changes": pending.by_domain.get(&id).copied().unwrap_or(0),
+                }),
+            );
+        }
         Ok(json!({
             "api": stitch_control::API_VERSION,
             "order": self.fs.order().to_string(),
@@ -121,7 +145,9 @@ impl Source {
                 "dirty_blocks": patches.dirty_blocks,
                 "cached_blocks": patches.cached_blocks,
             },
-            "journal": journal.map(|j| json!({
+            "journal": journal.map(|(j, (used, capacity))| json!({
+                "log_used_blocks": used,
+                "log_capacity_blocks": capacity,
                 "commits": j.commits,
                 "data_only": j.data_only,
                 "log_blocks": j.log_blocks,
@@ -159,6 +185,8 @@ impl Source {
             "domains": {
                 "streams": self.streams.len(),
                 "contexts": self.callers.len(),
+                "pending_changes": pending.changes,
+                "by_stream": by_stream,
             },
         }))
     }

@@ -66,6 +66,14 @@ impl Streams {
             .len()
     }
 
+    /// Every stream made, by number, with its name.
+    pub fn names(&self) -> Vec<(u64, Vec<u8>)> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(u64, Vec<u8>)> = t.names.iter().map(|(&i, n)| (i, n.clone())).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The stream `name`, made for `uid` if new.
     fn open(&self, name: &[u8], uid: u32) -> Result<u64, Errno> {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());

@@ -332,6 +332,12 @@ impl Journal {
         !flags.data || self.data == DataMode::Journal
     }
 
+    /// The log's blocks in use now (written, not yet checkpointed) and
+    /// its capacity.
+    pub fn space(&self) -> (u32, u32) {
+        (self.used(), self.capacity())
+    }
+
     /// Blocks in the log area, less one kept free so a full log is never
     /// mistaken for an empty one.
     fn capacity(&self) -> u32 {
