@@ -296,8 +296,9 @@ fn dot_accepts(text: &str, dir: &Path) {
 
 /// After an fsync in journal mode the checkpoint's patches are live: the
 /// graph holds each (as many as the figures count) in its block's box,
-/// with their dependencies, and Graphviz draws it; through `-o FILE.png`
-/// too. A graph too large to send whole comes summarised by block.
+/// with their dependencies (the known ones of the file's creation among
+/// them), and Graphviz draws it; through `-o FILE.png` too. A graph too
+/// large to send whole comes summarised by block.
 #[test]
 fn the_graph_is_the_live_patches_and_graphviz_draws_it() {
     let mut s = Scratch::new(JOURNAL_ORDERED, 64);
@@ -327,6 +328,61 @@ fn the_graph_is_the_live_patches_and_graphviz_draws_it() {
             }
         }
         assert!(dot.contains("subgraph cluster_"), "{dot}");
+        // The known edges: the transaction that created f is committed and
+        // its home writes wait for the checkpoint, all of them under one
+        // empty patch, among them f's inode (in an inode-table block) and
+        // its name (in the root directory's block), where debugfs finds
+        // them on the image.
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(mnt.join("f")).unwrap().ino();
+        let debugfs = |req: &str| {
+            let out = run(
+                "debugfs",
+                Command::new("debugfs").arg("-R").arg(req).arg(&s.image),
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let imap = debugfs(&format!("imap <{ino}>"));
+        let inode_block: u64 = imap
+            .split("located at block ")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("imap: {imap}"));
+        let root_block: u64 = debugfs("blocks /")
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("the root directory's block");
+        let patches_in = |block: u64| -> Vec<String> {
+            let head = format!("subgraph cluster_{block} {{");
+            let from = dot
+                .find(&head)
+                .unwrap_or_else(|| panic!("no block {block}:\n{dot}"));
+            dot[from..]
+                .lines()
+                .skip(2)
+                .take_while(|l| l.trim() != "}")
+                .filter_map(|l| l.trim().split('"').nth(1).map(str::to_string))
+                .collect()
+        };
+        let (inode_patches, dir_patches) = (patches_in(inode_block), patches_in(root_block));
+        let depends_on = |from: &str, on: &[String]| {
+            on.iter()
+                .any(|p| dot.contains(&format!("\"{from}\" -> \"{p}\";")))
+        };
+        let empties: Vec<&str> = dot
+            .lines()
+            .filter(|l| l.contains("shape=circle"))
+            .filter_map(|l| l.trim().split('"').nth(1))
+            .collect();
+        assert!(
+            empties
+                .iter()
+                .any(|e| depends_on(e, &inode_patches) && depends_on(e, &dir_patches)),
+            "no empty patch over block {inode_block} ({inode_patches:?}) and block \
+             {root_block} ({dir_patches:?}):\n{dot}"
+        );
         dot_accepts(&dot, s.dir.path());
         let png = s.dir.path().join("g.png");
         let out = run(
