@@ -77,6 +77,22 @@ fn the_figures_move_as_operations_happen() {
                 num(&synced, "memfs.flushes") > num(&before, "memfs.flushes"),
                 "{name}"
             );
+            // The flush applied a create and a change (f's state), and the
+            // kinds add up to the operations applied.
+            let kind = |v: &Value, k: &str| num(v, &format!("memfs.applied.{k}"));
+            assert!(kind(&synced, "create") > kind(&before, "create"), "{name}");
+            assert!(kind(&synced, "change") > kind(&before, "change"), "{name}");
+            let by_kind: u64 = synced["memfs"]["applied"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|n| n.as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                by_kind,
+                num(&synced, "memfs.ops_applied"),
+                "{name}: {synced}"
+            );
             assert!(num(&synced, "memfs.pages_written") >= num(&before, "memfs.pages_written") + 3);
             assert!(
                 num(&synced, "patches.blocks_written") > num(&before, "patches.blocks_written"),

@@ -31,7 +31,7 @@ use crate::error::{MemError, Result};
 use crate::fs::{MemFs, ROOT};
 use crate::log::{Entry, LogOp, Made, Object};
 use crate::node::{Node, NodeState, Page};
-use crate::types::{FlushCause, Kind, Order};
+use crate::types::{FlushCause, Kind, OpKinds, Order};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,6 +153,8 @@ struct Plan {
     /// Inodes to tell diskfs are open before an unlink reaches them.
     open: Vec<InodeNo>,
     absorbed: usize,
+    /// The operations taken, by kind ([`OpKinds`]): applied, absorbed.
+    kinds: OpKinds,
     /// Blocks the flushed operations and pages had reserved.
     reserved: i64,
     /// Blocks `statfs` counted as freed by this plan (`frees`).
@@ -400,6 +402,7 @@ impl MemFs {
             files: Vec::new(),
             open: Vec::new(),
             absorbed: 0,
+            kinds: OpKinds::default(),
             reserved: 0,
             frees: 0,
         };
@@ -413,8 +416,10 @@ impl MemFs {
             plan.reserved += e.op.reserves();
             if e.op.subjects().iter().any(|s| dead.contains(s)) {
                 plan.absorbed += 1;
+                plan.kinds.absorbed[e.op.kind()] += 1;
                 continue;
             }
+            plan.kinds.applied[e.op.kind()] += 1;
             match &e.op {
                 LogOp::Dirty { ino } => {
                     let taken = (&mut plan.reserved, &mut plan.frees);
@@ -646,6 +651,7 @@ impl MemFs {
         st.flushes += 1;
         st.ops_applied += n_ops as u64;
         st.ops_absorbed += plan.absorbed as u64;
+        st.op_kinds.add(&plan.kinds);
         st.pages_written += n_pages as u64;
         Ok(())
     }

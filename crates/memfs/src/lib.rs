@@ -34,6 +34,6 @@ pub use fs::MemFs;
 pub use node::Xattrs;
 pub use stitch_diskfs::{InodeNo, Refusal, RenameFlags, TimeRange, Timestamp};
 pub use types::{
-    Attr, DirEntry, DropSetId, FlushCause, Kind, Memory, Options, Order, OwnFlushes, Pending,
-    SetAttrs, SetTime, StatFs, Stats, XattrSet,
+    Attr, DirEntry, DropSetId, FlushCause, Kind, Memory, OpKinds, Options, Order, OwnFlushes,
+    Pending, SetAttrs, SetTime, StatFs, Stats, XattrSet,
 };

@@ -184,6 +184,18 @@ impl LogOp {
     /// over an existing name, or an exchange, retargets entries in place,
     /// diskfs `retarget_entry`, and needs none), and one more for a new
     /// directory's first block or a slow symlink's target.
+    /// Its kind, as [`crate::types::OpKinds`] counts them.
+    pub fn kind(&self) -> usize {
+        match self {
+            LogOp::Create { .. } => 0,
+            LogOp::Link { .. } => 1,
+            LogOp::Unlink { .. } => 2,
+            LogOp::Rename { .. } => 3,
+            LogOp::Dirty { .. } => 4,
+            LogOp::Release { .. } => 5,
+        }
+    }
+
     pub fn reserves(&self) -> i64 {
         match self {
             LogOp::Create { made, .. } => 1 + made.blocks(),

@@ -242,6 +242,30 @@ impl Pending {
     }
 }
 
+/// Logged operations flushed, by kind: each applied to diskfs, or
+/// absorbed (cancelled by a later one, never written).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpKinds {
+    pub applied: [u64; 6],
+    pub absorbed: [u64; 6],
+}
+
+impl OpKinds {
+    /// The kinds' names, in the arrays' order: a file, directory, link or
+    /// node made; a hard link; a name removed; a rename; a file's data or
+    /// attributes changed (its state written); a last close of a file
+    /// already removed.
+    pub const NAMES: [&'static str; 6] =
+        ["create", "link", "unlink", "rename", "change", "release"];
+
+    pub(crate) fn add(&mut self, o: &OpKinds) {
+        for k in 0..6 {
+            self.applied[k] += o.applied[k];
+            self.absorbed[k] += o.absorbed[k];
+        }
+    }
+}
+
 /// Counters since mount.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -269,6 +293,8 @@ pub struct Stats {
     pub pages_reused: u64,
     /// Flushes memfs began on its own, by cause.
     pub own_flushes: OwnFlushes,
+    /// The operations flushed, by kind.
+    pub op_kinds: OpKinds,
 }
 
 /// Flushes memfs began on its own ([`FlushCause`]), counted as they begin.

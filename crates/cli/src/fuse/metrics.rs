@@ -87,7 +87,7 @@ pub fn exposition(v: &Value) -> String {
     for section in ["patches", "journal", "memfs", "domains"] {
         if let Some(m) = v.get(section).and_then(Value::as_object) {
             for (k, x) in m {
-                if k == "own_flushes" {
+                if matches!(k.as_str(), "own_flushes" | "applied" | "absorbed") {
                     continue;
                 }
                 if let Some(n) = x.as_u64() {
@@ -138,6 +138,21 @@ pub fn exposition(v: &Value) -> String {
                 "{name}{{stream=\"{label}\"}} {}",
                 st["pending_changes"].as_u64().unwrap_or(0)
             );
+        }
+    }
+    for (fate, help) in [
+        ("applied", "applied to the disk"),
+        ("absorbed", "absorbed by later ones"),
+    ] {
+        if let Some(kinds) = v["memfs"][fate].as_object() {
+            let name = format!("stitchfs_memfs_ops_{fate}_by_kind_total");
+            let _ = writeln!(
+                out,
+                "# HELP {name} Logged operations {help}, by kind.\n# TYPE {name} counter"
+            );
+            for (kind, n) in kinds {
+                let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {}", n.as_u64().unwrap_or(0));
+            }
         }
     }
     let reqs: Vec<(&String, &Value)> = v["requests"]

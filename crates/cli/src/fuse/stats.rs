@@ -91,6 +91,13 @@ impl Source {
         let fsync = requests.get("fsync").cloned().unwrap_or_else(|| {
             json!({"count": 0, "errors": 0, "total_us": 0, "p50_us": 0, "p99_us": 0, "max_us": 0})
         });
+        let kinds = |counts: &[u64; 6]| -> Map<String, Value> {
+            stitch_memfs::OpKinds::NAMES
+                .iter()
+                .zip(counts)
+                .map(|(k, n)| (k.to_string(), json!(n)))
+                .collect()
+        };
         let block = self.fs.block_size();
         let pending = self.fs.pending();
         let mut by_stream: Vec<Value> = self
@@ -167,6 +174,8 @@ impl Source {
                 "write_behinds": m.write_behinds,
                 "written_behind": m.written_behind,
                 "pages_reused": m.pages_reused,
+                "applied": kinds(&m.op_kinds.applied),
+                "absorbed": kinds(&m.op_kinds.absorbed),
                 "own_flushes": {
                     "periodic": o.periodic,
                     "write_behind": o.write_behind,
