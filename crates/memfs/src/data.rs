@@ -325,18 +325,22 @@ impl MemFs {
         if s.never_disk {
             return;
         }
-        let stream = self.stream_now().stream;
-        let new_stream = stream.is_some_and(|st| !s.dirty_streams.contains(&st));
-        if !s.dirty || new_stream {
+        let domains = self.stream_now().all();
+        let new_domain = domains.iter().any(|d| !s.dirty_domains.contains(d));
+        if !s.dirty || new_domain {
             s.dirty = true;
-            s.dirty_streams.extend(stream);
+            for d in domains {
+                if !s.dirty_domains.contains(&d) {
+                    s.dirty_domains.push(d);
+                }
+            }
             self.log(t, LogOp::Dirty { ino });
         }
     }
 
     /// Before a change to the data or attributes of `ino`, in soft
-    /// updates: if the file's state is dirty and in a stream (or the
-    /// caller is in one), that state goes to diskfs first, in its own
+    /// updates: if the file's state is dirty and in a stream or patchgroup
+    /// (or the caller is in one), that state goes to diskfs first, in its own
     /// place of the stream's chain. A flush writes a file's state in one
     /// place (where its first `Dirty` entry stands), and a crash may show
     /// any of its blocks without the others: two changes in one state
@@ -356,7 +360,7 @@ impl MemFs {
             let s = n.s.read();
             let due = s.dirty
                 && !s.never_disk
-                && (!s.dirty_streams.is_empty() || self.stream_now().stream.is_some());
+                && (!s.dirty_domains.is_empty() || !self.stream_now().is_empty());
             due.then_some(s.dirty_pages.len())
         };
         let Some(pages) = due else {

@@ -18,17 +18,20 @@
 //!   (and whatever that prefix depends on), nothing else; with
 //!   [`Domains::ignore_fsync`] it only orders, and returns at once.
 //!
+//! The patchgroups the calling process has engaged are domains too
+//! (module `groups`): each change belongs to every group engaged.
+//!
 //! A thread outside any stream has the mount's order (`Order`); in
 //! `Order::Global` it is in one stream every such thread shares
 //! ([`GLOBAL`]).
 
-use std::cell::Cell;
+use std::cell::RefCell;
 
 /// The stream of every thread that chose none, under `Order::Global`.
 pub const GLOBAL: u64 = u64::MAX;
 
 /// What the calling thread's changes are ordered with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Domains {
     /// The stream (a number the frontend gives each named stream; never
     /// [`GLOBAL`]), if the thread is in one.
@@ -36,10 +39,31 @@ pub struct Domains {
     /// `fsync` and `fdatasync` in the stream order only: they return at
     /// once, and the stream's order keeps what they would have.
     pub ignore_fsync: bool,
+    /// The patchgroups the calling process has engaged, as domains
+    /// (`groups::GROUP_DOMAIN | n`): each change belongs to all of them.
+    pub groups: Vec<u64>,
+}
+
+impl Domains {
+    /// Every domain a change made now belongs to: the stream, then the
+    /// groups.
+    pub fn all(&self) -> Vec<u64> {
+        let mut v = Vec::with_capacity(self.groups.len() + 1);
+        v.extend(self.stream);
+        v.extend_from_slice(&self.groups);
+        v
+    }
+
+    /// Whether a change made now belongs to no domain.
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_none() && self.groups.is_empty()
+    }
 }
 
 thread_local! {
-    static CURRENT: Cell<Domains> = const { Cell::new(Domains { stream: None, ignore_fsync: false }) };
+    static CURRENT: RefCell<Domains> = const {
+        RefCell::new(Domains { stream: None, ignore_fsync: false, groups: Vec::new() })
+    };
 }
 
 /// Runs `f` with the calling thread's changes in `d` (the frontend, for
@@ -48,7 +72,7 @@ pub fn in_domains<R>(d: Domains, f: impl FnOnce() -> R) -> R {
     struct Restore(Domains);
     impl Drop for Restore {
         fn drop(&mut self) {
-            CURRENT.with(|c| c.set(self.0));
+            CURRENT.with(|c| c.replace(std::mem::take(&mut self.0)));
         }
     }
     let _restore = Restore(CURRENT.with(|c| c.replace(d)));
@@ -57,7 +81,7 @@ pub fn in_domains<R>(d: Domains, f: impl FnOnce() -> R) -> R {
 
 /// The calling thread's domains now.
 pub(crate) fn current() -> Domains {
-    CURRENT.with(Cell::get)
+    CURRENT.with(|c| c.borrow().clone())
 }
 
 #[cfg(test)]
@@ -70,8 +94,9 @@ mod tests {
         let a = Domains {
             stream: Some(3),
             ignore_fsync: true,
+            groups: vec![5],
         };
-        in_domains(a, || {
+        in_domains(a.clone(), || {
             assert_eq!(current(), a);
             in_domains(Domains::default(), || assert_eq!(current().stream, None));
             assert_eq!(current(), a);

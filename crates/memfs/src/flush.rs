@@ -75,7 +75,10 @@ impl Merged {
     /// it was reached), and a stream's `Dirty` entry takes every entry on
     /// its inode (the flush writes the inode's state at the cut, which
     /// holds the later writes of other streams too, so their `Dirty`
-    /// entries and so their prefixes come along).
+    /// entries and so their prefixes come along). A patchgroup's
+    /// dependency entry (`LogOp::Depend`, in the dependent group's
+    /// domain) takes the group depended on whole: one way only, so a
+    /// flush of that group does not take its dependents.
     fn closure(&self, targets: &[(Object, u64)]) -> BTreeSet<u64> {
         let mut selected = BTreeSet::new();
         let mut reached: FxHashMap<Object, u64> = FxHashMap::default();
@@ -93,6 +96,9 @@ impl Merged {
             for &st in stamps.range(from..=limit) {
                 if selected.insert(st) {
                     let e = &self.ops[&st];
+                    if let LogOp::Depend { on } = e.op {
+                        work.push((Object::Domain(on), u64::MAX));
+                    }
                     let whole = !e.domains.is_empty();
                     for o in e.objects() {
                         let state =
@@ -474,7 +480,7 @@ impl MemFs {
             let mut s = n.s.write();
             s.never_disk = true;
             s.dirty = false;
-            s.dirty_streams.clear();
+            s.dirty_domains.clear();
             s.xattrs_dirty = false;
             reserved += s.take_reserved();
             self.recount_frees(&mut s);
@@ -543,7 +549,7 @@ impl MemFs {
             return None;
         }
         s.dirty = false;
-        s.dirty_streams.clear();
+        s.dirty_domains.clear();
         // Gone from the disk once this plan's operations are applied (no
         // name, nobody holding it open): its data has no reader, and
         // writing it would give blocks to a freed inode.
@@ -1023,7 +1029,7 @@ fn apply_plan(
 fn apply_entry(disk: &mut Batch<'_>, e: &Entry) -> stitch_diskfs::Result<()> {
     match &e.op {
         LogOp::Release { ino: i } => disk.release(*i, e.time),
-        LogOp::Dirty { .. } => Ok(()),
+        LogOp::Dirty { .. } | LogOp::Depend { .. } => Ok(()),
         LogOp::Create { ino: i, .. } => disk.apply(&disk_op(&e.op), Some(*i), e.time),
         op => disk.apply(&disk_op(op), None, e.time),
     }
@@ -1076,7 +1082,7 @@ fn disk_op(op: &LogOp) -> Op {
             to: to.clone(),
             flags: *flags,
         },
-        LogOp::Dirty { .. } | LogOp::Release { .. } => {
+        LogOp::Dirty { .. } | LogOp::Release { .. } | LogOp::Depend { .. } => {
             unreachable!("state, not a namespace operation")
         }
     }

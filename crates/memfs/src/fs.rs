@@ -93,6 +93,8 @@ pub(crate) struct Inner {
     /// Dirty pages settled without waiting since write-behind last took
     /// them (`MemFs::settled`).
     pub settled_pages: AtomicU64,
+    /// The mount's patchgroups (`groups`).
+    pub groups: Arc<crate::groups::GroupTable>,
     /// Pages in memory, and the bound.
     pub pages: AtomicU64,
     /// Buffers of pages written behind, for the next pages written.
@@ -178,6 +180,7 @@ impl MemFs {
             soft_updates: shape.soft_updates,
             unawaited: Mutex::new(None),
             settled_pages: AtomicU64::new(0),
+            groups: Arc::default(),
             disk,
             nodes: RwLock::new(FxHashMap::default()),
             gate: RwLock::new(()),
@@ -426,8 +429,15 @@ impl MemFs {
             }
         }
         room.take(op.reserves());
-        let domains = self.stream_now().stream.into_iter().collect();
+        let domains = self.stream_now().all();
         self.inner.logs.append(time, op, domains);
+    }
+
+    /// Logs `op`, which touches no inode, in `domain` alone (a patchgroup
+    /// dependency), as an operation: inside the cut gate.
+    pub(crate) fn log_in_domain(&self, op: LogOp, domain: u64) {
+        let _g = self.inner.gate.read();
+        self.inner.logs.append(self.now(), op, vec![domain]);
     }
 
     /// The calling thread's ordering domains, with the mount's order

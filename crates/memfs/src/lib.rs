@@ -9,13 +9,15 @@
 //! diskfs one batch, applied as one atomic unit (one journal transaction).
 //!
 //! Architecture invariants: memfs knows files, names and ordering domains
-//! (streams, `domains`), never blocks or patches; it reaches the disk only through
+//! (streams and patchgroups, `domains`), never blocks or patches; it reaches the disk only through
 //! diskfs, and only at flush time or to load what memory lacks.
 //!
 //! Modules: `types` (what the frontend sees), `error`, `node` (in-memory
 //! inodes, directories, pages), `log` (per-thread logs, stamps, the cut),
 //! `fs` (the operations), `flush` (closure, absorption, the batch),
-//! `domains` (the stream the calling thread's changes belong to),
+//! `domains` (the stream and patchgroups the calling thread's changes
+//! belong to), `groups` (patchgroups: the table, a process's holdings,
+//! the rules of their life),
 //! `frees` (what the disk will free, for `statfs`).
 
 mod data;
@@ -24,6 +26,7 @@ mod error;
 mod flush;
 mod frees;
 mod fs;
+mod groups;
 mod log;
 mod node;
 mod types;
@@ -31,6 +34,9 @@ mod types;
 pub use domains::{in_domains, Domains, GLOBAL};
 pub use error::{MemError, Result, Trouble};
 pub use fs::MemFs;
+pub use groups::{
+    GroupError, GroupInfo, GroupTable, Held, PgSyncError, GROUP_DOMAIN, MAX_GROUPS, MAX_HELD,
+};
 pub use node::Xattrs;
 pub use stitch_diskfs::{InodeNo, Refusal, RenameFlags, TimeRange, Timestamp};
 pub use types::{

@@ -82,6 +82,10 @@ pub(crate) enum LogOp {
     Dirty { ino: InodeNo },
     /// The last close of an inode that diskfs holds open.
     Release { ino: InodeNo },
+    /// A patchgroup dependency: logged in the dependent group's domain,
+    /// its closure takes every change of domain `on` (`groups`). Changes
+    /// nothing on disk.
+    Depend { on: u64 },
 }
 
 #[derive(Clone, Debug)]
@@ -90,7 +94,8 @@ pub(crate) struct Entry {
     /// The clock when the operation ran (its on-disk times).
     pub time: Timestamp,
     pub op: LogOp,
-    /// Ordering domains the operation belongs to (its stream, if any).
+    /// Ordering domains the operation belongs to (its stream, the
+    /// patchgroups engaged).
     pub domains: Vec<u64>,
 }
 
@@ -137,6 +142,7 @@ impl LogOp {
                 v
             }
             LogOp::Dirty { ino } | LogOp::Release { ino } => vec![*ino],
+            LogOp::Depend { .. } => Vec::new(),
         }
     }
 
@@ -149,7 +155,7 @@ impl LogOp {
             LogOp::Rename {
                 from_dir, to_dir, ..
             } => vec![*from_dir, *to_dir],
-            LogOp::Dirty { .. } | LogOp::Release { .. } => Vec::new(),
+            LogOp::Dirty { .. } | LogOp::Release { .. } | LogOp::Depend { .. } => Vec::new(),
         }
     }
 
@@ -167,6 +173,7 @@ impl LogOp {
                 v.extend(other);
                 v
             }
+            LogOp::Depend { .. } => Vec::new(),
         }
     }
 
@@ -193,6 +200,7 @@ impl LogOp {
             LogOp::Rename { .. } => 3,
             LogOp::Dirty { .. } => 4,
             LogOp::Release { .. } => 5,
+            LogOp::Depend { .. } => 6,
         }
     }
 

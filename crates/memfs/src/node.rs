@@ -123,11 +123,12 @@ pub(crate) struct NodeState {
     /// Data or attributes changed since the last flush took them (a
     /// `Dirty` entry is logged when this turns on).
     pub dirty: bool,
-    /// The streams that logged a `Dirty` entry for this inode since the
-    /// last flush took its state: a write from another stream logs one
-    /// more, so a flush that writes the state (which has that stream's
-    /// data in it) takes that stream's earlier changes too.
-    pub dirty_streams: Vec<u64>,
+    /// The domains (streams, patchgroups) that logged a `Dirty` entry for
+    /// this inode since the last flush took its state: a write from
+    /// another domain logs one more, so a flush that writes the state
+    /// (which has that domain's data in it) takes that domain's earlier
+    /// changes too.
+    pub dirty_domains: Vec<u64>,
     /// Size on disk after the last flush.
     pub disk_size: u64,
     /// The smallest size since the last flush (the flush truncates to it
@@ -231,7 +232,7 @@ impl NodeState {
             open: 0,
             disk_open: false,
             dirty: false,
-            dirty_streams: Vec::new(),
+            dirty_domains: Vec::new(),
             disk_size: 0,
             min_size: 0,
             pages: BTreeMap::new(),

@@ -228,8 +228,8 @@ pub struct Memory {
 pub struct Pending {
     /// Every entry.
     pub changes: u64,
-    /// Entries by ordering domain (a stream's number; an entry may be in
-    /// more than one).
+    /// Entries by ordering domain (a stream's number, or a patchgroup's
+    /// with `GROUP_DOMAIN` set; an entry may be in more than one).
     pub by_domain: std::collections::BTreeMap<u64, u64>,
 }
 
@@ -246,20 +246,22 @@ impl Pending {
 /// absorbed (cancelled by a later one, never written).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpKinds {
-    pub applied: [u64; 6],
-    pub absorbed: [u64; 6],
+    pub applied: [u64; 7],
+    pub absorbed: [u64; 7],
 }
 
 impl OpKinds {
     /// The kinds' names, in the arrays' order: a file, directory, link or
     /// node made; a hard link; a name removed; a rename; a file's data or
     /// attributes changed (its state written); a last close of a file
-    /// already removed.
-    pub const NAMES: [&'static str; 6] =
-        ["create", "link", "unlink", "rename", "change", "release"];
+    /// already removed; a patchgroup dependency recorded (it writes
+    /// nothing).
+    pub const NAMES: [&'static str; 7] = [
+        "create", "link", "unlink", "rename", "change", "release", "depend",
+    ];
 
     pub(crate) fn add(&mut self, o: &OpKinds) {
-        for k in 0..6 {
+        for k in 0..Self::NAMES.len() {
             self.applied[k] += o.applied[k];
             self.absorbed[k] += o.absorbed[k];
         }

@@ -6,29 +6,17 @@
 
 mod common;
 use common::*;
-use stitch_memfs::{in_domains, Domains, InodeNo, Kind, MemFs, Options, Order};
+use stitch_memfs::{in_domains, Domains, Options, Order};
 
 fn stream(n: u64) -> Domains {
     Domains {
         stream: Some(n),
-        ignore_fsync: false,
+        ..Domains::default()
     }
 }
 
 fn in_order(order: Order) -> Options {
     Options { order, ..opts() }
-}
-
-fn file(fs: &MemFs, dir: InodeNo, name: &[u8], data: &[u8]) -> InodeNo {
-    let f = fs
-        .mknod(dir, name, Kind::File, 0o644, (0, 0), 0, 0)
-        .unwrap();
-    fs.write(f.ino, 0, data, false).unwrap();
-    f.ino
-}
-
-fn exists(fs: &MemFs, dir: InodeNo, name: &[u8]) -> bool {
-    fs.lookup(dir, name).is_ok()
 }
 
 /// Whatever the mount's order, an fsync in a stream takes the stream's
@@ -116,6 +104,7 @@ fn ignoring_fsyncs_orders_only_and_a_stream_sync_makes_it_durable() {
         let quiet = Domains {
             stream: Some(5),
             ignore_fsync: true,
+            ..Domains::default()
         };
         let before = disk_image(&fs);
         let f = in_domains(quiet, || {

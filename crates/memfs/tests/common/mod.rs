@@ -327,3 +327,17 @@ pub fn disk_image(fs: &MemFs) -> Vec<u8> {
     })
     .unwrap()
 }
+
+/// A new file `name` in `dir` holding `data`.
+pub fn file(fs: &MemFs, dir: InodeNo, name: &[u8], data: &[u8]) -> InodeNo {
+    let f = fs
+        .mknod(dir, name, MemKind::File, 0o644, (0, 0), 0, 0)
+        .unwrap();
+    fs.write(f.ino, 0, data, false).unwrap();
+    f.ino
+}
+
+/// Whether `dir` holds `name`.
+pub fn exists(fs: &MemFs, dir: InodeNo, name: &[u8]) -> bool {
+    fs.lookup(dir, name).is_ok()
+}
