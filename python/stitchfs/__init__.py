@@ -33,6 +33,16 @@ it durable:
     >>> stitchfs.streamsync()                           # doctest: +SKIP
     >>> with stitchfs.stream("db"): ...                 # doctest: +SKIP
 
+A *patchgroup* ("Generalized File System Dependencies") is a set of
+changes a process marks by engaging it; ``pg_depend(q, p)`` keeps every
+change of ``q`` off the disk until all of ``p``'s are on it, whatever
+the moment of a crash, without an fsync:
+
+    >>> p = stitchfs.pg_create()                        # doctest: +SKIP
+    >>> stitchfs.pg_engage(p); ...; stitchfs.pg_disengage(p)  # doctest: +SKIP
+    >>> with stitchfs.patchgroup(after=p) as q: ...     # doctest: +SKIP
+    >>> stitchfs.pg_sync(q)                             # doctest: +SKIP
+
 The numbers and layouts restate ``crates/control`` (the table's single
 source); the test suite holds them equal.
 """
@@ -61,6 +71,20 @@ __all__ = [
     "IOC_STREAM_SYNC",
     "IOC_STATS",
     "IOC_GRAPH",
+    "IOC_PATCHGROUP",
+    "PG_CREATE",
+    "PG_DEPEND",
+    "PG_ENGAGE",
+    "PG_DISENGAGE",
+    "PG_SYNC",
+    "PG_CLOSE",
+    "pg_create",
+    "pg_depend",
+    "pg_engage",
+    "pg_disengage",
+    "pg_sync",
+    "pg_close",
+    "patchgroup",
     "IGNORE_FSYNC",
     "StitchError",
     "StreamInfo",
@@ -79,8 +103,8 @@ __all__ = [
 ]
 
 #: The API version this module describes (2: contexts, 3: streams, 4: stats
-#: and the patch graph).
-API_VERSION = 4
+#: and the patch graph, 5: patchgroups).
+API_VERSION = 5
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
 IOC_SYNC = 0x0000F501
@@ -100,6 +124,16 @@ IOC_STREAM_SYNC = 0x4008F507
 IOC_STATS = 0xFE88F508
 #: ``_IOWR(0xF5, 9, struct stitch_text)``: the live patch graph, as DOT.
 IOC_GRAPH = 0xFE88F509
+#: ``_IOWR(0xF5, 10, struct stitch_group)``: a patchgroup call.
+IOC_PATCHGROUP = 0xC018F50A
+
+#: The patchgroup calls (``struct stitch_group``'s ``op``).
+PG_CREATE = 1
+PG_DEPEND = 2
+PG_ENGAGE = 3
+PG_DISENGAGE = 4
+PG_SYNC = 5
+PG_CLOSE = 6
 
 #: ``setstream`` flag: the stream's fsyncs only order, and return at once.
 IGNORE_FSYNC = 1
@@ -122,6 +156,8 @@ _STREAM = struct.Struct("=IIQ64s")
 _CALL = struct.Struct("=II")
 _TEXT_MAX = 16000
 _TEXT = struct.Struct(f"=II{_TEXT_MAX}s")
+# version, op, group, on
+_GROUP = struct.Struct("=IIQQ")
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -132,10 +168,13 @@ Target = Union[None, str, "os.PathLike[str]", int, IO[bytes], IO[str]]
 
 _MEANINGS = {
     _errno.ENOTTY: "not a stitchfs mount (or a call this server does not know)",
-    _errno.EINVAL: "a structure of the wrong size or version, a bad argument, or a stream sync by a thread in no stream",
-    _errno.EPERM: "the handle or stream belongs to another user",
+    _errno.EINVAL: "a structure of the wrong size or version, a bad argument, a stream sync by a thread in no stream, "
+    "or a patchgroup call the rules forbid (engaging a sealed group, a dependency of a group already engaged or sealed)",
+    _errno.EPERM: "the handle, stream or patchgroup belongs to another user",
+    _errno.EBUSY: "a dependency on a patchgroup some process has engaged (disengage it first)",
     _errno.ENAMETOOLONG: "a stream name longer than 63 bytes",
-    _errno.EBADF: "an unknown or closed handle (its process exited), or a bad descriptor",
+    _errno.EBADF: "an unknown or closed handle or patchgroup (its process exited, or this process does not hold it), "
+    "or a bad descriptor",
     _errno.EIO: "the mount latched a device error: nothing more is durable",
     _errno.EROFS: "the mount is read-only",
     _errno.EAGAIN: "a limit of the mount is reached; try again once some are released",
@@ -319,3 +358,70 @@ def stream(name: str, flags: int = 0, target: Target = None, sync: bool = True) 
             streamsync(target)
     finally:
         setstream(before.name, before.flags, target)
+
+
+def _pg(what: str, op: int, group: int, on: int, target: Target) -> int:
+    if group < 0 or on < 0:
+        raise StitchError(_errno.EBADF, f"stitchfs {what}: {strerror(_errno.EBADF)}")
+    out = _call(what, target, IOC_PATCHGROUP, _GROUP.pack(API_VERSION, op, group, on))
+    _version, _op, g, _on = _GROUP.unpack(out)
+    return int(g)
+
+
+def pg_create(target: Target = None) -> int:
+    """A new patchgroup, held by the calling process: its number.
+
+    Every change the process makes while it has engaged the group
+    (``pg_engage``) belongs to it. Groups are held like file descriptors:
+    shared by the process's threads, copied to child processes (engaged
+    as in the parent), kept across ``exec``, let go at ``pg_close`` or
+    exit. ``EAGAIN`` at the mount's bounds."""
+    return _pg("pg_create", PG_CREATE, 0, 0, target)
+
+
+def pg_depend(q: int, p: int, target: Target = None) -> None:
+    """No change of group ``q`` reaches the disk before every change of
+    ``p`` (and of what ``p`` depends on) has. ``p`` is sealed: it can
+    never be engaged again. ``EINVAL`` if ``q`` was engaged before or is
+    sealed, or ``q == p``; ``EBUSY`` if some process has ``p`` engaged."""
+    _pg("pg_depend", PG_DEPEND, q, p, target)
+
+
+def pg_engage(g: int, target: Target = None) -> None:
+    """The calling process's later changes belong to ``g`` too.
+    ``EINVAL`` if ``g`` is sealed."""
+    _pg("pg_engage", PG_ENGAGE, g, 0, target)
+
+
+def pg_disengage(g: int, target: Target = None) -> None:
+    """The calling process's later changes no longer belong to ``g``."""
+    _pg("pg_disengage", PG_DISENGAGE, g, 0, target)
+
+
+def pg_sync(g: int, target: Target = None) -> None:
+    """Make ``g`` and what it depends on durable (nothing else)."""
+    _pg("pg_sync", PG_SYNC, g, 0, target)
+
+
+def pg_close(g: int, target: Target = None) -> None:
+    """The calling process lets go of ``g`` (disengaging it); the order
+    of the changes made under it stays."""
+    _pg("pg_close", PG_CLOSE, g, 0, target)
+
+
+@contextlib.contextmanager
+def patchgroup(after: Union[int, None] = None, target: Target = None, sync: bool = False) -> Iterator[int]:
+    """A new group, engaged for the ``with`` block (depending on the group
+    ``after`` first, if given), disengaged at its end, made durable then
+    if ``sync``. Yields the group; closing it is the caller's (it may be
+    what the next block depends on)."""
+    g = pg_create(target)
+    if after is not None:
+        pg_depend(g, after, target)
+    pg_engage(g, target)
+    try:
+        yield g
+    finally:
+        pg_disengage(g, target)
+    if sync:
+        pg_sync(g, target)

@@ -14,18 +14,10 @@ import os
 import threading
 
 import stitchfs
+from _check import fails_with
 
 MNT = os.environ["STITCHFS_MOUNT"]
 FD = os.open(MNT, os.O_RDONLY)
-
-
-def fails_with(code, f, *args):
-    try:
-        f(*args)
-    except stitchfs.StitchError as e:
-        assert e.errno == code, (e.errno, code, e)
-        return str(e)
-    raise AssertionError(f"{f.__name__} did not fail with {errno.errorcode[code]}")
 
 
 # No stream yet.

@@ -71,6 +71,10 @@ enum Command {
     /// disk keeps a prefix of what they change, in order; the stream is
     /// made durable when the program exits, before its status is returned.
     Run(cmd::run::Args),
+    /// Run CMD1, then CMD2, with every change CMD2 makes reaching the disk
+    /// only after every change CMD1 made (patchgroups; no fsync); exits
+    /// with CMD2's status, or CMD1's if it fails (CMD2 does not run then).
+    Depend(cmd::depend::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
     Crashtest(cmd::crashtest::Args),
@@ -92,6 +96,10 @@ fn main() {
         Command::Graph(args) => cmd::graph::run(args),
         Command::Top(args) => cmd::top::run(args),
         Command::Run(args) => match cmd::run::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
+        Command::Depend(args) => match cmd::depend::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),
         },

@@ -174,6 +174,34 @@ fn streams_through_the_c_library() {
     });
 }
 
+/// libstitch's patchgroup test program
+/// (`crates/libstitch/tests/patchgroups.c`) on a fresh mount, as root (the
+/// Python package's and `stitchfs depend` are in `tests/patchgroups.rs`).
+#[test]
+fn patchgroups_through_the_c_library() {
+    let exe = c_program(
+        "patchgroups",
+        &repo_root().join("crates/libstitch/tests/patchgroups.c"),
+    );
+    let s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.with_mount(|mnt| {
+        let out = run(
+            "patchgroups",
+            Command::new(&exe)
+                .arg(mnt)
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("c patchgroups ok"),
+            "{text}"
+        );
+        // Each misuse said what it was.
+        assert!(text.contains("a sealed group, engaged: "), "{text}");
+        assert!(text.contains("belongs to another user"), "{text}");
+    });
+}
+
 /// The Python package's test (`python/tests/control.py`) on a fresh
 /// mount, as root; then what it wrote through a shared mapping (requests
 /// with no caller) is read back after a remount.
@@ -263,12 +291,14 @@ fn the_three_copies_of_the_table_agree() {
     let src = dir.path().join("numbers.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu\\n\", \
+        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu %u %zu %u %u %u %u %u %u\\n\", \
          STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_IOC_CONTEXT, STITCH_IOC_SET_TAG, \
          STITCH_IOC_SET_STREAM, STITCH_IOC_GET_STREAM, STITCH_IOC_STREAM_SYNC, STITCH_IOC_STATS, STITCH_IOC_GRAPH, \
          STITCH_API_VERSION, sizeof(struct stitch_version), sizeof(struct stitch_context), \
          sizeof(struct stitch_tag), sizeof(struct stitch_stream), sizeof(struct stitch_call), \
-         sizeof(struct stitch_text));return 0;}\n",
+         sizeof(struct stitch_text), STITCH_IOC_PATCHGROUP, sizeof(struct stitch_group), \
+         STITCH_PG_CREATE, STITCH_PG_DEPEND, STITCH_PG_ENGAGE, STITCH_PG_DISENGAGE, STITCH_PG_SYNC, \
+         STITCH_PG_CLOSE);return 0;}\n",
     )
     .unwrap();
     let exe = dir.path().join("numbers");
@@ -284,7 +314,7 @@ fn the_three_copies_of_the_table_agree() {
     assert!(out.status.success());
     let c = String::from_utf8(run("numbers", &mut Command::new(&exe)).stdout).unwrap();
     let want = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         stitch_control::IOC_SYNC,
         stitch_control::IOC_VERSION,
         stitch_control::IOC_CONTEXT,
@@ -300,7 +330,15 @@ fn the_three_copies_of_the_table_agree() {
         std::mem::size_of::<stitch_control::Tag>(),
         std::mem::size_of::<stitch_control::Stream>(),
         std::mem::size_of::<stitch_control::Call>(),
-        std::mem::size_of::<stitch_control::Text>()
+        std::mem::size_of::<stitch_control::Text>(),
+        stitch_control::IOC_PATCHGROUP,
+        std::mem::size_of::<stitch_control::Group>(),
+        stitch_control::PG_CREATE,
+        stitch_control::PG_DEPEND,
+        stitch_control::PG_ENGAGE,
+        stitch_control::PG_DISENGAGE,
+        stitch_control::PG_SYNC,
+        stitch_control::PG_CLOSE,
     );
     assert_eq!(c, want, "stitch.h");
     let py = run(
@@ -312,7 +350,8 @@ fn the_three_copies_of_the_table_agree() {
                  print(s.IOC_SYNC, s.IOC_VERSION, s.IOC_CONTEXT, s.IOC_SET_TAG, \
                  s.IOC_SET_STREAM, s.IOC_GET_STREAM, s.IOC_STREAM_SYNC, s.IOC_STATS, s.IOC_GRAPH, \
                  s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size, \
-                 s._STREAM.size, s._CALL.size, s._TEXT.size)",
+                 s._STREAM.size, s._CALL.size, s._TEXT.size, s.IOC_PATCHGROUP, s._GROUP.size, \
+                 s.PG_CREATE, s.PG_DEPEND, s.PG_ENGAGE, s.PG_DISENGAGE, s.PG_SYNC, s.PG_CLOSE)",
             ])
             .env("PYTHONPATH", repo_root().join("python")),
     );

@@ -7,29 +7,15 @@
 
 mod posix_support;
 
-use posix_support::{
-    python_site, repo_root, run_logged as run, Scratch, JOURNAL_ORDERED, SOFTUPDATES,
-};
+use posix_support::{python_test, run_logged as run, Scratch, JOURNAL_ORDERED, SOFTUPDATES};
 use std::path::Path;
 use std::process::{Command, Output};
 
 #[test]
 fn the_python_package_joins_asks_and_leaves_streams_and_refuses_misuse() {
     let s = Scratch::new(JOURNAL_ORDERED, 64);
-    let script = repo_root().join("python/tests/streams.py");
     s.with_mount(|mnt| {
-        let out = run(
-            "streams.py",
-            Command::new("python3")
-                .arg(&script)
-                .env("PYTHONPATH", python_site())
-                .env("STITCHFS_MOUNT", mnt),
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("python streams ok"),
-            "{text}"
-        );
+        let text = python_test("streams", mnt, "python streams ok");
         assert!(text.contains("in no stream"), "the EINVAL message: {text}");
     });
 }

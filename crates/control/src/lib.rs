@@ -25,6 +25,7 @@
 //! | `_IOW(0xF5, 7, Call)` | [`IOC_STREAM_SYNC`] | [`Call`] in | every change of the calling thread's stream, durable when it returns |
 //! | `_IOWR(0xF5, 8, Text)` | [`IOC_STATS`] | [`Text`] in and out | the mount's figures now, as JSON (`docs/stats.md`) |
 //! | `_IOWR(0xF5, 9, Text)` | [`IOC_GRAPH`] | [`Text`] in and out | the live graph of uncommitted patches, as Graphviz DOT (summarised by block when whole it would not fit) |
+//! | `_IOWR(0xF5, 10, Group)` | [`IOC_PATCHGROUP`] | [`Group`] in and out | a patchgroup call (`op`): create, depend, engage, disengage, sync, close |
 //!
 //! A **stream** ("Consistency Without Ordering") is an order of changes:
 //! the disk always holds a prefix of each stream's changes (each whole),
@@ -36,12 +37,28 @@
 //! [`IOC_STREAM_SYNC`] makes the stream durable. A stream belongs to the
 //! user who made it; another user's is refused (`EPERM`).
 //!
+//! A **patchgroup** ("Generalized File System Dependencies", §5) is a set
+//! of changes a process marks by *engaging* it: every change the process
+//! makes while the group is engaged belongs to it. `depend(Q, P)` says
+//! that no change of Q may reach the disk before every change of P (and
+//! of what P depends on) has: after any crash, if any change made under
+//! Q is on disk, all of P's are. `sync(P)` makes P and what it depends
+//! on durable, nothing else. A group's life follows the paper's rules,
+//! which make a cycle impossible to build and keep a group from holding
+//! changes in memory forever: its dependencies are added before it is
+//! first engaged, and once another group depends on it, it is *sealed*
+//! and can never be engaged again (nor gain dependencies). Groups are
+//! held per process like file descriptors: shared by its threads, copied
+//! to a child process (with what it has engaged), kept across `exec`,
+//! let go at `close` or exit; a group lives while some process holds it.
+//! A process names only groups it holds.
+//!
 //! A **context** is what a process holds on a mount: made when it first
 //! asks for one, copied to each child process when the mount first sees
 //! the child (fork semantics), kept across `exec`, shared by its threads,
-//! closed when the process exits. Today it holds a tag (a number the
-//! process chooses, which shows what was inherited); patchgroups and
-//! streams will keep their per-process state in it. Each context has a
+//! closed when the process exits. It holds a tag (a number the process
+//! chooses, which shows what was inherited), the process's stream and
+//! the patchgroups it holds and has engaged. Each context has a
 //! number never reused on the mount (`id`), by which a process of the
 //! same user may name it. A process is known by its pid and start time,
 //! so a new process on a reused pid is never taken for the old one. An
@@ -74,6 +91,11 @@
 //! | `EPERM` | a stream another user made |
 //! | `EAGAIN` | the mount's bound on streams (4096), or on threads with a stream of their own in one process (256), is reached |
 //! | `EINVAL` | a stream sync by a thread in no stream (and the mount's order is not `global`) |
+//! | `EBADF` | a patchgroup the calling process does not hold: never made, closed, or made by a process it did not inherit from |
+//! | `EPERM` | a patchgroup of another user |
+//! | `EINVAL` | a patchgroup call the rules forbid: engaging a sealed group; a dependency of a group already engaged or sealed, or on itself; disengaging a group the process has not engaged; an `op` not in the table |
+//! | `EBUSY` | a dependency on a group some process has engaged now (its changes are not all made yet: disengage it first) |
+//! | `EAGAIN` | the mount's bound on live patchgroups (65,536) or a process's on groups it holds (1,024) is reached |
 //!
 //! Architecture invariant: knows the table and the mount table, nothing of
 //! how a mount serves the calls; no other stitch crate.
@@ -88,8 +110,8 @@ pub const MAGIC: u32 = 0xF5;
 /// The API version this table describes. A server answers calls of its
 /// own version and older; a caller can ask with [`IOC_VERSION`].
 /// Version 1: sync and version. Version 2: contexts. Version 3: streams.
-/// Version 4: stats and the patch graph.
-pub const API_VERSION: u32 = 4;
+/// Version 4: stats and the patch graph. Version 5: patchgroups.
+pub const API_VERSION: u32 = 5;
 
 const NONE: u32 = 0;
 const WRITE: u32 = 1;
@@ -261,6 +283,37 @@ pub const IOC_STATS: u32 = ioc(READ | WRITE, 8, std::mem::size_of::<Text>());
 /// The live patch graph: `_IOWR(0xF5, 9, Text)`.
 pub const IOC_GRAPH: u32 = ioc(READ | WRITE, 9, std::mem::size_of::<Text>());
 
+/// A patchgroup call: `_IOWR(0xF5, 10, Group)`.
+pub const IOC_PATCHGROUP: u32 = ioc(READ | WRITE, 10, std::mem::size_of::<Group>());
+
+/// [`Group::op`]: a new group, held by the calling process (out: `group`).
+pub const PG_CREATE: u32 = 1;
+/// [`Group::op`]: `group` depends on `on`.
+pub const PG_DEPEND: u32 = 2;
+/// [`Group::op`]: the calling process's later changes belong to `group`.
+pub const PG_ENGAGE: u32 = 3;
+/// [`Group::op`]: they no longer do.
+pub const PG_DISENGAGE: u32 = 4;
+/// [`Group::op`]: `group` and what it depends on, durable when it returns.
+pub const PG_SYNC: u32 = 5;
+/// [`Group::op`]: the calling process lets go of `group` (disengaging it).
+pub const PG_CLOSE: u32 = 6;
+
+/// What [`IOC_PATCHGROUP`] is sent and answers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Group {
+    /// In: the API version the caller speaks.
+    pub version: u32,
+    /// In: the call ([`PG_CREATE`] .. [`PG_CLOSE`]).
+    pub op: u32,
+    /// In: the group acted on. Out, for [`PG_CREATE`]: the new group
+    /// (numbers start at 1 and are never reused on a mount).
+    pub group: u64,
+    /// In, for [`PG_DEPEND`]: the group `group` depends on.
+    pub on: u64,
+}
+
 /// Room for the text of a [`Text`] answer.
 pub const TEXT_MAX: usize = 16000;
 
@@ -313,6 +366,7 @@ const _: () = assert!(std::mem::size_of::<Context>() == 56);
 const _: () = assert!(std::mem::size_of::<Stream>() == 80);
 const _: () = assert!(std::mem::size_of::<Call>() == 8);
 const _: () = assert!(std::mem::size_of::<Tag>() == 16);
+const _: () = assert!(std::mem::size_of::<Group>() == 24);
 
 /// A structure sent through the table: plain bytes in both directions.
 pub trait Wire: Copy + Default {
@@ -359,6 +413,12 @@ wire!(Tag {
 wire!(Call {
     version: u32,
     flags: u32
+});
+wire!(Group {
+    version: u32,
+    op: u32,
+    group: u64,
+    on: u64,
 });
 
 impl Wire for Stream {
@@ -416,7 +476,7 @@ wire!(Context {
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 9] = [
+pub const TABLE: [(u32, &str); 10] = [
     (IOC_SYNC, "sync"),
     (IOC_VERSION, "version"),
     (IOC_CONTEXT, "context"),
@@ -426,6 +486,7 @@ pub const TABLE: [(u32, &str); 9] = [
     (IOC_STREAM_SYNC, "stream_sync"),
     (IOC_STATS, "stats"),
     (IOC_GRAPH, "graph"),
+    (IOC_PATCHGROUP, "patchgroup"),
 ];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
@@ -498,6 +559,24 @@ pub fn request_stream_sync(f: &impl AsRawFd) -> std::io::Result<()> {
     Err(std::io::Error::last_os_error())
 }
 
+/// Sends the patchgroup call `op` on `group` (and `on`, for a
+/// dependency) to the mount behind `f` ([`IOC_PATCHGROUP`]): the group
+/// the answer names (the new one, for [`PG_CREATE`]).
+pub fn request_patchgroup(f: &impl AsRawFd, op: u32, group: u64, on: u64) -> std::io::Result<u64> {
+    let mut g = Group {
+        version: API_VERSION,
+        op,
+        group,
+        on,
+    };
+    // SAFETY: the kernel reads and writes size_of::<Group>() bytes, the
+    // size the command number carries, at `g`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_PATCHGROUP as _, &mut g as *mut Group) } == 0 {
+        return Ok(g.group);
+    }
+    Err(std::io::Error::last_os_error())
+}
+
 /// The figures of the mount behind `f` ([`IOC_STATS`]), as JSON text:
 /// `Ok(None)` if `f` is on another file system (or a stitchfs server too
 /// old to know the call).
@@ -558,6 +637,8 @@ mod tests {
         assert_eq!(IOC_STATS, 0xFE88_F508);
         assert_eq!(decode(IOC_STATS), (8, 16008));
         assert_eq!(IOC_GRAPH, 0xFE88_F509);
+        // _IOWR(0xF5, 10, 24 bytes).
+        assert_eq!(IOC_PATCHGROUP, 0xC018_F50A);
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 

@@ -1155,9 +1155,9 @@ impl Recorder<'_> {
             self.d.stream = step.stream;
             let domains = stitch_memfs::Domains {
                 stream: step.stream.map(u64::from),
-                ignore_fsync: false,
+                ..Default::default()
             };
-            let acted = stitch_memfs::in_domains(domains, || self.d.act(&step.action));
+            let acted = stitch_memfs::in_domains(domains.clone(), || self.d.act(&step.action));
             let what = format!("step {}: {}", i + 1, step.action);
             self.inside(&what, &mut before);
             let acted_at = self.len();

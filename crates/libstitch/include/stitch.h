@@ -20,8 +20,8 @@ extern "C" {
 #endif
 
 /* The API version this header describes (2: contexts, 3: streams,
- * 4: stats). */
-#define STITCH_API_VERSION 4
+ * 4: stats, 5: patchgroups). */
+#define STITCH_API_VERSION 5
 
 /* The ioctls underneath (FUSE restricted ioctls, type 0xF5). */
 #define STITCH_IOC_SYNC 0x0000F501u    /* _IO(0xF5, 1) */
@@ -33,6 +33,21 @@ extern "C" {
 #define STITCH_IOC_STREAM_SYNC 0x4008F507u /* _IOW(0xF5, 7, struct stitch_call) */
 #define STITCH_IOC_STATS 0xFE88F508u /* _IOWR(0xF5, 8, struct stitch_text) */
 #define STITCH_IOC_GRAPH 0xFE88F509u /* _IOWR(0xF5, 9, struct stitch_text) */
+#define STITCH_IOC_PATCHGROUP 0xC018F50Au /* _IOWR(0xF5, 10, struct stitch_group) */
+
+/* A patchgroup call (the pg_* functions below fill it). */
+#define STITCH_PG_CREATE 1u
+#define STITCH_PG_DEPEND 2u
+#define STITCH_PG_ENGAGE 3u
+#define STITCH_PG_DISENGAGE 4u
+#define STITCH_PG_SYNC 5u
+#define STITCH_PG_CLOSE 6u
+struct stitch_group {
+	uint32_t version; /* in: STITCH_API_VERSION */
+	uint32_t op;      /* in: STITCH_PG_* */
+	uint64_t group;   /* in: the group; out (create): the new group */
+	uint64_t on;      /* in (depend): the group `group` depends on */
+};
 
 /* A text answer: the mount's figures as one JSON object (field names:
  * docs/stats.md), or its live patch graph as Graphviz DOT. The caller
@@ -113,6 +128,34 @@ int getstream_at(int fd, struct stitch_stream *out);
  * once it is, or -1: EINVAL if the thread is in no stream. */
 int streamsync(void);
 int streamsync_at(int fd);
+
+/* Patchgroups ("Generalized File System Dependencies", SOSP 2007): a
+ * process engages a group, and every change it makes while engaged
+ * belongs to the group. pg_depend(Q, P): if any change of Q is on disk
+ * after a crash, every change of P (and of what P depends on) is too.
+ * A group's dependencies are added before it is first engaged; once
+ * another group depends on it, it is sealed and never engaged again.
+ * Groups are held like file descriptors: shared by a process's threads,
+ * copied to a child process (engaged as in the parent), kept across
+ * exec, let go at pg_close or exit. A process names only groups it holds.
+ * Each returns 0 (pg_create: the new group, > 0) or -1 with errno:
+ * EBADF for a group the process does not hold, EPERM for another user's,
+ * EINVAL for a call the rules forbid, EBUSY for a dependency on a group
+ * some process has engaged, EAGAIN at the mount's bounds. */
+typedef int64_t pg_t;
+pg_t pg_create(void);
+pg_t pg_create_at(int fd);
+int pg_depend(pg_t q, pg_t p);
+int pg_depend_at(int fd, pg_t q, pg_t p);
+int pg_engage(pg_t g);
+int pg_engage_at(int fd, pg_t g);
+int pg_disengage(pg_t g);
+int pg_disengage_at(int fd, pg_t g);
+/* Makes g and what it depends on durable (and nothing else). */
+int pg_sync(pg_t g);
+int pg_sync_at(int fd, pg_t g);
+int pg_close(pg_t g);
+int pg_close_at(int fd, pg_t g);
 
 /* The API version the mount's server speaks (>= 1), or -1. */
 int stitch_version(void);

@@ -18,7 +18,8 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use stitch_control::{
     Call, Context, Stream, Tag, Version, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_SET_STREAM,
-    IOC_SET_TAG, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION,
+    IOC_SET_TAG, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, PG_CLOSE, PG_CREATE, PG_DEPEND,
+    PG_DISENGAGE, PG_ENGAGE, PG_SYNC,
 };
 
 /// The environment variable naming the mount the plain calls act on.
@@ -211,6 +212,106 @@ pub extern "C" fn streamsync_at(fd: c_int) -> c_int {
     on_mount(Some(fd), stream_sync)
 }
 
+/// One patchgroup call: the group the answer names, or `-1`.
+fn patchgroup(fd: Option<c_int>, op: u32, group: i64, on: i64) -> i64 {
+    let mut answer: i64 = -1;
+    let r = on_mount(fd, |fd| {
+        let (Ok(group), Ok(on)) = (u64::try_from(group), u64::try_from(on)) else {
+            return Err(libc::EBADF);
+        };
+        let g = stitch_control::request_patchgroup(&fd, op, group, on)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        answer = i64::try_from(g).map_err(|_| libc::EOVERFLOW)?;
+        Ok(0)
+    });
+    if r < 0 {
+        -1
+    } else {
+        answer
+    }
+}
+
+/// A new patchgroup, held by the calling process: its number (> 0), or
+/// `-1`.
+#[no_mangle]
+pub extern "C" fn pg_create() -> i64 {
+    patchgroup(None, PG_CREATE, 0, 0)
+}
+
+/// [`pg_create`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_create_at(fd: c_int) -> i64 {
+    patchgroup(Some(fd), PG_CREATE, 0, 0)
+}
+
+/// `q`'s changes reach the disk only after every change of `p`.
+#[no_mangle]
+pub extern "C" fn pg_depend(q: i64, p: i64) -> c_int {
+    ok(patchgroup(None, PG_DEPEND, q, p))
+}
+
+/// [`pg_depend`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_depend_at(fd: c_int, q: i64, p: i64) -> c_int {
+    ok(patchgroup(Some(fd), PG_DEPEND, q, p))
+}
+
+/// The calling process's later changes belong to `g` too.
+#[no_mangle]
+pub extern "C" fn pg_engage(g: i64) -> c_int {
+    ok(patchgroup(None, PG_ENGAGE, g, 0))
+}
+
+/// [`pg_engage`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_engage_at(fd: c_int, g: i64) -> c_int {
+    ok(patchgroup(Some(fd), PG_ENGAGE, g, 0))
+}
+
+/// The calling process's later changes no longer belong to `g`.
+#[no_mangle]
+pub extern "C" fn pg_disengage(g: i64) -> c_int {
+    ok(patchgroup(None, PG_DISENGAGE, g, 0))
+}
+
+/// [`pg_disengage`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_disengage_at(fd: c_int, g: i64) -> c_int {
+    ok(patchgroup(Some(fd), PG_DISENGAGE, g, 0))
+}
+
+/// Makes `g` and what it depends on durable.
+#[no_mangle]
+pub extern "C" fn pg_sync(g: i64) -> c_int {
+    ok(patchgroup(None, PG_SYNC, g, 0))
+}
+
+/// [`pg_sync`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_sync_at(fd: c_int, g: i64) -> c_int {
+    ok(patchgroup(Some(fd), PG_SYNC, g, 0))
+}
+
+/// The calling process lets go of `g`.
+#[no_mangle]
+pub extern "C" fn pg_close(g: i64) -> c_int {
+    ok(patchgroup(None, PG_CLOSE, g, 0))
+}
+
+/// [`pg_close`] on the mount holding `fd`.
+#[no_mangle]
+pub extern "C" fn pg_close_at(fd: c_int, g: i64) -> c_int {
+    ok(patchgroup(Some(fd), PG_CLOSE, g, 0))
+}
+
+fn ok(answer: i64) -> c_int {
+    if answer < 0 {
+        -1
+    } else {
+        0
+    }
+}
+
 /// Makes everything the mount holds durable.
 #[no_mangle]
 pub extern "C" fn stitch_sync() -> c_int {
@@ -280,9 +381,10 @@ pub extern "C" fn stitch_subreaper() -> c_int {
 pub extern "C" fn stitch_strerror(err: c_int) -> *const c_char {
     let msg: &'static CStr = match err {
         libc::ENOTTY => c"not a stitchfs mount (or a call this server does not know)",
-        libc::EINVAL => c"a structure of the wrong size or version, a bad argument, or a stream sync by a thread in no stream",
-        libc::EPERM => c"the handle or stream belongs to another user",
-        libc::EBADF => c"an unknown or closed handle (its process exited), or a bad descriptor",
+        libc::EINVAL => c"a structure of the wrong size or version, a bad argument, a stream sync by a thread in no stream, or a patchgroup call the rules forbid (engaging a sealed group, a dependency of a group already engaged or sealed)",
+        libc::EPERM => c"the handle, stream or patchgroup belongs to another user",
+        libc::EBADF => c"an unknown or closed handle or patchgroup (its process exited, or this process does not hold it), or a bad descriptor",
+        libc::EBUSY => c"a dependency on a patchgroup some process has engaged (disengage it first)",
         libc::EIO => c"the mount latched a device error: nothing more is durable",
         libc::EROFS => c"the mount is read-only",
         libc::EAGAIN => c"a limit of the mount is reached; try again once some are released",

@@ -28,30 +28,7 @@
 
 #include <stitch.h>
 
-static int fails;
-
-static struct stitch_context mine(int fd);
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__,        \
-				__LINE__, #cond);                              \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, "\n");                                 \
-			fails++;                                               \
-		}                                                              \
-	} while (0)
-
-/* A call expected to fail with `want`, its message as the library says. */
-static void refused(int rc, int want, const char *what)
-{
-	int e = errno;
-	CHECK(rc == -1 && e == want, "%s: rc %d errno %d (%s), want %d", what,
-	      rc, e, strerror(e), want);
-	printf("%s: %s\n", what, stitch_strerror(e));
-	fflush(stdout); /* children end with _exit */
-}
+#include "check.h"
 
 static struct stitch_context mine(int fd)
 {

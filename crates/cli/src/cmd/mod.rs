@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod crashtest;
+pub mod depend;
 pub mod fsck;
 pub mod graph;
 pub mod mkfs;

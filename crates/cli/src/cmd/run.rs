@@ -35,22 +35,54 @@ pub struct Args {
     pub command: Vec<std::ffi::OsString>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<i32> {
-    let at = args
-        .at
-        .clone()
+/// The mount a wrapper acts on: `at`, else `$STITCHFS_MOUNT`, else the
+/// working directory; its path and an open descriptor.
+pub(crate) fn open_mount(at: Option<PathBuf>) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    let at = at
         .or_else(|| std::env::var_os("STITCHFS_MOUNT").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("."));
     let mount = std::fs::File::open(&at).with_context(|| format!("opening {}", at.display()))?;
+    Ok((at, mount))
+}
+
+/// Makes this process a child subreaper: an orphaned descendant of the
+/// programs it starts is adopted here, and so still inherits from it.
+pub(crate) fn become_subreaper() -> anyhow::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("becoming a child subreaper");
+    }
+    Ok(())
+}
+
+/// A program's exit status as a shell reports it (128 + signal).
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+/// From the terminal, ^C and ^\ reach the whole foreground group: the
+/// program decides; the wrapper stays to finish what it promised. Call
+/// after the child started (so it keeps the defaults across its exec).
+pub(crate) fn ignore_terminal_signals() {
+    // SAFETY: setting dispositions to SIG_IGN.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let (at, mount) = open_mount(args.at.clone())?;
     let flags = if args.ignore_fsync {
         stitch_control::STREAM_IGNORE_FSYNC
     } else {
         0
     };
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("becoming a child subreaper");
-    }
+    become_subreaper()?;
     match stitch_control::request_set_stream(&mount, args.stream.as_bytes(), flags) {
         Ok(true) => {}
         Ok(false) => bail!("{} is not on a stitchfs mount", at.display()),
@@ -62,20 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .args(&args.command[1..])
         .spawn()
         .with_context(|| format!("starting {:?}", args.command[0]))?;
-    // A ^C or ^\ from the terminal reaches the whole foreground group:
-    // CMD decides; `run` stays to make the stream durable.
-    // SAFETY: setting dispositions to SIG_IGN, after the child started
-    // (so it keeps the defaults across its exec).
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
+    ignore_terminal_signals();
     let status = child.wait().context("waiting for the program")?;
     stitch_control::request_stream_sync(&mount)
         .with_context(|| format!("making stream {:?} durable", args.stream))?;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 1,
-    })
+    Ok(exit_code(status))
 }

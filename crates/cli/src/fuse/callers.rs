@@ -24,9 +24,9 @@ use stitch_control::{Context, Tag, Wire, API_VERSION, CONTEXT_HELD, CONTEXT_INHE
 /// A tag, which shows what a process inherited, and its streams (module
 /// `streams`): the process's stream, which a new thread and a child
 /// process take, and the streams its threads joined, by thread id (not
-/// copied to a child: its threads are others). Patchgroups will keep
-/// here the process's open groups and the set it has engaged (copied at
-/// fork, kept across exec, closed at exit with the context).
+/// copied to a child: its threads are others); and the patchgroups it
+/// holds with the set it has engaged (module `groups`: copied at fork,
+/// kept across exec, let go at exit when the context is dropped).
 #[derive(Debug, Default)]
 pub struct ProcState {
     /// The number the process last set (`IOC_SET_TAG`).
@@ -35,15 +35,19 @@ pub struct ProcState {
     pub stream: Option<Member>,
     /// The streams of threads that joined one, by thread id.
     pub threads: FxHashMap<u32, Member>,
+    /// The patchgroups held, once the process made or inherited one.
+    pub groups: Option<stitch_memfs::Held>,
 }
 
 impl Clone for ProcState {
-    /// A child's copy (fork semantics): the tag and the process's stream.
+    /// A child's copy (fork semantics): the tag, the process's stream,
+    /// and the patchgroups held, engaged as in the parent.
     fn clone(&self) -> Self {
         ProcState {
             tag: self.tag,
             stream: self.stream,
             threads: FxHashMap::default(),
+            groups: self.groups.clone(),
         }
     }
 }

@@ -8,8 +8,8 @@
 use super::{Failure, OpResult, StitchFuse};
 use fuser::{Errno, Request};
 use stitch_control::{
-    Version, Wire, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_GRAPH, IOC_SET_STREAM,
-    IOC_SET_TAG, IOC_STATS, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, TABLE,
+    Version, Wire, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_GRAPH, IOC_PATCHGROUP,
+    IOC_SET_STREAM, IOC_SET_TAG, IOC_STATS, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, TABLE,
 };
 
 impl StitchFuse {
@@ -24,6 +24,7 @@ impl StitchFuse {
             IOC_STREAM_SYNC => self.stream_sync(req, input),
             IOC_STATS => self.stats_call(input),
             IOC_GRAPH => self.graph_call(input),
+            IOC_PATCHGROUP => self.patchgroup_call(req, input),
             IOC_SYNC => {
                 self.fs.sync()?;
                 Ok(Vec::new())

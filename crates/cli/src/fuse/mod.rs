@@ -40,6 +40,7 @@ mod control;
 pub mod daemon;
 pub mod diag;
 mod dirs;
+mod groups;
 mod ids;
 pub mod metrics;
 mod nodes;

@@ -91,7 +91,7 @@ impl Source {
         let fsync = requests.get("fsync").cloned().unwrap_or_else(|| {
             json!({"count": 0, "errors": 0, "total_us": 0, "p50_us": 0, "p99_us": 0, "max_us": 0})
         });
-        let kinds = |counts: &[u64; 6]| -> Map<String, Value> {
+        let kinds = |counts: &[u64; 7]| -> Map<String, Value> {
             stitch_memfs::OpKinds::NAMES
                 .iter()
                 .zip(counts)
@@ -100,6 +100,7 @@ impl Source {
         };
         let block = self.fs.block_size();
         let pending = self.fs.pending();
+        let groups = self.fs.group_table().list();
         let mut by_stream: Vec<Value> = self
             .streams
             .names()
@@ -196,6 +197,15 @@ impl Source {
                 "contexts": self.callers.len(),
                 "pending_changes": pending.changes,
                 "by_stream": by_stream,
+                "patchgroups": groups.len(),
+                "patchgroups_made": self.fs.group_table().made(),
+                "patchgroups_engaged": groups.iter().filter(|g| g.engaged > 0).count(),
+                "patchgroups_sealed": groups.iter().filter(|g| g.sealed).count(),
+                "patchgroup_pending_changes": pending
+                    .by_domain
+                    .range(stitch_memfs::GROUP_DOMAIN..stitch_memfs::GLOBAL)
+                    .map(|(_, n)| n)
+                    .sum::<u64>(),
             },
         }))
     }

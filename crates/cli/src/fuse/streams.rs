@@ -110,17 +110,24 @@ pub fn member(s: &ProcState, tid: Tid) -> Option<Member> {
 }
 
 impl StitchFuse {
-    /// The domains a request's changes carry: its thread's stream.
+    /// The domains a request's changes carry: its thread's stream and
+    /// the patchgroups its process has engaged.
     pub(super) fn domains(&self, caller: Option<&Caller<ProcState>>) -> Domains {
         let Some(c) = caller else {
             return Domains::default();
         };
-        match member(&c.state.lock(), c.tid) {
+        let st = c.state.lock();
+        let groups = st.groups.as_ref().map(|h| h.engaged()).unwrap_or_default();
+        match member(&st, c.tid) {
             Some(m) => Domains {
                 stream: Some(m.id),
                 ignore_fsync: m.ignore_fsync,
+                groups,
             },
-            None => Domains::default(),
+            None => Domains {
+                groups,
+                ..Domains::default()
+            },
         }
     }
 

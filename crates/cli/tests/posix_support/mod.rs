@@ -185,6 +185,24 @@ pub fn python_site() -> &'static Path {
     })
 }
 
+/// Runs the package's test program `python/tests/NAME.py` on the mount
+/// `mnt` (`STITCHFS_MOUNT`), with the package installed: its stdout,
+/// checked to end well with the line it prints when all held (`ok`).
+#[allow(dead_code)] // not every test binary runs one
+pub fn python_test(name: &str, mnt: &Path, ok: &str) -> String {
+    let script = repo_root().join(format!("python/tests/{name}.py"));
+    let out = run_logged(
+        name,
+        Command::new("python3")
+            .arg(&script)
+            .env("PYTHONPATH", python_site())
+            .env("STITCHFS_MOUNT", mnt),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && text.contains(ok), "{text}");
+    text
+}
+
 /// Runs `argv` (no shell), panicking with its output if it fails.
 pub fn run_ok(argv: &[String]) -> Output {
     let mut cmd = Command::new(&argv[0]);
