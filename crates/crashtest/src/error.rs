@@ -150,6 +150,14 @@ pub enum StepError {
     NoHandle(u32),
     #[error("unmount: {0}")]
     Unmount(MemError),
+    /// memfs's patchgroup table answered a call other than the rules say
+    /// (`patchgroups::Rules`).
+    #[error("patchgroup call {call} by process {proc}: {what}")]
+    Patchgroup {
+        call: String,
+        proc: u8,
+        what: String,
+    },
 }
 
 impl StepError {
@@ -162,7 +170,8 @@ impl StepError {
             StepError::Disagree { .. }
             | StepError::Refused(_)
             | StepError::ReadBack(_)
-            | StepError::Differs { .. } => Kind::Semantics,
+            | StepError::Differs { .. }
+            | StepError::Patchgroup { .. } => Kind::Semantics,
             StepError::Persist { .. } | StepError::NoHandle(_) | StepError::Unmount(_) => {
                 Kind::Harness
             }

@@ -34,6 +34,7 @@ pub mod check;
 pub mod error;
 pub mod judge;
 pub mod oracle;
+pub mod patchgroups;
 pub mod report;
 pub mod run;
 pub mod state;
@@ -332,10 +333,11 @@ fn judge_workload(job: &mut Job<'_>, cache: &Cache, checker: &mut Checker) {
     };
     // Under the global order a workload in no stream is in one: judged by
     // the stream rules as one stream, where the model can replay it.
-    let one = (cfg.order == Order::Global && !w.streams())
+    let one = (cfg.order == Order::Global && !w.streams() && !w.patchgroups())
         .then(|| streams::as_one_stream(w))
         .flatten();
-    let judged = if w.streams() { Some(w) } else { one.as_ref() };
+    let ruled = w.streams() || w.patchgroups();
+    let judged = if ruled { Some(w) } else { one.as_ref() };
     let streams = match judged.map(streams::Expected::of).transpose() {
         Ok(s) => s,
         Err(e) => return job.problem(Kind::Harness, e, None),

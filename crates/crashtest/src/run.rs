@@ -10,7 +10,7 @@
 use crate::error::{Answer, SetupError, StepError};
 use crate::oracle::{fsync_scope, Flush, LOp, Oracle, Scope};
 use crate::state::{read_tree, FileKind, Inode, State, ROOT};
-use crate::workload::{Action, Persist, Workload};
+use crate::workload::{Action, Persist, PgCall, Workload};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use stitch_blockdev::record::{CrashState, Log, LogPos};
@@ -337,7 +337,16 @@ struct Driver<'a> {
     /// The stream of the step in progress (its operation and persistence
     /// point run in it).
     stream: Option<u8>,
+    /// The simulated process of the step in progress, and each live
+    /// process's patchgroups (process 0 always lives).
+    proc: u8,
+    procs: BTreeMap<u8, stitch_memfs::Held>,
+    /// The group each slot of the workload names.
+    slots: BTreeMap<u8, u64>,
 }
+
+/// The user the simulated processes run as.
+const PG_UID: u32 = 0;
 
 /// How a write names its file: by path at an offset, by path at its end,
 /// or by an open handle.
@@ -411,6 +420,81 @@ impl<'a> Driver<'a> {
             inside: Vec::new(),
             order,
             stream: None,
+            proc: 0,
+            procs: BTreeMap::from([(0, fs.new_held())]),
+            slots: BTreeMap::new(),
+        }
+    }
+
+    /// The patchgroup calls of a step, made by process `proc`; each must
+    /// succeed (the workload's generator follows the rules).
+    fn pg_calls(&mut self, proc: u8, calls: &[PgCall]) -> Result<(), StepError> {
+        for &c in calls {
+            let fail = |what: String| StepError::Patchgroup {
+                call: c.to_string(),
+                proc,
+                what,
+            };
+            let id = |slot: u8| {
+                self.slots
+                    .get(&slot)
+                    .copied()
+                    .ok_or_else(|| fail(format!("no group in slot {slot}")))
+            };
+            let held = self
+                .procs
+                .get_mut(&proc)
+                .ok_or_else(|| fail("no such process".into()))?;
+            let r = match c {
+                PgCall::Create(slot) => held.create(PG_UID).map(|g| {
+                    self.slots.insert(slot, g);
+                }),
+                PgCall::Depend(q, p) => {
+                    let (q, p) = (id(q)?, id(p)?);
+                    let held = &self.procs[&proc];
+                    self.fs.pg_depend(held, q, p, PG_UID)
+                }
+                PgCall::Engage(g) => {
+                    let g = id(g)?;
+                    self.procs.get_mut(&proc).expect("live").engage(g, PG_UID)
+                }
+                PgCall::Disengage(g) => {
+                    let g = id(g)?;
+                    self.procs
+                        .get_mut(&proc)
+                        .expect("live")
+                        .disengage(g, PG_UID)
+                }
+                PgCall::Close(g) => {
+                    let g = id(g)?;
+                    self.procs.get_mut(&proc).expect("live").close(g, PG_UID)
+                }
+                PgCall::Fork(child) => {
+                    let copy = held.clone();
+                    self.procs.insert(child, copy);
+                    Ok(())
+                }
+                PgCall::Exit(p) => {
+                    self.procs.remove(&p);
+                    Ok(())
+                }
+            };
+            r.map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The domains the step in progress runs in: its stream, the groups
+    /// its process has engaged.
+    fn domains(&self) -> stitch_memfs::Domains {
+        stitch_memfs::Domains {
+            stream: self.stream.map(u64::from),
+            groups: self
+                .procs
+                .get(&self.proc)
+                .map(|h| h.engaged())
+                .unwrap_or_default(),
+            ..Default::default()
         }
     }
 
@@ -809,6 +893,27 @@ impl<'a> Driver<'a> {
         let failed = |point: String| move |error| StepError::Persist { point, error };
         let scope = match p {
             Persist::None => return Ok(None),
+            Persist::PgSync(slot) => {
+                let point = format!("pg_sync(g{slot})");
+                let (Some(held), Some(&g)) = (self.procs.get(&self.proc), self.slots.get(slot))
+                else {
+                    return Err(StepError::Patchgroup {
+                        call: point,
+                        proc: self.proc,
+                        what: "no such process or group".into(),
+                    });
+                };
+                self.fs.pg_sync(held, g, PG_UID).map_err(|e| match e {
+                    stitch_memfs::PgSyncError::Flush(error) => StepError::Persist { point, error },
+                    stitch_memfs::PgSyncError::Group(g) => StepError::Patchgroup {
+                        call: point,
+                        proc: self.proc,
+                        what: g.to_string(),
+                    },
+                })?;
+                // The oracle states no group rules; `streams` judges.
+                Scope::All
+            }
             Persist::StreamSync => {
                 let n = self.stream.ok_or_else(|| StepError::Persist {
                     point: "streamsync".into(),
@@ -1153,10 +1258,13 @@ impl Recorder<'_> {
         for (i, step) in w.steps.iter().enumerate() {
             let mut before = self.len();
             self.d.stream = step.stream;
-            let domains = stitch_memfs::Domains {
-                stream: step.stream.map(u64::from),
-                ..Default::default()
-            };
+            self.d.proc = step.proc;
+            if let Err(e) = self.d.pg_calls(step.proc, &step.pg) {
+                self.problems
+                    .push((e.kind(), format!("step {}: {e}", i + 1)));
+                break;
+            }
+            let domains = self.d.domains();
             let acted = stitch_memfs::in_domains(domains.clone(), || self.d.act(&step.action));
             let what = format!("step {}: {}", i + 1, step.action);
             self.inside(&what, &mut before);

@@ -75,6 +75,8 @@ struct Facts {
     writes_before: Vec<u64>,
     /// For each step, the steps before it that must come with it.
     preds: Vec<u32>,
+    /// What the workload's patchgroups say.
+    groups: crate::patchgroups::Facts,
 }
 
 /// The inode `path` names on the model, with its directory's when `names`
@@ -147,18 +149,20 @@ fn facts(w: &Workload) -> Result<Facts, String> {
         touched.push(t);
     }
     let related = |a: &[InodeNo], b: &[InodeNo]| a.iter().any(|x| b.contains(x));
+    let groups = crate::patchgroups::Facts::of(w)?;
     let preds = (0..w.steps.len())
         .map(|i| {
             (0..i)
                 .filter(|&j| {
                     same_stream(&w.steps[i], &w.steps[j]) || related(&touched[i], &touched[j])
                 })
-                .fold(0u32, |m, j| m | 1 << j)
+                .fold(groups.preds(i), |m, j| m | 1 << j)
         })
         .collect();
     Ok(Facts {
         writes_before,
         preds,
+        groups,
     })
 }
 
@@ -321,6 +325,7 @@ impl Expected {
                 let upto = (0..=i).fold(0u32, |m, j| m | 1 << j);
                 match (&st.persist, st.stream) {
                     (Persist::None, _) => 0,
+                    (Persist::PgSync(g), _) => f.groups.synced(*g, i),
                     (Persist::Sync, _) | (_, None) => upto,
                     (_, Some(s)) => (0..=i)
                         .filter(|&j| w.steps[j].stream == Some(s))
@@ -572,16 +577,10 @@ pub fn named() -> Vec<Workload> {
 pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
     use rand::seq::SliceRandom;
     use rand::{Rng, SeedableRng};
-    let ops: Vec<Action> = crate::workload::universe()
-        .into_iter()
-        .filter(replayable)
-        .collect();
+    let ops = replayable_ops();
     let len = len.min(MAX_STEPS);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5354_5245_414d);
-    let mut out: Vec<Workload> = Vec::new();
-    let mut tries = 0;
-    while out.len() < count && tries < count * 200 {
-        tries += 1;
+    distinct(count, || {
         let mut steps: Vec<Step> = Vec::with_capacity(len);
         while steps.len() < len {
             let action = ops.choose(&mut rng).expect("operations").clone();
@@ -597,6 +596,8 @@ pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
                 action,
                 persist,
                 stream: Some(rng.gen_range(1..=3)),
+                proc: 0,
+                pg: Vec::new(),
             });
             if !crate::workload::valid(&steps) {
                 steps.pop();
@@ -605,7 +606,28 @@ pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
                 }
             }
         }
-        if steps.len() == len {
+        (steps.len() == len).then_some(steps)
+    })
+}
+
+/// The operations stream and patchgroup workloads draw from: those the
+/// model replays alone.
+pub(crate) fn replayable_ops() -> Vec<Action> {
+    crate::workload::universe()
+        .into_iter()
+        .filter(replayable)
+        .collect()
+}
+
+/// Up to `count` distinct workloads, each drawn by `draw` (`None`: a
+/// draw that came to nothing), in at most 200 draws per workload wanted.
+pub(crate) fn distinct(count: usize, mut draw: impl FnMut() -> Option<Vec<Step>>) -> Vec<Workload> {
+    let mut out: Vec<Workload> = Vec::new();
+    for _ in 0..count * 200 {
+        if out.len() >= count {
+            break;
+        }
+        if let Some(steps) = draw() {
             let w = crate::workload::gen(steps);
             if !out.iter().any(|o| o.name == w.name) {
                 out.push(w);

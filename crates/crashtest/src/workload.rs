@@ -99,6 +99,63 @@ pub enum Persist {
     Sync,
     /// A stream sync: every change of the step's stream, durable.
     StreamSync,
+    /// A patchgroup's sync (the group in this slot, by the step's
+    /// process): it and what it depends on, durable.
+    PgSync(u8),
+}
+
+/// A patchgroup call a simulated process makes before its step's
+/// operation (module `patchgroups`). Groups are named by slot (1..=8), a
+/// slot made once per workload; processes by number (0 is the first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PgCall {
+    /// `pg_create` into the slot.
+    Create(u8),
+    /// `pg_depend(q, p)`.
+    Depend(u8, u8),
+    Engage(u8),
+    Disengage(u8),
+    Close(u8),
+    /// The process forks: the child, numbered so, holds its groups.
+    Fork(u8),
+    /// The process numbered so exits: it lets go of its groups.
+    Exit(u8),
+}
+
+impl fmt::Display for PgCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgCall::Create(g) => write!(f, "c{g}"),
+            PgCall::Depend(q, p) => write!(f, "d{q}>{p}"),
+            PgCall::Engage(g) => write!(f, "e{g}"),
+            PgCall::Disengage(g) => write!(f, "x{g}"),
+            PgCall::Close(g) => write!(f, "k{g}"),
+            PgCall::Fork(c) => write!(f, "f{c}"),
+            PgCall::Exit(c) => write!(f, "q{c}"),
+        }
+    }
+}
+
+impl std::str::FromStr for PgCall {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<PgCall, ()> {
+        let num = |t: &str| t.parse::<u8>().map_err(|_| ());
+        let (k, rest) = s.split_at(s.len().min(1));
+        Ok(match k {
+            "c" => PgCall::Create(num(rest)?),
+            "d" => {
+                let (q, p) = rest.split_once('>').ok_or(())?;
+                PgCall::Depend(num(q)?, num(p)?)
+            }
+            "e" => PgCall::Engage(num(rest)?),
+            "x" => PgCall::Disengage(num(rest)?),
+            "k" => PgCall::Close(num(rest)?),
+            "f" => PgCall::Fork(num(rest)?),
+            "q" => PgCall::Exit(num(rest)?),
+            _ => return Err(()),
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +165,11 @@ pub struct Step {
     /// The stream the step runs in (`sN/` in a spec), if any: its
     /// operation and its persistence point.
     pub stream: Option<u8>,
+    /// The simulated process the step runs in (`pN.calls/` in a spec;
+    /// 0 unless a workload of patchgroups says otherwise).
+    pub proc: u8,
+    /// Patchgroup calls the process makes first, in order.
+    pub pg: Vec<PgCall>,
 }
 
 /// A workload: what is on disk before recording, then the steps.
@@ -156,6 +218,7 @@ impl fmt::Display for Persist {
             Persist::FsyncFd(fd) => write!(f, "fsync(fd{fd})"),
             Persist::Sync => f.write_str("sync"),
             Persist::StreamSync => f.write_str("streamsync"),
+            Persist::PgSync(g) => write!(f, "pg_sync(g{g})"),
         }
     }
 }
@@ -164,6 +227,13 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(n) = self.stream {
             write!(f, "[stream {n}] ")?;
+        }
+        if self.proc != 0 || !self.pg.is_empty() {
+            write!(f, "[process {}", self.proc)?;
+            for c in &self.pg {
+                write!(f, " {c}")?;
+            }
+            write!(f, "] ")?;
         }
         match &self.persist {
             Persist::None => write!(f, "{}", self.action),
@@ -177,6 +247,14 @@ impl Workload {
     /// `streams`' rules (prefixes and related changes).
     pub fn streams(&self) -> bool {
         self.steps.iter().any(|s| s.stream.is_some())
+    }
+
+    /// Whether some step makes a patchgroup call or runs in a process but
+    /// the first: judged by `streams`' rules with the groups' dependencies.
+    pub fn patchgroups(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| s.proc != 0 || !s.pg.is_empty() || matches!(s.persist, Persist::PgSync(_)))
     }
 
     /// A listing for reports.
@@ -232,12 +310,19 @@ fn step_spec(s: &Step) -> String {
         Some(n) => format!("s{n}/{a}"),
         None => a,
     };
+    let a = if s.proc != 0 || !s.pg.is_empty() {
+        let calls: String = s.pg.iter().map(|c| format!(".{c}")).collect();
+        format!("p{}{calls}/{a}", s.proc)
+    } else {
+        a
+    };
     match &s.persist {
         Persist::None => a,
         Persist::Fsync(p) => format!("{a}+fsync:{p}"),
         Persist::FsyncFd(fd) => format!("{a}+fsyncfd:{fd}"),
         Persist::Sync => format!("{a}+sync"),
         Persist::StreamSync => format!("{a}+streamsync"),
+        Persist::PgSync(g) => format!("{a}+pgsync:{g}"),
     }
 }
 
@@ -373,6 +458,22 @@ fn parse_action(s: &str) -> Result<Action, SpecError> {
 }
 
 fn parse_step(s: &str) -> Result<Step, SpecError> {
+    // `pN.call.call/`: the process and its patchgroup calls.
+    let (proc, pg, s) = match s.split_once('/') {
+        Some((head, rest)) if head.starts_with('p') && !head.contains(':') => {
+            let mut parts = head[1..].split('.');
+            let bad = || SpecError::UnknownPoint(head.to_string());
+            let proc = parts
+                .next()
+                .and_then(|n| n.parse::<u8>().ok())
+                .ok_or_else(bad)?;
+            let pg = parts
+                .map(|c| c.parse::<PgCall>().map_err(|_| bad()))
+                .collect::<Result<Vec<_>, _>>()?;
+            (proc, pg, rest)
+        }
+        _ => (0, Vec::new(), s),
+    };
     let (stream, s) = match s.split_once('/') {
         Some((n, rest)) if n.starts_with('s') && n[1..].parse::<u8>().is_ok() => {
             (n[1..].parse::<u8>().ok(), rest)
@@ -387,6 +488,14 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         None => Persist::None,
         Some("sync") => Persist::Sync,
         Some("streamsync") => Persist::StreamSync,
+        Some(p) if p.starts_with("pgsync:") => Persist::PgSync(
+            p["pgsync:".len()..]
+                .parse()
+                .map_err(|error| SpecError::Number {
+                    step: p.to_string(),
+                    error,
+                })?,
+        ),
         Some(p) => match (p.strip_prefix("fsync:"), p.strip_prefix("fsyncfd:")) {
             (Some(path), _) => Persist::Fsync(path.to_string()),
             (_, Some(fd)) => Persist::FsyncFd(fd.parse().map_err(|error| SpecError::Number {
@@ -400,6 +509,8 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         action: parse_action(a)?,
         persist,
         stream,
+        proc,
+        pg,
     })
 }
 
@@ -438,6 +549,8 @@ fn step(action: Action, persist: Persist) -> Step {
         action,
         persist,
         stream: None,
+        proc: 0,
+        pg: Vec::new(),
     }
 }
 
@@ -1132,11 +1245,7 @@ pub fn steps() -> Vec<Step> {
     let mut v = Vec::new();
     for a in universe() {
         for p in persist_options(&a) {
-            v.push(Step {
-                action: a.clone(),
-                persist: p,
-                stream: None,
-            });
+            v.push(step(a.clone(), p));
         }
     }
     v

@@ -24,11 +24,17 @@ pub struct Args {
     /// Workloads: all (named, past regressions and generated), named,
     /// generated, streams (steps in three streams, judged for prefixes and
     /// related steps: the named stream cases and --samples drawn of
-    /// --length + 4 steps), one named workload (featherstitch,
-    /// mcorefs-rename, mcorefs-loop, mcorefs-rmrf, ccfs-journal-update,
-    /// maildelivery, large-write, orphans, full, git-objects), or a spec
-    /// `gen:STEPS` as printed in a violation (`sN/` before a step runs it
-    /// in stream N; `+streamsync` syncs its stream).
+    /// --length + 4 steps), patchgroups (simulated processes making,
+    /// engaging, depending on, syncing and closing patchgroups, forking
+    /// and exiting, judged for the groups' dependencies and pg_sync: the
+    /// named cases and --samples drawn of --length + 4 steps), one named
+    /// workload (featherstitch, mcorefs-rename, mcorefs-loop,
+    /// mcorefs-rmrf, ccfs-journal-update, maildelivery, large-write,
+    /// orphans, full, git-objects), or a spec `gen:STEPS` as printed in a
+    /// violation (`sN/` before a step runs it in stream N; `+streamsync`
+    /// syncs its stream; `pN.CALL.CALL/` runs it in process N after
+    /// patchgroup calls cG create, dQ>P depend, eG engage, xG disengage,
+    /// kG close, fN fork, qN exit; `+pgsync:G` syncs group G).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
@@ -223,6 +229,17 @@ fn chosen_workloads(
         "streams" => {
             let mut w = stitch_crashtest::streams::named();
             w.extend(stitch_crashtest::streams::generated(
+                length + 4,
+                samples,
+                seed,
+            ));
+            w
+        }
+        // Patchgroup workloads run four steps longer, as stream ones do:
+        // a dependency needs a few steps before and after it.
+        "patchgroups" => {
+            let mut w = stitch_crashtest::patchgroups::named();
+            w.extend(stitch_crashtest::patchgroups::generated(
                 length + 4,
                 samples,
                 seed,
