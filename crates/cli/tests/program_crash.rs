@@ -162,3 +162,41 @@ fn built_in_programs_stay_consistent_in_ordered_modes() {
         assert_eq!(r["consistent"].as_u64(), Some(12), "{r}");
     }
 }
+
+/// `stitchfs depend "gzip -k big" "rm big"` in soft updates: every
+/// sampled crash state holds each file whole, as the original or as a
+/// whole compressed copy; the same two commands run plainly one after
+/// the other (the control) lose both in some.
+#[test]
+fn depend_keeps_a_file_somewhere_where_plain_commands_lose_it() {
+    let dir = stitch_testkit::scratch();
+    let out = dir.path().join("out");
+    let (said, code, report) = crashtest(
+        &[
+            "--program",
+            "depend-gzip,gzip-rm",
+            "--mode",
+            "softupdates",
+            "--sample",
+            "60",
+            "--seed",
+            "1",
+        ],
+        &out,
+    );
+    // gzip-rm's damage is real (not the control mode): the run fails.
+    assert_eq!(code, Some(1), "{said}");
+    let rows = report.as_array().unwrap();
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["program"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {said}"))
+    };
+    let d = row("depend-gzip");
+    assert_eq!(d["states"].as_u64(), Some(60), "{d}");
+    assert_eq!(d["consistent"].as_u64(), Some(60), "{d}");
+    let order = row("gzip-rm")["inconsistent"]["order"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(order > 0, "the control lost nothing:\n{said}");
+}

@@ -20,6 +20,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("sqlite.py", include_str!("../../programs/sqlite.py")),
     ("git.py", include_str!("../../programs/git.py")),
     ("leveldb.py", include_str!("../../programs/leveldb.py")),
+    ("depend.py", include_str!("../../programs/depend.py")),
 ];
 
 /// A built-in program: its name, its script and the variant argument.
@@ -78,6 +79,18 @@ const BUILTINS: &[Builtin] = &[
         script: "leveldb.py",
         variant: None,
         about: "LevelDB (plyvel): synchronous puts of large values, compaction",
+    },
+    Builtin {
+        name: "depend-gzip",
+        script: "depend.py",
+        variant: Some("depend"),
+        about: "stitchfs depend \"gzip -k big\" \"rm big\" (patchgroups), no fsync",
+    },
+    Builtin {
+        name: "gzip-rm",
+        script: "depend.py",
+        variant: Some("plain"),
+        about: "gzip -k big && rm big, no fsync: the control for depend-gzip",
     },
 ];
 

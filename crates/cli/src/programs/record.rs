@@ -100,6 +100,7 @@ fn run_workload(
     let mut child = Command::new(cmd)
         .args(args)
         .current_dir(root)
+        .env("STITCHFS_EXE", std::env::current_exe()?)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
