@@ -20,7 +20,14 @@
 //!   Dovecot server from Debian (`dovecot-imapd`, started for the run on
 //!   127.0.0.1, Maildir on the mount, default `mail_fsync=optimized`) and a
 //!   Python `imaplib` client: 1,000 messages of 2 KB appended to INBOX
-//!   (untimed), then moved one `UID MOVE` at a time to another folder.
+//!   (untimed), then moved one `UID MOVE` at a time to another folder;
+//!   **imap-mbox** and **imap-pg**, the paper's own shape of it (§8.5):
+//!   an mbox IMAP server of ours ([`mbox`]) moving the messages with COPY
+//!   and `STORE +FLAGS (\Deleted)` one message at a time, then EXPUNGE and
+//!   CHECK, syncing at every operation the protocol needs durable
+//!   (imap-mbox, every system) or ordering its commands with patchgroups
+//!   and syncing only at CHECK and EXPUNGE (imap-pg, stitchfs systems
+//!   alone: elsewhere the calls answer ENOTTY).
 //! - ccfs (§4.4's applications, and §4.2's tests): **sqlite**, 2,000
 //!   inserts of 120 random bytes, each its own transaction,
 //!   `synchronous=FULL`, rollback journal (`journal_mode=DELETE`), and
@@ -56,7 +63,7 @@
 //! (`report`'s goals).
 
 use super::session::{self, Suite};
-use super::systems::{Launch, Place};
+use super::systems::{Launch, Place, System};
 use super::workload::{syncfs, Run};
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
@@ -67,6 +74,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod mbox;
 mod report;
 
 pub use report::{known_name, merge, table, Report};
@@ -117,7 +125,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 24] = [
+pub const PHASES: [Phase; 26] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -146,10 +154,24 @@ pub const PHASES: [Phase; 24] = [
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
     time("xsyncfs", "PostMark"),
     rate("Featherstitch", "IMAP move", "messages/s", 0.0),
+    // The unmodified mbox server: the destination fsynced after each COPY.
+    rate(
+        "Featherstitch",
+        "IMAP move (mbox, fsync)",
+        "messages/s",
+        1.0,
+    ),
+    // Patchgroups: two pg_syncs in all (EXPUNGE, CHECK).
+    rate(
+        "Featherstitch",
+        "IMAP move (mbox, patchgroups)",
+        "messages/s",
+        0.0,
+    ),
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 14] = [
+pub const WORKLOADS: [(&str, &[usize]); 16] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -164,6 +186,8 @@ pub const WORKLOADS: [(&str, &[usize]); 14] = [
     ("fsync", &[19, 20, 21]),
     ("postmark-xsyncfs", &[22]),
     ("imap", &[23]),
+    ("imap-mbox", &[24]),
+    ("imap-pg", &[25]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -351,6 +375,12 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                     .is_none()
                     .then(|| "no `mail` user for Dovecot's mail processes".into())
             }),
+        "imap-mbox" => tool("python3", "python3"),
+        "imap-pg" => tool("python3", "python3").or_else(|| {
+            (!PYTHON_PACKAGE.contains("def pg_create(")).then(|| {
+                "this build's stitchfs Python package has no patchgroups (pg_create)".into()
+            })
+        }),
         "andrew" => tool("make", "make")
             .or_else(|| tool("cc", "gcc"))
             .or_else(|| match &cfg.inputs.project {
@@ -518,7 +548,8 @@ impl Suite for Seeds<'_> {
     }
 
     /// Not the Seltzer microbenchmarks and fsync tests (done in this
-    /// process), nor imap (its server starts before the phase).
+    /// process), nor the IMAP workloads (their servers start before the
+    /// phase).
     fn runs_programs(&self, w: usize) -> bool {
         let name = WORKLOADS[w].0;
         name.starts_with("postmark")
@@ -528,9 +559,26 @@ impl Suite for Seeds<'_> {
             )
     }
 
+    fn unfit(&self, w: usize, sys: &System) -> Option<String> {
+        unfit(WORKLOADS[w].0, sys)
+    }
+
     fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()> {
         workload(w, run, self.cfg, &self.inputs)
     }
+}
+
+/// Why workload `name` does not apply to `sys` (beyond the session's
+/// rule for systems that launch programs): imap-pg runs on stitchfs alone,
+/// whose control calls patchgroups are.
+fn unfit(name: &str, sys: &System) -> Option<String> {
+    (name == "imap-pg" && sys.stitchfs_consistency().is_none()).then(|| {
+        format!(
+            "{}: imap-pg uses patchgroups, which {} does not have",
+            session::NOT_APPLICABLE,
+            sys.label
+        )
+    })
 }
 
 fn tool_versions() -> Vec<String> {
@@ -604,6 +652,8 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "leveldb" => leveldb(run, p[0], s, inputs),
         "fsync" => fsync_tests(run, p, s.fsync_ops),
         "imap" => imap(run, p[0], s, inputs),
+        "imap-mbox" => mbox::imap_mbox(run, p[0], mbox::Durability::Fsync, s, inputs),
+        "imap-pg" => mbox::imap_mbox(run, p[0], mbox::Durability::Patchgroups, s, inputs),
         other => anyhow::bail!("no workload {other}"),
     }
 }
@@ -1258,6 +1308,36 @@ mod tests {
             !ok && stderr.contains("journal_mode is delete, not BOGUS"),
             "{stderr}"
         );
+    }
+
+    /// imap-pg runs on stitchfs systems alone, imap-mbox on every one.
+    #[test]
+    fn patchgroups_apply_to_stitchfs_only() {
+        let check = |sys: &str, workload: &str, expect: Option<&str>| {
+            let sys = crate::systems::select(sys).unwrap()[0];
+            assert_eq!(
+                unfit(workload, sys).as_deref(),
+                expect,
+                "{} {workload}",
+                sys.id
+            );
+        };
+        for sys in ["stitchfs", "stitchfs-softupdates", "stitchfs-async"] {
+            check(sys, "imap-pg", None);
+        }
+        check(
+            "ext4",
+            "imap-pg",
+            Some("not applicable: imap-pg uses patchgroups, which ext4 data=ordered does not have"),
+        );
+        check(
+            "fuse-floor",
+            "imap-pg",
+            Some("not applicable: imap-pg uses patchgroups, which FUSE floor does not have"),
+        );
+        for sys in ["ext4", "fuse2fs", "stitchfs"] {
+            check(sys, "imap-mbox", None);
+        }
     }
 
     #[test]

@@ -90,6 +90,12 @@ pub(crate) trait Suite {
     fn runs_programs(&self, _w: usize) -> bool {
         false
     }
+    /// Why workload `w` does not apply to `sys` beyond what
+    /// [`not_applicable`] finds (it needs what only some systems have),
+    /// beginning with [`NOT_APPLICABLE`]; `None` when it applies.
+    fn unfit(&self, _w: usize, _sys: &System) -> Option<String> {
+        None
+    }
     /// Runs workload `w`'s phases on `run`.
     fn workload(&self, w: usize, run: &mut Run) -> anyhow::Result<()>;
 }
@@ -209,8 +215,10 @@ pub(crate) fn measure<S, I, T: Suite>(
                 }
                 continue;
             }
-            let unfit =
-                |sys: &System| not_applicable(T::WORKLOADS[w].0, suite.runs_programs(w), sys);
+            let unfit = |sys: &System| {
+                not_applicable(T::WORKLOADS[w].0, suite.runs_programs(w), sys)
+                    .or_else(|| suite.unfit(w, sys))
+            };
             on_every_system(
                 &mut m,
                 r,

@@ -385,6 +385,16 @@ impl System {
         self.launch
     }
 
+    /// For a stitchfs mount, its `--consistency` (journal, softupdates,
+    /// async); `None` for every other system, whose control calls
+    /// (patchgroups among them) answer ENOTTY.
+    pub fn stitchfs_consistency(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Stitchfs { consistency, .. } => Some(consistency),
+            _ => None,
+        }
+    }
+
     /// Makes fresh storage: a new image of `bytes` (or, for bindfs, an
     /// empty source directory), and an empty mount point.
     pub fn format(&self, place: &Place, bytes: u64) -> anyhow::Result<()> {
