@@ -27,7 +27,9 @@
 //!   CHECK, syncing at every operation the protocol needs durable
 //!   (imap-mbox, every system) or ordering its commands with patchgroups
 //!   and syncing only at CHECK and EXPUNGE (imap-pg, stitchfs systems
-//!   alone: elsewhere the calls answer ENOTTY).
+//!   alone: elsewhere the calls answer ENOTTY); **imap-nosync**, the same
+//!   server syncing nothing at all (unsafe: the floor of the move, which
+//!   neither of the other two can beat on a system).
 //! - ccfs (§4.4's applications, and §4.2's tests): **sqlite**, 2,000
 //!   inserts of 120 random bytes, each its own transaction,
 //!   `synchronous=FULL`, rollback journal (`journal_mode=DELETE`), and
@@ -125,7 +127,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 26] = [
+pub const PHASES: [Phase; 27] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -168,10 +170,17 @@ pub const PHASES: [Phase; 26] = [
         "messages/s",
         0.0,
     ),
+    // No durability at all (unsafe): the floor the other two approach.
+    rate(
+        "Featherstitch",
+        "IMAP move (mbox, no sync)",
+        "messages/s",
+        0.0,
+    ),
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 16] = [
+pub const WORKLOADS: [(&str, &[usize]); 17] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -188,6 +197,7 @@ pub const WORKLOADS: [(&str, &[usize]); 16] = [
     ("imap", &[23]),
     ("imap-mbox", &[24]),
     ("imap-pg", &[25]),
+    ("imap-nosync", &[26]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -375,7 +385,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                     .is_none()
                     .then(|| "no `mail` user for Dovecot's mail processes".into())
             }),
-        "imap-mbox" => tool("python3", "python3"),
+        "imap-mbox" | "imap-nosync" => tool("python3", "python3"),
         "imap-pg" => tool("python3", "python3").or_else(|| {
             (!PYTHON_PACKAGE.contains("def pg_create(")).then(|| {
                 "this build's stitchfs Python package has no patchgroups (pg_create)".into()
@@ -654,6 +664,7 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "imap" => imap(run, p[0], s, inputs),
         "imap-mbox" => mbox::imap_mbox(run, p[0], mbox::Durability::Fsync, s, inputs),
         "imap-pg" => mbox::imap_mbox(run, p[0], mbox::Durability::Patchgroups, s, inputs),
+        "imap-nosync" => mbox::imap_mbox(run, p[0], mbox::Durability::Nothing, s, inputs),
         other => anyhow::bail!("no workload {other}"),
     }
 }

@@ -187,7 +187,10 @@ struct SeedsArgs {
     /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
     /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite
     /// (rollback journal), sqlite-wal, git, leveldb, fsync,
-    /// postmark-xsyncfs, imap.
+    /// postmark-xsyncfs, imap (Dovecot, Maildir), imap-mbox (our mbox
+    /// server, fsync where the protocol needs durability), imap-pg (the
+    /// same with patchgroups; stitchfs systems only), imap-nosync (the
+    /// same syncing nothing: the floor).
     #[arg(long, default_value = "all")]
     workloads: String,
     /// The source tree for untar and git (default: $CARGO_HOME/registry/src).

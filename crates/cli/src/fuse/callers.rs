@@ -66,9 +66,9 @@ impl StitchFuse {
     /// one atomic load while no process holds a context. A process first
     /// seen takes its inheritance here, at its first request, as close to
     /// its fork as the mount can see it. `None` for a request with no
-    /// caller (thread id 0) or whose process holds no context. Today only
-    /// the control calls read contexts; ordering domains will reach memfs
-    /// from here.
+    /// caller (thread id 0) or whose process holds no context. The
+    /// request's ordering domains (its thread's stream, its process's
+    /// engaged patchgroups) reach memfs from here.
     ///
     /// A request that only reads (named in [`reads`]) needs no caller
     /// today: its thread is noticed, so a new process still inherits at
