@@ -22,7 +22,7 @@
 //!   Python `imaplib` client: 1,000 messages of 2 KB appended to INBOX
 //!   (untimed), then moved one `UID MOVE` at a time to another folder;
 //!   **imap-mbox** and **imap-pg**, the paper's own shape of it (§8.5):
-//!   an mbox IMAP server of ours ([`mbox`]) moving the messages with COPY
+//!   an mbox IMAP server of ours (module `mbox`) moving the messages with COPY
 //!   and `STORE +FLAGS (\Deleted)` one message at a time, then EXPUNGE and
 //!   CHECK, syncing at every operation the protocol needs durable
 //!   (imap-mbox, every system) or ordering its commands with patchgroups
