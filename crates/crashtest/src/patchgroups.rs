@@ -366,6 +366,36 @@ pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
     })
 }
 
+/// Streams and patchgroups together: workloads whose steps run in a
+/// stream (one of two) and under groups at once, so each change has both
+/// orders. Two named cases, where a stream's sync must bring a group
+/// another stream's step depends on, and where a group's sync must bring
+/// the stream prefix before its step; then `generated` workloads with
+/// each step put in a stream, some of their persistence points made
+/// stream syncs.
+pub fn with_streams(len: usize, count: usize, seed: u64) -> Vec<Workload> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5354_5047);
+    let mut out: Vec<Workload> = [
+        "gen:p0.c1.e1/s1/append:B:2000,p0.x1.c2.d2>1.e2/s2/chmod:D/C:600+streamsync",
+        "gen:p0.c1.e1/s1/write:A:0:100,p0/s1/append:B:3000,p0.x1.c2.e2/s1/chmod:D/C:600+pgsync:2",
+    ]
+    .into_iter()
+    .map(|s| crate::workload::parse(s).expect("a valid workload"))
+    .collect();
+    for w in generated(len, count, seed) {
+        let mut steps = w.steps;
+        for st in &mut steps {
+            st.stream = Some(rng.gen_range(1..=2));
+            if st.persist == Persist::None && rng.gen_bool(0.15) {
+                st.persist = Persist::StreamSync;
+            }
+        }
+        out.push(crate::workload::gen(steps));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,9 +454,10 @@ mod tests {
             assert!(f.engaged.iter().all(|&e| e != 0), "a step in no group");
             assert_eq!(&parse(&w.name).unwrap(), w);
         }
-        for w in named() {
+        for w in named().into_iter().chain(with_streams(8, 10, 3)) {
             let f = Facts::of(&w).unwrap();
             assert!(f.engaged.iter().all(|&e| e != 0), "{}", w.name);
+            assert_eq!(parse(&w.name).unwrap(), w);
         }
     }
 }

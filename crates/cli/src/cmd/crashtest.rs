@@ -27,7 +27,9 @@ pub struct Args {
     /// --length + 4 steps), patchgroups (simulated processes making,
     /// engaging, depending on, syncing and closing patchgroups, forking
     /// and exiting, judged for the groups' dependencies and pg_sync: the
-    /// named cases and --samples drawn of --length + 4 steps), one named
+    /// named cases and --samples drawn of --length + 4 steps),
+    /// patchgroups-streams (the same with each step in one of two streams
+    /// too: both orders at once), one named
     /// workload (featherstitch, mcorefs-rename, mcorefs-loop,
     /// mcorefs-rmrf, ccfs-journal-update, maildelivery, large-write,
     /// orphans, full, git-objects), or a spec `gen:STEPS` as printed in a
@@ -245,6 +247,9 @@ fn chosen_workloads(
                 seed,
             ));
             w
+        }
+        "patchgroups-streams" => {
+            stitch_crashtest::patchgroups::with_streams(length + 4, samples, seed)
         }
         "generated" => workload::generated(length, samples, seed),
         spec => vec![workload::parse(spec)?],
