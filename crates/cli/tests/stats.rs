@@ -142,18 +142,22 @@ fn streams_and_contexts_show_as_domains() {
                 .args([
                     "-c",
                     "import sys, stitchfs; stitchfs.setstream('s2', target=sys.argv[1]); \
-                     open(sys.argv[1] + '/g', 'w').write('x')",
+                     open(sys.argv[1] + '/g', 'w').write('x'); \
+                     print(stitchfs.stats(sys.argv[1])['domains']['contexts'])",
                 ])
                 .arg(mnt)
                 .env("PYTHONPATH", repo_root().join("python")),
         );
         assert!(py.status.success());
+        // While it ran, it held a context; once it exited, none is left.
+        let held: u64 = String::from_utf8_lossy(&py.stdout).trim().parse().unwrap();
+        assert!(held >= 1, "contexts while alive: {held}");
         let v = stats(mnt);
+        assert_eq!(num(&v, "domains.contexts"), 0, "{v}");
         let s2 = &v["domains"]["by_stream"][0];
         assert_eq!(s2["name"], "s2", "{v}");
         assert!(num(s2, "pending_changes") >= 2, "{v}");
         assert!(num(&v, "domains.pending_changes") >= num(s2, "pending_changes"));
-        assert!(num(&v, "domains.contexts") >= 1, "{v}");
         let out = run(
             "stitchfs run --stream",
             Command::new(env!("CARGO_BIN_EXE_stitchfs"))
@@ -172,6 +176,55 @@ fn streams_and_contexts_show_as_domains() {
             (Some("s1"), 0),
             "{v}"
         );
+    });
+}
+
+/// Patchgroups show in the figures: alive, engaged, sealed, their
+/// pending changes, the dependency applied; a group lets go at its
+/// process's exit.
+#[test]
+fn patchgroups_show_as_domains() {
+    let mut s = Scratch::new(JOURNAL_ORDERED, 64);
+    s.mount_args = vec!["--flush-interval".into(), "0".into()];
+    s.with_mount(|mnt| {
+        let v = stats(mnt);
+        assert_eq!(num(&v, "domains.patchgroups"), 0, "{v}");
+        // A process holds two groups, the second depending on the first,
+        // engaged, with a change in it; it reports the figures while alive.
+        let script = "import json, sys, stitchfs as s; m = sys.argv[1]\n\
+             p = s.pg_create(m); s.pg_engage(p, m); open(m + '/a', 'w').write('a')\n\
+             s.pg_disengage(p, m); q = s.pg_create(m); s.pg_depend(q, p, m)\n\
+             s.pg_engage(q, m); open(m + '/b', 'w').write('b')\n\
+             print(json.dumps(s.stats(m)['domains']))\n\
+             s.pg_sync(q, m)\n\
+             print(json.dumps(s.stats(m)))";
+        let py = run(
+            "python3 patchgroups",
+            Command::new("python3")
+                .args(["-c", script])
+                .arg(mnt)
+                .env("PYTHONPATH", repo_root().join("python")),
+        );
+        assert!(py.status.success());
+        let text = String::from_utf8(py.stdout).unwrap();
+        let mut lines = text.lines();
+        let d: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(num(&d, "patchgroups"), 2, "{d}");
+        assert_eq!(num(&d, "patchgroups_made"), 2, "{d}");
+        assert_eq!(num(&d, "patchgroups_engaged"), 1, "{d}");
+        assert_eq!(num(&d, "patchgroups_sealed"), 1, "{d}");
+        assert!(num(&d, "patchgroup_pending_changes") >= 3, "{d}");
+        let after: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(
+            num(&after, "domains.patchgroup_pending_changes"),
+            0,
+            "{after}"
+        );
+        assert!(num(&after, "memfs.applied.depend") >= 1, "{after}");
+        // The process exited: its groups are gone.
+        let v = stats(mnt);
+        assert_eq!(num(&v, "domains.patchgroups"), 0, "{v}");
+        assert_eq!(num(&v, "domains.patchgroups_made"), 2, "{v}");
     });
 }
 

@@ -191,6 +191,30 @@ pub fn render(now: &Value, before: Option<(&Value, Duration)>) -> String {
     }
     line(
         &mut out,
+        "patchgroups alive",
+        &["domains", "patchgroups"],
+        false,
+    );
+    line(
+        &mut out,
+        "  engaged",
+        &["domains", "patchgroups_engaged"],
+        false,
+    );
+    line(
+        &mut out,
+        "  sealed",
+        &["domains", "patchgroups_sealed"],
+        false,
+    );
+    line(
+        &mut out,
+        "  changes pending",
+        &["domains", "patchgroup_pending_changes"],
+        false,
+    );
+    line(
+        &mut out,
         "processes with a context",
         &["domains", "contexts"],
         false,

@@ -290,6 +290,11 @@ impl View<'_> {
                 num(self.now, &["domains", "streams"]),
                 num(self.now, &["domains", "pending_changes"])
             ),
+            format!(
+                "groups     {} ({} changes pending)",
+                num(self.now, &["domains", "patchgroups"]),
+                num(self.now, &["domains", "patchgroup_pending_changes"])
+            ),
             format!("contexts   {}", num(self.now, &["domains", "contexts"])),
         ];
         let mut patches = vec![

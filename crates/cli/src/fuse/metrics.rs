@@ -16,7 +16,7 @@ use serde_json::Value;
 use std::fmt::Write;
 
 /// The figures that are a present state, not a count since the mount.
-const GAUGES: [&str; 14] = [
+const GAUGES: [&str; 18] = [
     "patches.undo_bytes_live",
     "patches.live_patches",
     "patches.dirty_blocks",
@@ -29,6 +29,10 @@ const GAUGES: [&str; 14] = [
     "domains.streams",
     "domains.contexts",
     "domains.pending_changes",
+    "domains.patchgroups",
+    "domains.patchgroups_engaged",
+    "domains.patchgroups_sealed",
+    "domains.patchgroup_pending_changes",
     "journal.log_used_blocks",
     "journal.log_capacity_blocks",
 ];

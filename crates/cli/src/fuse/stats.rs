@@ -15,6 +15,10 @@ impl StitchFuse {
     pub(super) fn stats_call(&self, input: &[u8]) -> OpResult<Vec<u8>> {
         let asked = Text::from_bytes(input).ok_or(Errno::EINVAL)?;
         check_version(asked.version)?;
+        // Processes that exited since the last prune still count, with
+        // the patchgroups they held: drop them first, so the figures are
+        // of live processes.
+        self.callers.prune();
         let text = self.figures()?.to_string();
         Ok(Text::of(&text).ok_or(Errno::EOVERFLOW)?.to_bytes())
     }
