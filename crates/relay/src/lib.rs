@@ -138,8 +138,8 @@ const FORWARDED: [i32; 6] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]
 /// that began after the byte was read returns; returns after CMD exited, its output and every
 /// proxy's held bytes were released after a final commit.
 ///
-/// `cmd`'s standard streams are replaced (see [`Terminal`]). Signals in [`FORWARDED`] that
-/// reach us are passed to the command (in pty mode to its terminal's foreground process
+/// `cmd`'s standard streams are replaced (see [`Terminal`]). SIGTERM, SIGINT, SIGHUP,
+/// SIGQUIT, SIGUSR1 and SIGUSR2 that reach us are passed to the command (in pty mode to its terminal's foreground process
 /// group) and we go on. The command's exit status is returned as it is; if the final
 /// commit fails (it is tried a few times), its error is returned instead, after the
 /// command has exited, and what was held is dropped.
@@ -299,7 +299,9 @@ pub fn run(mut cmd: Command, opts: Options, commit: Arc<dyn Commit>) -> io::Resu
         };
         if committed.is_ok() {
             out_box.wait_done(None);
-            err_box.wait_done(None);
+            if has_err_output {
+                err_box.wait_done(None);
+            }
             proxies.wind_up();
         } else {
             hold.abort();

@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{sh, Answer, Capture, FakeCommit, QUIET};
+use common::{join_within, sh, Answer, Capture, FakeCommit, QUIET};
 use stitch_relay::{run, Options, Terminal};
 
 fn options(out: std::os::fd::OwnedFd, err: std::os::fd::OwnedFd) -> Options {
@@ -60,7 +60,7 @@ fn output_waits_for_a_commit_that_started_after_it_was_read() {
     assert_eq!(err.text(), "");
     gate.answer(Answer::Open);
 
-    let outcome = runner.join().unwrap().expect("run");
+    let outcome = join_within(runner).expect("run");
     assert!(outcome.status.success());
     assert_eq!(out.finish(), b"onethree");
     assert_eq!(err.finish(), b"two");
@@ -163,7 +163,7 @@ fn a_writer_past_the_bound_is_blocked_until_release() {
     assert_eq!(out.text(), "");
 
     gate.answer(Answer::Open);
-    let outcome = runner.join().unwrap().unwrap();
+    let outcome = join_within(runner).unwrap();
     assert!(outcome.status.success());
     assert_eq!(out.finish().len(), 16384 * rounds as usize);
     assert!(outcome.max_held < (bound + 64 * 1024) as u64, "{outcome:?}");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{sh, Answer, Capture, FakeCommit, PATIENCE, QUIET};
+use common::{join_within, sh, Answer, Capture, FakeCommit, PATIENCE, QUIET};
 use stitch_relay::{run, Commit, Endpoint, Options, Outcome, Proxy, Terminal};
 
 /// What the test server does with each connection.
@@ -180,7 +180,7 @@ fn a_reply_waits_for_a_commit_and_the_end_follows_it() {
     assert_eq!(read_to_end(&mut client), b"<bye>");
 
     std::fs::write(&stop, b"").unwrap();
-    let outcome = runner.join().unwrap().unwrap();
+    let outcome = join_within(runner).unwrap();
     assert!(outcome.status.success());
     assert_eq!(outcome.released_bytes, 9);
 }
@@ -219,7 +219,7 @@ fn sixteen_clients_at_once_each_get_their_own_bytes_in_order() {
         c.join().unwrap();
     }
     std::fs::write(&stop, b"").unwrap();
-    let outcome = runner.join().unwrap().unwrap();
+    let outcome = join_within(runner).unwrap();
     assert!(outcome.status.success());
     // No byte shown before its commit: each reply needed one, so each client waited for
     // at least 200 of them, shared among the clients.
@@ -244,7 +244,7 @@ fn a_server_that_closes_mid_stream_closes_its_client_after_what_it_sent() {
     assert_eq!(read_to_end(&mut other), b"partial");
 
     std::fs::write(&stop, b"").unwrap();
-    assert!(runner.join().unwrap().unwrap().status.success());
+    assert!(join_within(runner).unwrap().status.success());
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn a_client_that_disconnects_closes_its_server_side_and_no_other() {
     assert_eq!(&buf, b"three");
 
     std::fs::write(&stop, b"").unwrap();
-    assert!(runner.join().unwrap().unwrap().status.success());
+    assert!(join_within(runner).unwrap().status.success());
     // The command is gone: the connection left open is wound up, and the listener too.
     stays.shutdown(Shutdown::Write).unwrap();
     let _ = read_to_end(&mut stays);
@@ -306,6 +306,6 @@ fn a_unix_socket_listener_proxies_and_is_removed_after() {
     client.read_to_string(&mut all).unwrap();
     assert_eq!(all, "via unix<bye>");
     std::fs::write(&stop, b"").unwrap();
-    assert!(runner.join().unwrap().unwrap().status.success());
+    assert!(join_within(runner).unwrap().status.success());
     assert!(!path.exists());
 }

@@ -27,7 +27,12 @@ pub struct Capture {
 impl Capture {
     /// The write end goes to the relay as a destination.
     pub fn new() -> (OwnedFd, Capture) {
-        let (mut r, w) = io::pipe().expect("pipe");
+        let (r, w) = io::pipe().expect("pipe");
+        (w.into(), Capture::reading(r))
+    }
+
+    /// Collects what `r` gives until its end or first error.
+    pub fn reading(mut r: impl Read + Send + 'static) -> Capture {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
         let reader = std::thread::spawn(move || {
@@ -39,13 +44,10 @@ impl Capture {
                 sink.lock().unwrap().extend_from_slice(&chunk[..n]);
             }
         });
-        (
-            w.into(),
-            Capture {
-                buf,
-                reader: Some(reader),
-            },
-        )
+        Capture {
+            buf,
+            reader: Some(reader),
+        }
     }
 
     pub fn shared(&self) -> Arc<Mutex<Vec<u8>>> {
@@ -220,4 +222,15 @@ pub fn sh(script: &str, args: &[&str]) -> std::process::Command {
     let mut cmd = std::process::Command::new("sh");
     cmd.arg("-c").arg(script).arg("sh").args(args);
     cmd
+}
+
+/// Joins a thread that runs the relay, failing the test (rather than hanging it) if the
+/// thread is not done within a generous time.
+pub fn join_within<T>(handle: JoinHandle<T>) -> T {
+    let deadline = Instant::now() + 3 * PATIENCE;
+    while !handle.is_finished() {
+        assert!(Instant::now() < deadline, "the relay did not return");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    handle.join().unwrap()
 }
