@@ -41,7 +41,14 @@
 //!   the append, overwrite and truncate fsync-latency tests (4 KiB per
 //!   operation, each followed by fsync).
 //! - xsyncfs: **postmark-xsyncfs** (10,000 files, 10,000 transactions,
-//!   PostMark's default sizes 500 B–10 KB).
+//!   PostMark's default sizes 500 B–10 KB), fsyncing at the end of each
+//!   transaction on the systems that keep fsync; **kv**, a key-value
+//!   server of ours that stores each value as a file and fsyncs it before
+//!   it answers (module `kv`), under 1, 4 and 16 clients of this process
+//!   sending 2,000 PUTs of 100–1,000 bytes in all a phase: requests a
+//!   second, and the median and 99th-percentile time a PUT waits for its
+//!   answer. The Andrew-style build (andrew) and SQLite with each insert
+//!   its own transaction (sqlite) are xsyncfs's other applications.
 //!
 //! McoreFS's workloads are `bench mount`'s. Every timed phase ends with a
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
@@ -51,10 +58,13 @@
 //! counts cover.
 //!
 //! The workloads done by programs (PostMark, untar, andrew, the ccfs
-//! applications) also run on the systems that launch programs
+//! applications, kv's server) also run on the systems that launch programs
 //! ([`super::systems::Launch`]): `stitchfs-stream`, the programs in a
-//! stream that ignores fsync, and `stitchfs-ceiling` and
-//! `fuse-floor-nofsync`, every fsync dropped. The Python drivers of SQLite
+//! stream that ignores fsync; `stitchfs-xsync`, each program under
+//! `stitchfs xsync` (its fsyncs return at once, its output, and the kv
+//! server's answers through xsync's proxy, held until what it changed is
+//! durable); and `stitchfs-ceiling` and `fuse-floor-nofsync`, every fsync
+//! dropped. The Python drivers of SQLite
 //! and LevelDB are told of the stream: they call
 //! `setstream("bench", IGNORE_FSYNC)` first and `streamsync()` once after
 //! their last transaction, the one commit point the benchmark owes (the
@@ -62,7 +72,8 @@
 //! Other commands run under `stitchfs run --stream bench --ignore-fsync`,
 //! which makes the stream durable as each exits. The report measures the
 //! stream configuration against the ceiling and ext4 data=ordered
-//! (`report`'s goals).
+//! (`report`'s goals), and sets stitchfs under xsync beside stitchfs with
+//! its fsyncs, ext4 `-o sync` and ext4 data=journal on each phase it ran.
 
 use super::session::{self, Suite};
 use super::systems::{Launch, Place, System};
@@ -76,16 +87,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod kv;
 mod mbox;
 mod report;
 
 pub use report::{known_name, merge, table, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
-/// image on the disk) and stitchfs-context (a probe of the server's caller
-/// lookup, for `bench mount`).
+/// image on the disk), stitchfs-context (a probe of the server's caller
+/// lookup, for `bench mount`) and stitchfs-softupdates-stream. Where this
+/// binary has no `xsync` subcommand, stitchfs-xsync is skipped, saying so.
 pub const DEFAULT_SYSTEMS: &str = "stitchfs-softupdates,stitchfs,stitchfs-precise,\
-stitchfs-stream,stitchfs-data-journal,stitchfs-writeback,stitchfs-async,stitchfs-ceiling,\
+stitchfs-stream,stitchfs-xsync,stitchfs-data-journal,stitchfs-writeback,stitchfs-async,stitchfs-ceiling,\
 ext4-writeback,ext4,ext4-journal,ext4-sync,ext2,fuse2fs,fuse-floor,fuse-floor-nofsync";
 
 /// What a phase's figure is.
@@ -127,7 +140,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 27] = [
+pub const PHASES: [Phase; 30] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -155,6 +168,11 @@ pub const PHASES: [Phase; 27] = [
     rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
     time("xsyncfs", "PostMark"),
+    // kvd fsyncs the value's file and then its directory before it
+    // answers a PUT.
+    rate("xsyncfs", "KV PUT, 1 client", "requests/s", 2.0),
+    rate("xsyncfs", "KV PUT, 4 clients", "requests/s", 2.0),
+    rate("xsyncfs", "KV PUT, 16 clients", "requests/s", 2.0),
     rate("Featherstitch", "IMAP move", "messages/s", 0.0),
     // The unmodified mbox server: the destination fsynced after each COPY.
     rate(
@@ -180,7 +198,7 @@ pub const PHASES: [Phase; 27] = [
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 17] = [
+pub const WORKLOADS: [(&str, &[usize]); 18] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -194,10 +212,11 @@ pub const WORKLOADS: [(&str, &[usize]); 17] = [
     ("leveldb", &[18]),
     ("fsync", &[19, 20, 21]),
     ("postmark-xsyncfs", &[22]),
-    ("imap", &[23]),
-    ("imap-mbox", &[24]),
-    ("imap-pg", &[25]),
-    ("imap-nosync", &[26]),
+    ("kv", &[23, 24, 25]),
+    ("imap", &[26]),
+    ("imap-mbox", &[27]),
+    ("imap-pg", &[28]),
+    ("imap-nosync", &[29]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -241,6 +260,11 @@ pub struct Scale {
     pub imap_bytes: usize,
     /// fsync tests: operations of each kind.
     pub fsync_ops: usize,
+    /// kv: PUTs a phase (shared out among its clients), and the least and
+    /// most bytes of a value.
+    pub kv_requests: usize,
+    pub kv_min_bytes: usize,
+    pub kv_max_bytes: usize,
     pub probe_samples: usize,
     pub probe_bytes: u64,
 }
@@ -283,6 +307,9 @@ impl Scale {
         imap_messages: 1_000,
         imap_bytes: 2048,
         fsync_ops: 1_000,
+        kv_requests: 2_000,
+        kv_min_bytes: 100,
+        kv_max_bytes: 1_000,
         probe_samples: 200,
         probe_bytes: 256 << 20,
     };
@@ -324,6 +351,9 @@ impl Scale {
         imap_messages: 20,
         imap_bytes: 2048,
         fsync_ops: 50,
+        kv_requests: 64,
+        kv_min_bytes: 100,
+        kv_max_bytes: 1_000,
         probe_samples: 20,
         probe_bytes: 32 << 20,
     };
@@ -385,7 +415,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                     .is_none()
                     .then(|| "no `mail` user for Dovecot's mail processes".into())
             }),
-        "imap-mbox" | "imap-nosync" => tool("python3", "python3"),
+        "imap-mbox" | "imap-nosync" | "kv" => tool("python3", "python3"),
         "imap-pg" => tool("python3", "python3").or_else(|| {
             (!PYTHON_PACKAGE.contains("def pg_create(")).then(|| {
                 "this build's stitchfs Python package has no patchgroups (pg_create)".into()
@@ -559,13 +589,14 @@ impl Suite for Seeds<'_> {
 
     /// Not the Seltzer microbenchmarks and fsync tests (done in this
     /// process), nor the IMAP workloads (their servers start before the
-    /// phase).
+    /// phase). kv is: its server, a program, is launched as the system
+    /// says, and does all of the file system work.
     fn runs_programs(&self, w: usize) -> bool {
         let name = WORKLOADS[w].0;
         name.starts_with("postmark")
             || matches!(
                 name,
-                "untar" | "andrew" | "sqlite" | "sqlite-wal" | "git" | "leveldb"
+                "untar" | "andrew" | "sqlite" | "sqlite-wal" | "git" | "leveldb" | "kv"
             )
     }
 
@@ -654,6 +685,7 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "postmark-large" => postmark(run, p[0], &s.postmark_large, inputs),
         "postmark-fst" => postmark(run, p[0], &s.postmark_fst, inputs),
         "postmark-xsyncfs" => postmark(run, p[0], &s.postmark_xsyncfs, inputs),
+        "kv" => kv::kv(run, p, s, inputs),
         "untar" => untar(run, p, inputs),
         "andrew" => andrew(run, p, cfg),
         "sqlite" => sqlite(run, p[0], "DELETE", s, inputs),
@@ -683,6 +715,15 @@ fn run_tool(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
         anyhow::bail!("{what} failed ({}):\n  {tail}", out.status);
     }
     Ok(text)
+}
+
+/// The last lines of a server's output file, each on a line of its own
+/// after an indent, for an error message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(10)..];
+    tail.iter().map(|l| format!("\n  {l}")).collect()
 }
 
 /// The file sizes of seltzer-micro, with the phases (create, delete) of each.
@@ -1254,6 +1295,25 @@ fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Re
 mod tests {
     use super::*;
 
+    /// Runs the Python unittest file `name` beside this module's servers
+    /// (skipped without python3); it must pass.
+    pub(super) fn python_tests(name: &str) {
+        let test = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/seeds")
+            .join(name);
+        let out = Command::new("python3")
+            .arg(test)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output();
+        let Ok(out) = out else {
+            eprintln!("skipping: no python3");
+            return;
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("\nOK"), "{stderr}");
+    }
+
     #[test]
     fn postmark_summary_parses() {
         let out = "Creating files...Done\nTime:\n\t12 seconds total\n\
@@ -1278,7 +1338,7 @@ mod tests {
         assert_eq!(select_workloads("all").unwrap().len(), WORKLOADS.len());
         assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 9]);
         assert!(select_workloads("tpc-c").is_err());
-        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 16);
+        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 17);
     }
 
     /// The driver runs each application off a mount and checks what it
@@ -1349,6 +1409,58 @@ mod tests {
         for sys in ["ext4", "fuse2fs", "stitchfs"] {
             check(sys, "imap-mbox", None);
         }
+    }
+
+    /// The kv workload end to end on ext4, small: every phase measured,
+    /// with its latencies, and its table in the report.
+    #[test]
+    fn kv_runs_on_a_kernel_file_system() {
+        let sys = crate::systems::select("ext4").unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            scale: Scale {
+                image_bytes: 64 << 20,
+                kv_requests: 40,
+                probe_samples: 4,
+                probe_bytes: 1 << 20,
+                ..Scale::QUICK
+            },
+            runs: 1,
+            systems: sys,
+            workloads: select_workloads("kv").unwrap(),
+            scratch: scratch.path().to_path_buf(),
+            timeout: Duration::from_secs(120),
+            inputs: Inputs {
+                tree: None,
+                project: None,
+            },
+        };
+        let missing = workload_missing(cfg.workloads[0], &cfg);
+        if let Some(why) = cfg.systems[0].missing().or(missing) {
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let r = run(&cfg, |_| {}).unwrap();
+        let phases: Vec<&str> = r.cells.iter().map(|c| c.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                "KV PUT, 1 client",
+                "KV PUT, 4 clients",
+                "KV PUT, 16 clients"
+            ]
+        );
+        for c in &r.cells {
+            assert_eq!(c.summary.error, None, "{}", c.phase);
+            assert!(c.figure.is_some_and(|x| x > 0.0), "{}", c.phase);
+            let (median, p99) = (c.latency_median_s.unwrap(), c.latency_p99_s.unwrap());
+            assert!(0.0 < median && median <= p99, "{}: {median} {p99}", c.phase);
+        }
+        let text = table(&r);
+        assert!(
+            text.contains("| KV PUT, 16 clients | ext4 data=ordered | "),
+            "{text}"
+        );
     }
 
     #[test]
