@@ -41,8 +41,10 @@
 //!   the append, overwrite and truncate fsync-latency tests (4 KiB per
 //!   operation, each followed by fsync).
 //! - xsyncfs: **postmark-xsyncfs** (10,000 files, 10,000 transactions,
-//!   PostMark's default sizes 500 B–10 KB), fsyncing at the end of each
-//!   transaction on the systems that keep fsync; **kv**, a key-value
+//!   PostMark's default sizes 500 B–10 KB, Debian's `postmark`, which
+//!   syncs nothing); **postmark-fsync**, the same sizes through a PostMark
+//!   of the applications' driver that, as xsyncfs's did, fsyncs at the end
+//!   of each transaction the files it wrote and the directory; **kv**, a key-value
 //!   server of ours that stores each value as a file and fsyncs it before
 //!   it answers (module `kv`), under 1, 4 and 16 clients of this process
 //!   sending 2,000 PUTs of 100–1,000 bytes in all a phase: requests a
@@ -58,14 +60,14 @@
 //! counts cover.
 //!
 //! The workloads done by programs (PostMark, untar, andrew, the ccfs
-//! applications, kv's server) also run on the systems that launch programs
-//! ([`super::systems::Launch`]): `stitchfs-stream`, the programs in a
-//! stream that ignores fsync; `stitchfs-xsync`, each program under
-//! `stitchfs xsync` (its fsyncs return at once, its output, and the kv
-//! server's answers through xsync's proxy, held until what it changed is
-//! durable); and `stitchfs-ceiling` and `fuse-floor-nofsync`, every fsync
-//! dropped. The Python drivers of SQLite
-//! and LevelDB are told of the stream: they call
+//! applications and the driver's PostMark, kv's server) also run on the
+//! systems that launch programs ([`super::systems::Launch`]):
+//! `stitchfs-stream`, the programs in a stream that ignores fsync;
+//! `stitchfs-xsync`, each program under `stitchfs xsync` (its fsyncs
+//! return at once, its output, and the kv server's answers through xsync's
+//! proxy, held until what it changed is durable); and `stitchfs-ceiling`
+//! and `fuse-floor-nofsync`, every fsync dropped. The Python drivers of
+//! SQLite, LevelDB and PostMark are told of the stream: they call
 //! `setstream("bench", IGNORE_FSYNC)` first and `streamsync()` once after
 //! their last transaction, the one commit point the benchmark owes (the
 //! phase is timed to what it wrote being durable on every system).
@@ -140,7 +142,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 30] = [
+pub const PHASES: [Phase; 31] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -168,6 +170,7 @@ pub const PHASES: [Phase; 30] = [
     rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
     time("xsyncfs", "PostMark"),
+    time("xsyncfs", "PostMark, fsync each transaction"),
     // kvd fsyncs the value's file and then its directory before it
     // answers a PUT.
     rate("xsyncfs", "KV PUT, 1 client", "requests/s", 2.0),
@@ -198,7 +201,7 @@ pub const PHASES: [Phase; 30] = [
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 18] = [
+pub const WORKLOADS: [(&str, &[usize]); 19] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -212,11 +215,12 @@ pub const WORKLOADS: [(&str, &[usize]); 18] = [
     ("leveldb", &[18]),
     ("fsync", &[19, 20, 21]),
     ("postmark-xsyncfs", &[22]),
-    ("kv", &[23, 24, 25]),
-    ("imap", &[26]),
-    ("imap-mbox", &[27]),
-    ("imap-pg", &[28]),
-    ("imap-nosync", &[29]),
+    ("postmark-fsync", &[23]),
+    ("kv", &[24, 25, 26]),
+    ("imap", &[27]),
+    ("imap-mbox", &[28]),
+    ("imap-pg", &[29]),
+    ("imap-nosync", &[30]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -393,6 +397,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
         })
     };
     match WORKLOADS[w].0 {
+        "postmark-fsync" => tool("python3", "python3"),
         n if n.starts_with("postmark") => tool("postmark", "postmark"),
         "untar" => tool("tar", "tar").or_else(|| {
             cfg.inputs
@@ -685,6 +690,7 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "postmark-large" => postmark(run, p[0], &s.postmark_large, inputs),
         "postmark-fst" => postmark(run, p[0], &s.postmark_fst, inputs),
         "postmark-xsyncfs" => postmark(run, p[0], &s.postmark_xsyncfs, inputs),
+        "postmark-fsync" => postmark_fsync(run, p[0], &s.postmark_xsyncfs, inputs),
         "kv" => kv::kv(run, p, s, inputs),
         "untar" => untar(run, p, inputs),
         "andrew" => andrew(run, p, cfg),
@@ -922,13 +928,14 @@ fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
     })
 }
 
-/// The ccfs applications' driver (Python): SQLite through the `sqlite3`
-/// module and LevelDB through `plyvel`, in the working directory. With
+/// The applications' driver (Python): ccfs's SQLite through the `sqlite3`
+/// module and LevelDB through `plyvel`, and xsyncfs's PostMark (fsync at
+/// each transaction's end), in the working directory. With
 /// `--stream` it enters stitchfs stream `bench` with `IGNORE_FSYNC` before
 /// its first transaction and calls `streamsync` once after its last (the
 /// commit point: the end of the batch), and says plainly when this build
 /// or mount refuses either.
-pub const DRIVER: &str = r#"import random, sys
+pub const DRIVER: &str = r#"import os, random, sys
 
 def enter_stream():
     try:
@@ -970,6 +977,49 @@ def leveldb(n, size):
     db.close()
     return rows
 
+def postmark(files, transactions, lo, hi):
+    """PostMark's shape with an fsync at the end of each transaction, as
+    xsyncfs ran it: a pool of `files` files of lo..hi bytes; transactions
+    that each create or delete a file, then read one or append lo..hi
+    bytes to one; at each transaction's end the files it wrote are
+    fsynced, then the directory; then the pool is deleted. Returns the
+    files found before the deletion, which must be the pool's."""
+    rng = random.Random(42)
+    block = bytes(range(256)) * 64
+    def write(name, flags):
+        n = rng.randint(lo, hi)
+        fd = os.open(name, flags | os.O_WRONLY, 0o644)
+        os.write(fd, (block * (n // len(block) + 1))[:n])
+        return fd
+    names = (f"f{i}" for i in range(files + transactions))
+    pool = []
+    for _ in range(files):
+        pool.append(next(names))
+        os.close(write(pool[-1], os.O_CREAT | os.O_EXCL))
+    dirfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(transactions):
+        written = []
+        if rng.random() < 0.5 or not pool:
+            pool.append(next(names))
+            written.append(write(pool[-1], os.O_CREAT | os.O_EXCL))
+        else:
+            os.unlink(pool.pop(rng.randrange(len(pool))))
+        if pool and rng.random() < 0.5:
+            with open(rng.choice(pool), "rb") as f:
+                f.read()
+        elif pool:
+            written.append(write(rng.choice(pool), os.O_APPEND))
+        for fd in written:
+            os.fsync(fd)
+            os.close(fd)
+        os.fsync(dirfd)
+    found = sum(1 for n in os.listdir(".") if n.startswith("f"))
+    for name in pool:
+        os.unlink(name)
+    os.fsync(dirfd)
+    os.close(dirfd)
+    return found, len(pool)
+
 args = sys.argv[1:]
 commit = None
 if args[:1] == ["--stream"]:
@@ -979,6 +1029,8 @@ if args[0] == "sqlite":
     n, rows = int(args[2]), sqlite(args[1], int(args[2]), int(args[3]))
 elif args[0] == "leveldb":
     n, rows = int(args[1]), leveldb(int(args[1]), int(args[2]))
+elif args[0] == "postmark":
+    rows, n = postmark(int(args[1]), int(args[2]), int(args[3]), int(args[4]))
 else:
     sys.exit(f"no application {args[0]}")
 if rows != n:
@@ -1038,6 +1090,26 @@ fn sqlite(
         phase,
         &["sqlite", mode, &n, &bytes],
         s.sqlite_inserts,
+        inputs,
+    )
+}
+
+/// xsyncfs's PostMark: `pm`'s pool and transactions through the driver's
+/// PostMark, which fsyncs what each transaction wrote at its end (Debian's
+/// `postmark` fsyncs nothing).
+fn postmark_fsync(
+    run: &mut Run,
+    phase: usize,
+    pm: &PostMark,
+    inputs: &Prepared,
+) -> anyhow::Result<()> {
+    let args = [pm.files, pm.transactions].map(|n| n.to_string());
+    let sizes = [pm.min_size, pm.max_size].map(|n| n.to_string());
+    driven(
+        run,
+        phase,
+        &["postmark", &args[0], &args[1], &sizes[0], &sizes[1]],
+        1,
         inputs,
     )
 }
@@ -1339,6 +1411,7 @@ mod tests {
         assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 9]);
         assert!(select_workloads("tpc-c").is_err());
         assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 17);
+        assert_eq!(WORKLOADS[select_workloads("kv").unwrap()[0]].1.len(), 3);
     }
 
     /// The driver runs each application off a mount and checks what it
@@ -1372,6 +1445,8 @@ mod tests {
             let (ok, stderr) = drive(&["leveldb", "5", "100"]);
             assert!(ok, "{stderr}");
         }
+        let (ok, stderr) = drive(&["postmark", "20", "50", "500", "10000"]);
+        assert!(ok, "{stderr}");
         let (ok, stderr) = drive(&["--stream", "sqlite", "WAL", "5", "120"]);
         assert!(!ok && stderr.contains("--stream: "), "{stderr}");
         let (ok, stderr) = drive(&["sqlite", "BOGUS", "5", "120"]);

@@ -157,6 +157,9 @@ class Handler(socketserver.StreamRequestHandler):
 
 class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops some of 16 clients that
+    # connect at once, which then wait a second to try again.
+    request_queue_size = 128
     # Wait for the connections' threads at server_close, so that every
     # request under way is answered before the server exits.
     daemon_threads = False

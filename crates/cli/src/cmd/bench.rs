@@ -193,9 +193,10 @@ struct SeedsArgs {
     /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
     /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite
     /// (rollback journal), sqlite-wal, git, leveldb, fsync,
-    /// postmark-xsyncfs, kv (a key-value server of ours fsyncing each PUT
-    /// before it answers, under 1, 4 and 16 clients: requests/s, median
-    /// and p99 latency), imap (Dovecot, Maildir), imap-mbox (our mbox
+    /// postmark-xsyncfs, postmark-fsync (PostMark's shape in Python,
+    /// fsyncing at each transaction's end), kv (a key-value server of ours
+    /// fsyncing each PUT before it answers, under 1, 4 and 16 clients:
+    /// requests/s, median and p99 latency), imap (Dovecot, Maildir), imap-mbox (our mbox
     /// server, fsync where the protocol needs durability), imap-pg (the
     /// same with patchgroups; stitchfs systems only), imap-nosync (the
     /// same syncing nothing: the floor).
