@@ -78,6 +78,13 @@ __all__ = [
     "PG_DISENGAGE",
     "PG_SYNC",
     "PG_CLOSE",
+    "IOC_XSYNC",
+    "XS_JOIN",
+    "XS_COMMIT",
+    "XS_LEAVE",
+    "xs_join",
+    "xs_commit",
+    "xs_leave",
     "pg_create",
     "pg_depend",
     "pg_engage",
@@ -103,8 +110,8 @@ __all__ = [
 ]
 
 #: The API version this module describes (2: contexts, 3: streams, 4: stats
-#: and the patch graph, 5: patchgroups).
-API_VERSION = 5
+#: and the patch graph, 5: patchgroups, 6: external synchrony).
+API_VERSION = 6
 
 #: ``_IO(0xF5, 1)``: everything the mount holds, durable.
 IOC_SYNC = 0x0000F501
@@ -126,6 +133,8 @@ IOC_STATS = 0xFE88F508
 IOC_GRAPH = 0xFE88F509
 #: ``_IOWR(0xF5, 10, struct stitch_group)``: a patchgroup call.
 IOC_PATCHGROUP = 0xC018F50A
+#: ``_IOWR(0xF5, 11, struct stitch_xsync)``: an external-synchrony call.
+IOC_XSYNC = 0xC028F50B
 
 #: The patchgroup calls (``struct stitch_group``'s ``op``).
 PG_CREATE = 1
@@ -134,6 +143,11 @@ PG_ENGAGE = 3
 PG_DISENGAGE = 4
 PG_SYNC = 5
 PG_CLOSE = 6
+
+#: The external-synchrony calls (``struct stitch_xsync``'s ``op``).
+XS_JOIN = 1
+XS_COMMIT = 2
+XS_LEAVE = 3
 
 #: ``setstream`` flag: the stream's fsyncs only order, and return at once.
 IGNORE_FSYNC = 1
@@ -158,6 +172,8 @@ _TEXT_MAX = 16000
 _TEXT = struct.Struct(f"=II{_TEXT_MAX}s")
 # version, op, group, on
 _GROUP = struct.Struct("=IIQQ")
+# version, op, group, held_bytes, held_chunks, result
+_XSYNC = struct.Struct("=IIQQQQ")
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -407,6 +423,32 @@ def pg_close(g: int, target: Target = None) -> None:
     """The calling process lets go of ``g`` (disengaging it); the order
     of the changes made under it stays."""
     _pg("pg_close", PG_CLOSE, g, 0, target)
+
+
+def _xs(what: str, op: int, group: int, held: int, target: Target) -> "tuple[int, int]":
+    out = _call(what, target, IOC_XSYNC, _XSYNC.pack(API_VERSION, op, group, held, 0, 0))
+    _version, _op, g, _held, _chunks, result = _XSYNC.unpack(out)
+    return int(g), int(result)
+
+
+def xs_join(group: int = 0, target: Target = None) -> int:
+    """The calling process (and the processes it starts after) joins the
+    external-synchrony group ``group``, or a new one if 0: its number.
+    Members' fsyncs and syncs return at once; whoever relays their output
+    holds it until ``xs_commit`` returns (``stitchfs xsync`` does both)."""
+    return _xs("xs_join", XS_JOIN, group, 0, target)[0]
+
+
+def xs_commit(held: int = 0, target: Target = None) -> bool:
+    """Make every change the caller's group made so far durable; whether
+    that took a flush. ``held``: bytes of output the caller holds (for
+    the mount's figures). ``EINVAL`` if the caller is in no group."""
+    return bool(_xs("xs_commit", XS_COMMIT, 0, held, target)[1])
+
+
+def xs_leave(target: Target = None) -> int:
+    """The calling process leaves its group: the group's number."""
+    return _xs("xs_leave", XS_LEAVE, 0, 0, target)[0]
 
 
 @contextlib.contextmanager

@@ -102,7 +102,7 @@ def as_dict(c):
 
 
 # The API version and sync, plain (``$STITCHFS_MOUNT``) and on a file.
-assert stitchfs.version() == stitchfs.API_VERSION == 5, stitchfs.version()
+assert stitchfs.version() == stitchfs.API_VERSION == 6, stitchfs.version()
 stitchfs.sync()
 with open(os.path.join(MNT, "f"), "wb") as f:
     f.write(b"x")

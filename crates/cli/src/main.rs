@@ -75,6 +75,12 @@ enum Command {
     /// only after every change CMD1 made (patchgroups; no fsync); exits
     /// with CMD2's status, or CMD1's if it fails (CMD2 does not run then).
     Depend(cmd::depend::Args),
+    /// Run CMD and everything it starts with external synchrony on every
+    /// stitchfs mount: their fsyncs return at once, and their output (and
+    /// with --proxy what their server sends its clients) is held until
+    /// every change they made before it is durable; exits with CMD's
+    /// status once all it did is durable.
+    Xsync(cmd::xsync::Args),
     /// Crash-test workloads: every crash image recovered and judged by
     /// e2fsck, our fsck and a reference model (exit 1 on any violation).
     Crashtest(cmd::crashtest::Args),
@@ -100,6 +106,10 @@ fn main() {
             Err(e) => Err(e),
         },
         Command::Depend(args) => match cmd::depend::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
+        Command::Xsync(args) => match cmd::xsync::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),
         },

@@ -352,14 +352,15 @@ fn the_three_copies_of_the_table_agree() {
     let src = dir.path().join("numbers.c");
     std::fs::write(
         &src,
-        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu %u %zu %u %u %u %u %u %u\\n\", \
+        "#include <stdio.h>\n#include <stitch.h>\nint main(void){printf(\"%u %u %u %u %u %u %u %u %u %u %zu %zu %zu %zu %zu %zu %u %zu %u %u %u %u %u %u %u %zu %u %u %u\\n\", \
          STITCH_IOC_SYNC, STITCH_IOC_VERSION, STITCH_IOC_CONTEXT, STITCH_IOC_SET_TAG, \
          STITCH_IOC_SET_STREAM, STITCH_IOC_GET_STREAM, STITCH_IOC_STREAM_SYNC, STITCH_IOC_STATS, STITCH_IOC_GRAPH, \
          STITCH_API_VERSION, sizeof(struct stitch_version), sizeof(struct stitch_context), \
          sizeof(struct stitch_tag), sizeof(struct stitch_stream), sizeof(struct stitch_call), \
          sizeof(struct stitch_text), STITCH_IOC_PATCHGROUP, sizeof(struct stitch_group), \
          STITCH_PG_CREATE, STITCH_PG_DEPEND, STITCH_PG_ENGAGE, STITCH_PG_DISENGAGE, STITCH_PG_SYNC, \
-         STITCH_PG_CLOSE);return 0;}\n",
+         STITCH_PG_CLOSE, STITCH_IOC_XSYNC, sizeof(struct stitch_xsync), STITCH_XS_JOIN, \
+         STITCH_XS_COMMIT, STITCH_XS_LEAVE);return 0;}\n",
     )
     .unwrap();
     let exe = dir.path().join("numbers");
@@ -375,7 +376,7 @@ fn the_three_copies_of_the_table_agree() {
     assert!(out.status.success());
     let c = String::from_utf8(run("numbers", &mut Command::new(&exe)).stdout).unwrap();
     let want = format!(
-        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+        "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
         stitch_control::IOC_SYNC,
         stitch_control::IOC_VERSION,
         stitch_control::IOC_CONTEXT,
@@ -400,6 +401,11 @@ fn the_three_copies_of_the_table_agree() {
         stitch_control::PG_DISENGAGE,
         stitch_control::PG_SYNC,
         stitch_control::PG_CLOSE,
+        stitch_control::IOC_XSYNC,
+        std::mem::size_of::<stitch_control::Xsync>(),
+        stitch_control::XS_JOIN,
+        stitch_control::XS_COMMIT,
+        stitch_control::XS_LEAVE,
     );
     assert_eq!(c, want, "stitch.h");
     let py = run(
@@ -412,7 +418,8 @@ fn the_three_copies_of_the_table_agree() {
                  s.IOC_SET_STREAM, s.IOC_GET_STREAM, s.IOC_STREAM_SYNC, s.IOC_STATS, s.IOC_GRAPH, \
                  s.API_VERSION, s._VERSION.size, s._CONTEXT.size, s._TAG.size, \
                  s._STREAM.size, s._CALL.size, s._TEXT.size, s.IOC_PATCHGROUP, s._GROUP.size, \
-                 s.PG_CREATE, s.PG_DEPEND, s.PG_ENGAGE, s.PG_DISENGAGE, s.PG_SYNC, s.PG_CLOSE)",
+                 s.PG_CREATE, s.PG_DEPEND, s.PG_ENGAGE, s.PG_DISENGAGE, s.PG_SYNC, s.PG_CLOSE, \
+                 s.IOC_XSYNC, s._XSYNC.size, s.XS_JOIN, s.XS_COMMIT, s.XS_LEAVE)",
             ])
             .env("PYTHONPATH", repo_root().join("python")),
     );

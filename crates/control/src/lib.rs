@@ -26,6 +26,7 @@
 //! | `_IOWR(0xF5, 8, Text)` | [`IOC_STATS`] | [`Text`] in and out | the mount's figures now, as JSON (`docs/stats.md`) |
 //! | `_IOWR(0xF5, 9, Text)` | [`IOC_GRAPH`] | [`Text`] in and out | the live graph of uncommitted patches, as Graphviz DOT (summarised by block when whole it would not fit) |
 //! | `_IOWR(0xF5, 10, Group)` | [`IOC_PATCHGROUP`] | [`Group`] in and out | a patchgroup call (`op`): create, depend, engage, disengage, sync, close |
+//! | `_IOWR(0xF5, 11, Xsync)` | [`IOC_XSYNC`] | [`Xsync`] in and out | an external-synchrony call (`op`): join a group, commit it, leave it |
 //!
 //! A **stream** ("Consistency Without Ordering") is an order of changes:
 //! the disk always holds a prefix of each stream's changes (each whole),
@@ -52,6 +53,16 @@
 //! to a child process (with what it has engaged), kept across `exec`,
 //! let go at `close` or exit; a group lives while some process holds it.
 //! A process names only groups it holds.
+//!
+//! An **external-synchrony group** (`stitchfs xsync`, after "Rethink the
+//! Sync") is a set of processes whose `fsync`, `fdatasync`, `syncfs`,
+//! [`IOC_SYNC`] and `O_SYNC` writes return at once: what they promised is
+//! kept instead by holding the group's *output* (held outside the file
+//! system, by whoever relays it) until a commit ([`XS_COMMIT`]) has made
+//! durable every change the group made before it. A process outside the
+//! group that touches what the group changed and is not yet durable waits
+//! for that commit. Membership is held like a context's stream: a child
+//! process takes its parent's group.
 //!
 //! A **context** is what a process holds on a mount: made when it first
 //! asks for one, copied to each child process when the mount first sees
@@ -111,7 +122,8 @@ pub const MAGIC: u32 = 0xF5;
 /// own version and older; a caller can ask with [`IOC_VERSION`].
 /// Version 1: sync and version. Version 2: contexts. Version 3: streams.
 /// Version 4: stats and the patch graph. Version 5: patchgroups.
-pub const API_VERSION: u32 = 5;
+/// Version 6: external synchrony.
+pub const API_VERSION: u32 = 6;
 
 const NONE: u32 = 0;
 const WRITE: u32 = 1;
@@ -314,6 +326,41 @@ pub struct Group {
     pub on: u64,
 }
 
+/// An external-synchrony call: `_IOWR(0xF5, 11, Xsync)`.
+pub const IOC_XSYNC: u32 = ioc(READ | WRITE, 11, std::mem::size_of::<Xsync>());
+
+/// [`Xsync::op`]: the calling process (and the processes it starts after)
+/// joins `group`, or a new group when `group` is 0 (out: the group).
+pub const XS_JOIN: u32 = 1;
+/// [`Xsync::op`]: every change the calling process's group made so far,
+/// durable when it returns (out: `result` 1 if that took a flush, 0 if it
+/// was durable already). `held_bytes` and `held_chunks` in: the output
+/// the caller holds for the group, for the mount's figures.
+pub const XS_COMMIT: u32 = 2;
+/// [`Xsync::op`]: the calling process leaves its group (its fsyncs are
+/// its own again; what the group made stays to be committed).
+pub const XS_LEAVE: u32 = 3;
+
+/// What [`IOC_XSYNC`] is sent and answers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Xsync {
+    /// In: the API version the caller speaks.
+    pub version: u32,
+    /// In: the call ([`XS_JOIN`] .. [`XS_LEAVE`]).
+    pub op: u32,
+    /// In, for [`XS_JOIN`]: the group to join (0: a new one). Out: the
+    /// caller's group (numbers start at 1, never reused on a mount).
+    pub group: u64,
+    /// In, for [`XS_COMMIT`]: bytes of output the caller holds.
+    pub held_bytes: u64,
+    /// In, for [`XS_COMMIT`]: chunks of output the caller holds.
+    pub held_chunks: u64,
+    /// Out, for [`XS_COMMIT`]: 1 if the commit flushed, 0 if nothing of
+    /// the group was left to make durable.
+    pub result: u64,
+}
+
 /// Room for the text of a [`Text`] answer.
 pub const TEXT_MAX: usize = 16000;
 
@@ -420,6 +467,14 @@ wire!(Group {
     group: u64,
     on: u64,
 });
+wire!(Xsync {
+    version: u32,
+    op: u32,
+    group: u64,
+    held_bytes: u64,
+    held_chunks: u64,
+    result: u64,
+});
 
 impl Wire for Stream {
     fn to_bytes(&self) -> Vec<u8> {
@@ -476,7 +531,7 @@ wire!(Context {
 
 /// Every call the table holds: (number, name), for the server's dispatch
 /// and the tests that hold the C and Python copies equal.
-pub const TABLE: [(u32, &str); 10] = [
+pub const TABLE: [(u32, &str); 11] = [
     (IOC_SYNC, "sync"),
     (IOC_VERSION, "version"),
     (IOC_CONTEXT, "context"),
@@ -487,6 +542,7 @@ pub const TABLE: [(u32, &str); 10] = [
     (IOC_STATS, "stats"),
     (IOC_GRAPH, "graph"),
     (IOC_PATCHGROUP, "patchgroup"),
+    (IOC_XSYNC, "xsync"),
 ];
 
 /// Sends [`IOC_SYNC`] through `f`: `Ok(true)` once everything its stitchfs
@@ -577,6 +633,22 @@ pub fn request_patchgroup(f: &impl AsRawFd, op: u32, group: u64, on: u64) -> std
     Err(std::io::Error::last_os_error())
 }
 
+/// Sends the external-synchrony call `op` to the mount behind `f`
+/// ([`IOC_XSYNC`]) and returns the answer. Another file system answers
+/// an error (ask [`request_version`] first to tell which).
+pub fn request_xsync(f: &impl AsRawFd, call: Xsync) -> std::io::Result<Xsync> {
+    let mut x = Xsync {
+        version: API_VERSION,
+        ..call
+    };
+    // SAFETY: the kernel reads and writes size_of::<Xsync>() bytes, the
+    // size the command number carries, at `x`.
+    if unsafe { libc::ioctl(f.as_raw_fd(), IOC_XSYNC as _, &mut x as *mut Xsync) } == 0 {
+        return Ok(x);
+    }
+    Err(std::io::Error::last_os_error())
+}
+
 /// The figures of the mount behind `f` ([`IOC_STATS`]), as JSON text:
 /// `Ok(None)` if `f` is on another file system (or a stitchfs server too
 /// old to know the call).
@@ -639,6 +711,8 @@ mod tests {
         assert_eq!(IOC_GRAPH, 0xFE88_F509);
         // _IOWR(0xF5, 10, 24 bytes).
         assert_eq!(IOC_PATCHGROUP, 0xC018_F50A);
+        // _IOWR(0xF5, 11, 40 bytes).
+        assert_eq!(IOC_XSYNC, 0xC028_F50B);
         assert!(is_ours(IOC_SYNC) && !is_ours(0x5401));
     }
 

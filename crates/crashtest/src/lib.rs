@@ -40,6 +40,7 @@ pub mod run;
 pub mod state;
 pub mod streams;
 pub mod workload;
+pub mod xsync;
 
 pub use error::{RunError, SpecError};
 pub use report::{Finding, Kind, ModeSummary, Summary, Violation};

@@ -349,6 +349,7 @@ pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
                 stream: None,
                 proc,
                 pg: calls,
+                xsync: false,
             });
             if crate::workload::valid(&steps) {
                 rules = trial;

@@ -343,6 +343,11 @@ struct Driver<'a> {
     procs: BTreeMap<u8, stitch_memfs::Held>,
     /// The group each slot of the workload names.
     slots: BTreeMap<u8, u64>,
+    /// The step in progress is the external-synchrony group's, and the
+    /// group's point: memfs's stamp after its latest change (what a
+    /// commit makes durable).
+    member: bool,
+    xsync_last: u64,
 }
 
 /// The user the simulated processes run as.
@@ -420,6 +425,8 @@ impl<'a> Driver<'a> {
             inside: Vec::new(),
             order,
             stream: None,
+            member: false,
+            xsync_last: 0,
             proc: 0,
             procs: BTreeMap::from([(0, fs.new_held())]),
             slots: BTreeMap::new(),
@@ -893,6 +900,26 @@ impl<'a> Driver<'a> {
         let failed = |point: String| move |error| StepError::Persist { point, error };
         let scope = match p {
             Persist::None => return Ok(None),
+            // A member's fsync or sync returns at once (its output waits
+            // instead): nothing is flushed, nothing promised.
+            Persist::Fsync(_) | Persist::FsyncFd(_) | Persist::Sync if self.member => {
+                return Ok(None)
+            }
+            Persist::Output => {
+                if !self.member {
+                    return Err(StepError::Persist {
+                        point: "output".into(),
+                        error: stitch_memfs::MemError::Refused(stitch_memfs::Refusal::Invalid(
+                            "output outside the external-synchrony group",
+                        )),
+                    });
+                }
+                self.fs
+                    .sync_through(self.xsync_last)
+                    .map_err(failed("output".into()))?;
+                // The oracle states no group rules; `streams` judges.
+                Scope::All
+            }
             Persist::PgSync(slot) => {
                 let point = format!("pg_sync(g{slot})");
                 let (Some(held), Some(&g)) = (self.procs.get(&self.proc), self.slots.get(slot))
@@ -1266,6 +1293,10 @@ impl Recorder<'_> {
             }
             let domains = self.d.domains();
             let acted = stitch_memfs::in_domains(domains.clone(), || self.d.act(&step.action));
+            self.d.member = step.xsync;
+            if step.xsync {
+                self.d.xsync_last = self.d.fs.stamp_now();
+            }
             let what = format!("step {}: {}", i + 1, step.action);
             self.inside(&what, &mut before);
             let acted_at = self.len();
@@ -1279,6 +1310,7 @@ impl Recorder<'_> {
                 persisted: (done.is_ok() && step.persist != Persist::None).then(|| self.len()),
             });
             self.d.stream = None;
+            self.d.member = false;
             if let Err(e) = done {
                 self.problems
                     .push((e.kind(), format!("step {}: {e}", i + 1)));

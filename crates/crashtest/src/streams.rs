@@ -98,7 +98,7 @@ fn inodes_of(m: &Model, path: &str, names: bool, out: &mut Vec<InodeNo>) {
     }
 }
 
-fn paths(a: &Action) -> Vec<&str> {
+pub(crate) fn paths(a: &Action) -> Vec<&str> {
     match a {
         Action::Creat(p)
         | Action::Mkdir(p)
@@ -325,6 +325,12 @@ impl Expected {
                 let upto = (0..=i).fold(0u32, |m, j| m | 1 << j);
                 match (&st.persist, st.stream) {
                     (Persist::None, _) => 0,
+                    // External synchrony: a member's output promises every
+                    // change the group made so far; its fsyncs nothing.
+                    (Persist::Output, _) => (0..=i)
+                        .filter(|&j| w.steps[j].xsync)
+                        .fold(0, |m, j| m | 1 << j),
+                    _ if st.xsync => 0,
                     (Persist::PgSync(g), _) => f.groups.synced(*g, i),
                     (Persist::Sync, _) | (_, None) => upto,
                     (_, Some(s)) => (0..=i)
@@ -598,6 +604,7 @@ pub fn generated(len: usize, count: usize, seed: u64) -> Vec<Workload> {
                 stream: Some(rng.gen_range(1..=3)),
                 proc: 0,
                 pg: Vec::new(),
+                xsync: false,
             });
             if !crate::workload::valid(&steps) {
                 steps.pop();

@@ -102,6 +102,10 @@ pub enum Persist {
     /// A patchgroup's sync (the group in this slot, by the step's
     /// process): it and what it depends on, durable.
     PgSync(u8),
+    /// Output released by a member of the external-synchrony group (a
+    /// step with `xsync`): the group's commit, after which every change
+    /// the group made so far is durable.
+    Output,
 }
 
 /// A patchgroup call a simulated process makes before its step's
@@ -170,6 +174,10 @@ pub struct Step {
     pub proc: u8,
     /// Patchgroup calls the process makes first, in order.
     pub pg: Vec<PgCall>,
+    /// The step runs in the external-synchrony group (`x/` in a spec):
+    /// its fsyncs and syncs return at once, and an [`Persist::Output`]
+    /// commits the group.
+    pub xsync: bool,
 }
 
 /// A workload: what is on disk before recording, then the steps.
@@ -219,12 +227,16 @@ impl fmt::Display for Persist {
             Persist::Sync => f.write_str("sync"),
             Persist::StreamSync => f.write_str("streamsync"),
             Persist::PgSync(g) => write!(f, "pg_sync(g{g})"),
+            Persist::Output => f.write_str("output"),
         }
     }
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.xsync {
+            write!(f, "[xsync] ")?;
+        }
         if let Some(n) = self.stream {
             write!(f, "[stream {n}] ")?;
         }
@@ -310,6 +322,7 @@ fn step_spec(s: &Step) -> String {
         Some(n) => format!("s{n}/{a}"),
         None => a,
     };
+    let a = if s.xsync { format!("x/{a}") } else { a };
     let a = if s.proc != 0 || !s.pg.is_empty() {
         let calls: String = s.pg.iter().map(|c| format!(".{c}")).collect();
         format!("p{}{calls}/{a}", s.proc)
@@ -323,6 +336,7 @@ fn step_spec(s: &Step) -> String {
         Persist::Sync => format!("{a}+sync"),
         Persist::StreamSync => format!("{a}+streamsync"),
         Persist::PgSync(g) => format!("{a}+pgsync:{g}"),
+        Persist::Output => format!("{a}+output"),
     }
 }
 
@@ -474,6 +488,11 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         }
         _ => (0, Vec::new(), s),
     };
+    // `x/`: in the external-synchrony group.
+    let (xsync, s) = match s.strip_prefix("x/") {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
     let (stream, s) = match s.split_once('/') {
         Some((n, rest)) if n.starts_with('s') && n[1..].parse::<u8>().is_ok() => {
             (n[1..].parse::<u8>().ok(), rest)
@@ -488,6 +507,7 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         None => Persist::None,
         Some("sync") => Persist::Sync,
         Some("streamsync") => Persist::StreamSync,
+        Some("output") => Persist::Output,
         Some(p) if p.starts_with("pgsync:") => Persist::PgSync(
             p["pgsync:".len()..]
                 .parse()
@@ -511,6 +531,7 @@ fn parse_step(s: &str) -> Result<Step, SpecError> {
         stream,
         proc,
         pg,
+        xsync,
     })
 }
 
@@ -551,6 +572,7 @@ fn step(action: Action, persist: Persist) -> Step {
         stream: None,
         proc: 0,
         pg: Vec::new(),
+        xsync: false,
     }
 }
 

@@ -20,8 +20,8 @@ extern "C" {
 #endif
 
 /* The API version this header describes (2: contexts, 3: streams,
- * 4: stats, 5: patchgroups). */
-#define STITCH_API_VERSION 5
+ * 4: stats, 5: patchgroups, 6: external synchrony). */
+#define STITCH_API_VERSION 6
 
 /* The ioctls underneath (FUSE restricted ioctls, type 0xF5). */
 #define STITCH_IOC_SYNC 0x0000F501u    /* _IO(0xF5, 1) */
@@ -34,6 +34,7 @@ extern "C" {
 #define STITCH_IOC_STATS 0xFE88F508u /* _IOWR(0xF5, 8, struct stitch_text) */
 #define STITCH_IOC_GRAPH 0xFE88F509u /* _IOWR(0xF5, 9, struct stitch_text) */
 #define STITCH_IOC_PATCHGROUP 0xC018F50Au /* _IOWR(0xF5, 10, struct stitch_group) */
+#define STITCH_IOC_XSYNC 0xC028F50Bu /* _IOWR(0xF5, 11, struct stitch_xsync) */
 
 /* A patchgroup call (the pg_* functions below fill it). */
 #define STITCH_PG_CREATE 1u
@@ -47,6 +48,22 @@ struct stitch_group {
 	uint32_t op;      /* in: STITCH_PG_* */
 	uint64_t group;   /* in: the group; out (create): the new group */
 	uint64_t on;      /* in (depend): the group `group` depends on */
+};
+
+/* An external-synchrony call (what `stitchfs xsync` sends): join a group
+ * (0: a new one), commit it (every change it made so far, durable), leave
+ * it. Members' fsyncs return at once; their output is the caller's to
+ * hold until a commit returns. */
+#define STITCH_XS_JOIN 1u
+#define STITCH_XS_COMMIT 2u
+#define STITCH_XS_LEAVE 3u
+struct stitch_xsync {
+	uint32_t version;     /* in: STITCH_API_VERSION */
+	uint32_t op;          /* in: STITCH_XS_* */
+	uint64_t group;       /* in (join): the group, 0 for new; out: the caller's */
+	uint64_t held_bytes;  /* in (commit): output the caller holds, for figures */
+	uint64_t held_chunks; /* in (commit): the same, in chunks */
+	uint64_t result;      /* out (commit): 1 if it flushed, 0 if durable already */
 };
 
 /* A text answer: the mount's figures as one JSON object (field names:

@@ -329,8 +329,9 @@ impl MemFs {
         if self.inner.read_only.load(Ordering::SeqCst) {
             return Err(MemError::Latched);
         }
+        let whole = matches!(scope, Scope::All) && wait;
         let mut merged = self.inner.merged.lock();
-        let plan = self.cut(&mut merged, scope)?;
+        let (plan, below) = self.cut(&mut merged, scope)?;
         // Plans are applied in the order they were cut: take the apply
         // lock before another flush may cut. Even with nothing to write,
         // wait for the plans cut before (they may hold what this fsync
@@ -342,9 +343,46 @@ impl MemFs {
             drop(order);
             self.inner.stats.lock().fsync_noops += 1;
             self.inner.durable.wait_below(before);
-            return self.durable_so_far();
+            self.durable_so_far()?;
+            self.mark_durable(whole, below);
+            return Ok(());
         };
-        self.apply(plan, order, wait)
+        self.apply(plan, order, wait)?;
+        self.mark_durable(whole, below);
+        Ok(())
+    }
+
+    /// After a whole flush returned: every change stamped below `below`
+    /// (the stamp at its cut) is durable.
+    fn mark_durable(&self, whole: bool, below: u64) {
+        if whole {
+            self.inner.durable_below.fetch_max(below, Ordering::SeqCst);
+        }
+    }
+
+    /// The stamp the next change will get (every change logged so far has
+    /// a smaller one): a point in the mount's history that
+    /// [`MemFs::sync_through`] can be asked to make durable.
+    pub fn stamp_now(&self) -> u64 {
+        self.inner.logs.next_stamp()
+    }
+
+    /// Every change stamped below this is known durable (a whole flush,
+    /// `sync` or a periodic one, returned after cutting past it).
+    pub fn durable_below(&self) -> u64 {
+        self.inner.durable_below.load(Ordering::SeqCst)
+    }
+
+    /// Makes every change stamped below `stamp` durable (external
+    /// synchrony's commit): nothing to do if that is known already, else
+    /// a whole flush, which concurrent callers share as far as the flush
+    /// order lets them. Whether it flushed.
+    pub fn sync_through(&self, stamp: u64) -> Result<bool> {
+        if self.durable_below() >= stamp {
+            return Ok(false);
+        }
+        self.sync()?;
+        Ok(true)
     }
 
     /// After waiting for earlier plans: an error if one of them failed
@@ -365,15 +403,18 @@ impl MemFs {
 
     /// The cut: every operation in progress finishes, the logs are merged,
     /// and the plan is taken while nothing changes.
-    fn cut(&self, merged: &mut Merged, scope: Scope) -> Result<Option<Plan>> {
+    /// With the plan, the stamp at the cut: every change stamped below it
+    /// was logged and merged.
+    fn cut(&self, merged: &mut Merged, scope: Scope) -> Result<(Option<Plan>, u64)> {
         let _w = self.inner.gate.write();
+        let below = self.inner.logs.next_stamp();
         merged.add(self.inner.logs.drain());
         let selected: BTreeSet<u64> = match scope {
             Scope::All => merged.ops.keys().copied().collect(),
             Scope::Inode(ino) => {
                 let n = self.cached_node(ino);
                 if n.is_some_and(|n| n.s.read().never_disk) {
-                    return Ok(None);
+                    return Ok((None, below));
                 }
                 merged.closure(&[(Object::Inode(ino), u64::MAX)])
             }
@@ -384,7 +425,7 @@ impl MemFs {
             }
         };
         if selected.is_empty() {
-            return Ok(None);
+            return Ok((None, below));
         }
         // Only the nodes these operations name: the table holds every
         // inode in memory (a mail directory's 100,000), and a copy of it
@@ -457,7 +498,7 @@ impl MemFs {
         plan.reserved += self.absorb(&dead, &nodes);
         let done = |(ino, _): &(&InodeNo, &Arc<Node>)| merged.pending_on(**ino).next().is_none();
         plan.frees += self.take_leaving_frees(nodes.iter().filter(done).map(|(_, n)| n));
-        Ok(Some(plan))
+        Ok((Some(plan), below))
     }
 
     /// The nodes in memory with these numbers, looked up together.

@@ -90,6 +90,9 @@ pub(crate) struct Inner {
     /// What the last plan applied without waiting for the device needs
     /// to be durable (`MemFs::apply`).
     pub unawaited: Mutex<Option<stitch_diskfs::Durability>>,
+    /// Every change stamped below this is durable: the stamp at the cut
+    /// of the last whole flush that returned (`MemFs::durable_below`).
+    pub durable_below: std::sync::atomic::AtomicU64,
     /// Dirty pages settled without waiting since write-behind last took
     /// them (`MemFs::settled`).
     pub settled_pages: AtomicU64,
@@ -179,6 +182,7 @@ impl MemFs {
             xattrs: shape.xattrs,
             soft_updates: shape.soft_updates,
             unawaited: Mutex::new(None),
+            durable_below: std::sync::atomic::AtomicU64::new(0),
             settled_pages: AtomicU64::new(0),
             groups: Arc::default(),
             disk,

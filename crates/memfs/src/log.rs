@@ -253,6 +253,12 @@ impl Logs {
         stamp
     }
 
+    /// The stamp the next entry will get: every entry appended so far has
+    /// a smaller one.
+    pub fn next_stamp(&self) -> u64 {
+        self.stamp.load(Ordering::SeqCst)
+    }
+
     /// Takes every entry from every log, merged by stamp. The caller holds
     /// the cut gate exclusively, so no operation is half-logged.
     pub fn drain(&self) -> Vec<Entry> {

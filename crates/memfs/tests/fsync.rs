@@ -882,3 +882,45 @@ fn concurrent_fsyncs_with(mode: Consistency, flush_delay: Duration, churn: bool)
         }
     }
 }
+
+/// External synchrony's commit: `sync_through` makes every change logged
+/// before the stamp durable (the crash copy holds them), flushes only when
+/// something below the stamp may not be, and a precise fsync (which takes
+/// part of the history) does not count as making it all durable.
+#[test]
+fn sync_through_makes_a_point_of_history_durable_once() {
+    for mode in MODES {
+        let fs = mount_on(
+            device(fresh_image(64 << 20, Some(JournalSize::Default))),
+            mode,
+            precise(),
+        );
+        let r = fs.root();
+        let a = fs.mknod(r, b"a", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.write(a.ino, 0, b"before", false).unwrap();
+        let b = fs.mknod(r, b"b", Kind::File, 0o644, (0, 0), 0, 0).unwrap();
+        fs.fsync(b.ino, false).unwrap();
+        let point = fs.stamp_now();
+        assert!(
+            fs.durable_below() < point,
+            "{mode:?}: a precise fsync is not the whole history"
+        );
+        let flushes = fs.stats().flushes;
+        assert!(fs.sync_through(point).unwrap(), "{mode:?}");
+        assert!(fs.durable_below() >= point, "{mode:?}");
+        assert!(fs.stats().flushes > flushes, "{mode:?}");
+        let after = crash_copy(&fs, mode);
+        assert_eq!(after.read(a.ino, 0, 100).unwrap(), b"before", "{mode:?}");
+        // Nothing new: no flush.
+        let flushes = fs.stats().flushes;
+        assert!(!fs.sync_through(point).unwrap(), "{mode:?}");
+        assert_eq!(fs.stats().flushes, flushes, "{mode:?}");
+        // A later change moves the point past what is durable.
+        fs.write(a.ino, 0, b"later!", false).unwrap();
+        let later = fs.stamp_now();
+        assert!(fs.durable_below() < later, "{mode:?}");
+        fs.sync().unwrap();
+        assert!(fs.durable_below() >= later, "{mode:?}: a sync counts");
+        assert!(!fs.sync_through(later).unwrap(), "{mode:?}");
+    }
+}

@@ -29,14 +29,19 @@ pub struct Args {
     /// and exiting, judged for the groups' dependencies and pg_sync: the
     /// named cases and --samples drawn of --length + 4 steps),
     /// patchgroups-streams (the same with each step in one of two streams
-    /// too: both orders at once), one named
+    /// too: both orders at once), xsync (steps of an external-synchrony
+    /// group, whose fsyncs return at once and whose outputs commit,
+    /// interleaved with an outside process's, judged for every change
+    /// before a released output: the named cases and --samples drawn of
+    /// --length + 4 steps), xsync-streams (the group in a stream too), one named
     /// workload (featherstitch, mcorefs-rename, mcorefs-loop,
     /// mcorefs-rmrf, ccfs-journal-update, maildelivery, large-write,
     /// orphans, full, git-objects), or a spec `gen:STEPS` as printed in a
     /// violation (`sN/` before a step runs it in stream N; `+streamsync`
     /// syncs its stream; `pN.CALL.CALL/` runs it in process N after
     /// patchgroup calls cG create, dQ>P depend, eG engage, xG disengage,
-    /// kG close, fN fork, qN exit; `+pgsync:G` syncs group G).
+    /// kG close, fN fork, qN exit; `+pgsync:G` syncs group G; `x/` runs
+    /// it in the external-synchrony group, `+output` releases its output).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Longest generated sequence: lengths 1 and 2 are exhaustive, longer
@@ -251,6 +256,18 @@ fn chosen_workloads(
         "patchgroups-streams" => {
             stitch_crashtest::patchgroups::with_streams(length + 4, samples, seed)
         }
+        // External synchrony: four steps longer too (changes, outputs
+        // and outside fsyncs need room to interleave).
+        "xsync" => {
+            let mut w = stitch_crashtest::xsync::named();
+            w.extend(stitch_crashtest::xsync::generated(
+                length + 4,
+                samples,
+                seed,
+            ));
+            w
+        }
+        "xsync-streams" => stitch_crashtest::xsync::with_streams(length + 4, samples, seed),
         "generated" => workload::generated(length, samples, seed),
         spec => vec![workload::parse(spec)?],
     };

@@ -13,3 +13,4 @@ pub mod stats;
 pub mod sync;
 pub mod top;
 pub mod umount;
+pub mod xsync;

@@ -11,7 +11,6 @@
 use anyhow::{bail, Context};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use stitch_control::mounts::unescape_mount_field;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -57,14 +56,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// The source (the image, unless `-o fsname` changed it) of the stitchfs
 /// mount at `mountpoint`, from `/proc/self/mountinfo` text.
 fn stitchfs_source(mountinfo: &str, mountpoint: &Path) -> Option<PathBuf> {
-    mountinfo.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let point = left.split(' ').nth(4)?;
-        let mut rest = right.split(' ');
-        let (fstype, source) = (rest.next()?, rest.next()?);
-        (fstype == "fuse.stitchfs" && Path::new(&unescape_mount_field(point)) == mountpoint)
-            .then(|| PathBuf::from(unescape_mount_field(source)))
-    })
+    stitch_control::mounts::stitchfs_mounts(mountinfo)
+        .into_iter()
+        .rev()
+        .find_map(|(point, source)| (point == mountpoint).then_some(source))
 }
 
 /// Blocks until no server holds the image's lock.

@@ -37,17 +37,21 @@ pub struct ProcState {
     pub threads: FxHashMap<u32, Member>,
     /// The patchgroups held, once the process made or inherited one.
     pub groups: Option<stitch_memfs::Held>,
+    /// The external-synchrony group it is in (module `xsync`).
+    pub xsync: Option<super::xsync::Member>,
 }
 
 impl Clone for ProcState {
     /// A child's copy (fork semantics): the tag, the process's stream,
-    /// and the patchgroups held, engaged as in the parent.
+    /// the patchgroups held, engaged as in the parent, and the
+    /// external-synchrony group.
     fn clone(&self) -> Self {
         ProcState {
             tag: self.tag,
             stream: self.stream,
             threads: FxHashMap::default(),
             groups: self.groups.clone(),
+            xsync: self.xsync.clone(),
         }
     }
 }

@@ -9,7 +9,8 @@ use super::{Failure, OpResult, StitchFuse};
 use fuser::{Errno, Request};
 use stitch_control::{
     Version, Wire, API_VERSION, IOC_CONTEXT, IOC_GET_STREAM, IOC_GRAPH, IOC_PATCHGROUP,
-    IOC_SET_STREAM, IOC_SET_TAG, IOC_STATS, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, TABLE,
+    IOC_SET_STREAM, IOC_SET_TAG, IOC_STATS, IOC_STREAM_SYNC, IOC_SYNC, IOC_VERSION, IOC_XSYNC,
+    TABLE,
 };
 
 impl StitchFuse {
@@ -25,6 +26,13 @@ impl StitchFuse {
             IOC_STATS => self.stats_call(input),
             IOC_GRAPH => self.graph_call(input),
             IOC_PATCHGROUP => self.patchgroup_call(req, input),
+            IOC_XSYNC => self.xsync_call(req, input),
+            // A member of an external-synchrony group syncs at once, as it
+            // fsyncs: its output waits instead.
+            IOC_SYNC if super::xsync::current().is_some() => {
+                self.xsync.sync_returned();
+                Ok(Vec::new())
+            }
             IOC_SYNC => {
                 self.fs.sync()?;
                 Ok(Vec::new())

@@ -48,6 +48,7 @@ mod ops;
 mod requests;
 pub mod stats;
 mod streams;
+mod xsync;
 
 use fuser::{Errno, FileAttr, FileType};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -70,6 +71,8 @@ pub struct StitchFuse {
     streams: Arc<streams::Streams>,
     /// The requests served, by opcode.
     requests: Arc<requests::Requests>,
+    /// External-synchrony groups and what they changed.
+    xsync: Arc<xsync::Groups>,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -85,6 +88,7 @@ impl StitchFuse {
             callers: Arc::new(callers::registry(DEFAULT_CONTEXTS)),
             streams: Arc::default(),
             requests: Arc::default(),
+            xsync: Arc::default(),
         }
     }
 
@@ -103,6 +107,7 @@ impl StitchFuse {
             callers: self.callers.clone(),
             streams: self.streams.clone(),
             requests: self.requests.clone(),
+            xsync: self.xsync.clone(),
         }
     }
 }

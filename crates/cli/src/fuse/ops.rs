@@ -3,8 +3,8 @@
 
 use super::dirs::{self, Listing, Slot};
 use super::{
-    check_name, diag, entry_attr, file_type, ids, serve, stat_attr, ErrorReply, Failure, OpResult,
-    StitchFuse, MAX_WRITE, TTL,
+    check_name, diag, entry_attr, file_type, ids, serve, stat_attr, xsync, ErrorReply, Failure,
+    OpResult, StitchFuse, MAX_WRITE, TTL,
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -124,7 +124,7 @@ impl StitchFuse {
     /// Answers with an entry the kernel will hold (`fresh`: a new inode).
     fn entry(&self, reply: ReplyEntry, a: Attr, fresh: bool) {
         let g = self.nodes.hold(ids::node_of(a.ino).0, fresh);
-        reply.entry(&TTL, &entry_attr(&a), Generation(g));
+        reply.entry(&self.ttl(a.ino), &entry_attr(&a), Generation(g));
     }
 
     /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
@@ -178,9 +178,23 @@ impl StitchFuse {
         answer: impl FnOnce(R, T),
     ) {
         let began = Instant::now();
-        let domains = self.domains(self.see(req, op).as_ref());
+        let caller = self.see(req, op);
+        let domains = self.domains(caller.as_ref());
+        let group = xsync::group_of(caller.as_ref());
         let ok = match ids::ino_of(node) {
-            Ok(ino) => in_domains(domains, || serve(op, ino, reply, || work(ino), answer)),
+            Ok(ino) => xsync::in_group(group, || {
+                in_domains(domains, || {
+                    let work = || {
+                        self.xsync_observe(req, op, group, caller.is_some(), &[ino])?;
+                        let done = work(ino).map_err(Into::into);
+                        if xsync::changes(op) {
+                            self.xsync_touch(&[ino]);
+                        }
+                        done
+                    };
+                    serve(op, ino, reply, work, answer)
+                })
+            }),
             Err(e) => {
                 unknown_node(op, node, reply, e);
                 false
@@ -203,7 +217,9 @@ impl StitchFuse {
         answer: impl FnOnce(R, T),
     ) {
         let began = Instant::now();
-        let domains = self.domains(self.see(req, op).as_ref());
+        let caller = self.see(req, op);
+        let domains = self.domains(caller.as_ref());
+        let group = xsync::group_of(caller.as_ref());
         let dir = match ids::ino_of(parent) {
             Ok(dir) => dir,
             Err(e) => {
@@ -212,17 +228,33 @@ impl StitchFuse {
             }
         };
         let name = name.as_bytes();
-        let ok = in_domains(domains, || {
-            serve(
-                op,
-                dir,
-                reply,
-                || {
-                    check_name(name)?;
-                    work(dir, name).map_err(Into::into)
-                },
-                answer,
-            )
+        let ok = xsync::in_group(group, || {
+            in_domains(domains, || {
+                serve(
+                    op,
+                    dir,
+                    reply,
+                    || {
+                        check_name(name)?;
+                        // The name's inode before and after: what an
+                        // observer would learn of, what a member changed.
+                        // Looked up only while external synchrony needs it.
+                        let child = |d: InodeNo| self.fs.lookup(d, name).ok().map(|a| a.ino);
+                        let watched = group.is_some() || self.xsync_watching();
+                        let before = if watched { child(dir) } else { None };
+                        let observed: Vec<InodeNo> = std::iter::once(dir).chain(before).collect();
+                        self.xsync_observe(req, op, group, caller.is_some(), &observed)?;
+                        let done = work(dir, name).map_err(Into::into);
+                        if group.is_some() && xsync::changes(op) {
+                            let after = child(dir);
+                            let touched: Vec<InodeNo> = observed.into_iter().chain(after).collect();
+                            self.xsync_touch(&touched);
+                        }
+                        done
+                    },
+                    answer,
+                )
+            })
         });
         self.requests.record(op, began.elapsed(), ok);
     }
@@ -234,8 +266,20 @@ fn unknown_node<R: ErrorReply>(op: &str, node: INodeNo, reply: R, e: Errno) {
     reply.fail(e);
 }
 
-fn attr(reply: ReplyAttr, a: Attr) {
-    reply.attr(&TTL, &stat_attr(&a));
+impl StitchFuse {
+    fn attr(&self, reply: ReplyAttr, a: Attr) {
+        reply.attr(&self.ttl(a.ino), &stat_attr(&a));
+    }
+
+    /// An fsync: at once for a member of an external-synchrony group
+    /// (its output waits instead), memfs's otherwise.
+    fn fsync_or_not(&self, ino: InodeNo, datasync: bool) -> Result<(), MemError> {
+        if xsync::current().is_some() {
+            self.xsync.sync_returned();
+            return Ok(());
+        }
+        self.fs.fsync(ino, datasync)
+    }
 }
 
 impl fuser::Filesystem for StitchFuse {
@@ -274,7 +318,10 @@ impl fuser::Filesystem for StitchFuse {
             },
             |r, a| match a {
                 Some(a) => self.entry(r, a, false),
-                None => r.entry(&TTL, &NEGATIVE, Generation(0)),
+                None => {
+                    let ttl = ids::ino_of(parent).map_or(TTL, |d| self.ttl(d));
+                    r.entry(&ttl, &NEGATIVE, Generation(0))
+                }
             },
         );
     }
@@ -285,7 +332,14 @@ impl fuser::Filesystem for StitchFuse {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.on_inode(req, "getattr", ino, reply, |i| self.fs.getattr(i), attr);
+        self.on_inode(
+            req,
+            "getattr",
+            ino,
+            reply,
+            |i| self.fs.getattr(i),
+            |r, a| self.attr(r, a),
+        );
     }
 
     fn setattr(
@@ -333,7 +387,7 @@ impl fuser::Filesystem for StitchFuse {
             }
             Ok(self.fs.setattr(i, set)?)
         };
-        self.on_inode(req, "setattr", ino, reply, work, attr);
+        self.on_inode(req, "setattr", ino, reply, work, |r, a| self.attr(r, a));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -451,7 +505,18 @@ impl fuser::Filesystem for StitchFuse {
                 noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
             };
-            Ok(self.fs.rename(from, name, to, newname, flags)?)
+            // The other side of the move, for external synchrony.
+            let target = || self.fs.lookup(to, newname).ok().map(|a| a.ino);
+            let watched = xsync::current().is_some() || self.xsync_watching();
+            let other: Vec<InodeNo> = if watched {
+                std::iter::once(to).chain(target()).collect()
+            } else {
+                Vec::new()
+            };
+            self.xsync_observe(req, "rename", xsync::current(), true, &other)?;
+            self.fs.rename(from, name, to, newname, flags)?;
+            self.xsync_touch(&other);
+            Ok(())
         };
         self.on_name(req, "rename", parent, name, reply, work, ok);
     }
@@ -558,7 +623,14 @@ impl fuser::Filesystem for StitchFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.on_inode(req, "fsync", ino, reply, |i| self.fs.fsync(i, datasync), ok);
+        self.on_inode(
+            req,
+            "fsync",
+            ino,
+            reply,
+            |i| self.fsync_or_not(i, datasync),
+            ok,
+        );
     }
 
     /// The control table (`control.rs`), on any open file or directory
@@ -646,7 +718,8 @@ impl fuser::Filesystem for StitchFuse {
                 } else {
                     self.nodes.generation(attr.ino.0)
                 };
-                if r.add(attr.ino, next, name, &TTL, &attr, Generation(g)) {
+                let ttl = self.ttl(s.ino);
+                if r.add(attr.ino, next, name, &ttl, &attr, Generation(g)) {
                     if counted {
                         self.nodes.forget(attr.ino.0, 1); // not sent
                     }
@@ -684,7 +757,7 @@ impl fuser::Filesystem for StitchFuse {
             "fsyncdir",
             ino,
             reply,
-            |i| self.fs.fsync(i, datasync),
+            |i| self.fsync_or_not(i, datasync),
             ok,
         );
     }
@@ -741,7 +814,7 @@ impl fuser::Filesystem for StitchFuse {
         self.on_name(req, "create", parent, name, reply, work, |r, a| {
             let g = self.nodes.hold(ids::node_of(a.ino).0, true);
             r.created(
-                &TTL,
+                &self.ttl(a.ino),
                 &entry_attr(&a),
                 Generation(g),
                 FileHandle(0),

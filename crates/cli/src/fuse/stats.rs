@@ -61,6 +61,7 @@ pub struct Source {
     pub(super) callers: std::sync::Arc<super::callers::Callers>,
     pub(super) streams: std::sync::Arc<super::streams::Streams>,
     pub(super) requests: std::sync::Arc<super::requests::Requests>,
+    pub(super) xsync: std::sync::Arc<super::xsync::Groups>,
 }
 
 impl Source {
@@ -105,6 +106,7 @@ impl Source {
         let block = self.fs.block_size();
         let pending = self.fs.pending();
         let groups = self.fs.group_table().list();
+        let (xs, xs_live, held_bytes, held_chunks, marked) = self.xsync.figures();
         let mut by_stream: Vec<Value> = self
             .streams
             .names()
@@ -210,6 +212,21 @@ impl Source {
                     .range(stitch_memfs::GROUP_DOMAIN..stitch_memfs::GLOBAL)
                     .map(|(_, n)| n)
                     .sum::<u64>(),
+            },
+            "xsync": {
+                "groups": xs_live,
+                "groups_made": xs.groups_made,
+                "commits": xs.commits,
+                "commits_flushed": xs.commits_flushed,
+                "syncs_returned": xs.syncs_returned,
+                "observers_held": xs.observers_held,
+                "observer_wait_us": xs.observer_wait_us,
+                "held_bytes": held_bytes,
+                "held_chunks": held_chunks,
+                "max_held_bytes": xs.max_held_bytes,
+                "durable_below": self.fs.durable_below(),
+                "stamp": self.fs.stamp_now(),
+                "inodes_marked": marked,
             },
         }))
     }

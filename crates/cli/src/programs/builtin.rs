@@ -21,6 +21,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("git.py", include_str!("../../programs/git.py")),
     ("leveldb.py", include_str!("../../programs/leveldb.py")),
     ("depend.py", include_str!("../../programs/depend.py")),
+    ("xsync.py", include_str!("../../programs/xsync.py")),
 ];
 
 /// A built-in program: its name, its script and the variant argument.
@@ -91,6 +92,18 @@ const BUILTINS: &[Builtin] = &[
         script: "depend.py",
         variant: Some("plain"),
         about: "gzip -k big && rm big, no fsync: the control for depend-gzip",
+    },
+    Builtin {
+        name: "xsync-log",
+        script: "xsync.py",
+        variant: Some("xsync"),
+        about: "records written, fsynced, renamed and logged under stitchfs xsync, each \"committed N\" printed after",
+    },
+    Builtin {
+        name: "log-nofsync",
+        script: "xsync.py",
+        variant: Some("nosync"),
+        about: "the same program alone with its fsyncs left out: the control for xsync-log",
     },
 ];
 

@@ -77,3 +77,28 @@ fn run_full(
     }
     s
 }
+
+/// Soft updates and the three journal modes: the modes that order.
+pub const ORDERING_MODES: [Consistency; 4] = [
+    Consistency::SoftUpdates,
+    Consistency::Journal(stitch_crashtest::DataMode::Writeback),
+    Consistency::Journal(stitch_crashtest::DataMode::Ordered),
+    Consistency::Journal(stitch_crashtest::DataMode::Journal),
+];
+
+/// Runs the workloads `w` makes in every mode that orders, each of which
+/// must show no violation over enough crash images, then in async, the
+/// control, which must show some.
+pub fn clean_but_async(w: impl Fn() -> Vec<Workload>) {
+    for mode in ORDERING_MODES {
+        let s = run(mode, w());
+        let t = s.total();
+        assert!(t.states > 300, "too few crash images: {}", t.states);
+        assert_eq!(t.total_violations(), 0, "{mode}: violations (see above)");
+    }
+    let s = run(Consistency::Async, w());
+    assert!(
+        s.total().total_violations() > 0,
+        "async showed no violation"
+    );
+}

@@ -1,0 +1,169 @@
+//! `stitchfs xsync [--proxy LISTEN=TARGET]... [--stream NAME] -- CMD`:
+//! external synchrony for an unmodified program ("Rethink the Sync").
+//! CMD and every process it starts form one group on every stitchfs mount
+//! this process can see. Their fsyncs, fdatasyncs, syncs and `O_SYNC`
+//! writes return at once; instead, each byte they print (and, through a
+//! proxy, each byte a server among them sends a client) is released only
+//! once every file-system change the group made before it was read is
+//! durable. An outside observer (a terminal, a network peer, another
+//! process reading the files) never sees what a crash could undo, at
+//! nearly the cost of running without fsync.
+//!
+//! The mount's side (membership, commits, outside readers waiting) is
+//! `fuse::xsync`; the relay (pseudo-terminal or pipes, proxies, holding,
+//! the bound on held output) is crate `stitch-relay`. This command joins
+//! the group on each mount, then runs CMD under the relay with a commit
+//! that asks every mount; it exits with CMD's status once everything CMD
+//! did is durable.
+
+use super::run::{become_subreaper, exit_code};
+use anyhow::{bail, Context};
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+use stitch_control::{Xsync, STREAM_IGNORE_FSYNC, XS_COMMIT, XS_JOIN};
+use stitch_relay::{Commit, Held, Options, Proxy, Terminal};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Relay clients that connect to LISTEN to CMD's server at TARGET,
+    /// holding what the server sends them by the same rule as CMD's output
+    /// (what clients send passes at once). LISTEN and TARGET are HOST:PORT
+    /// or a Unix socket path (anything with a '/'). May be repeated.
+    #[arg(long, value_name = "LISTEN=TARGET")]
+    pub proxy: Vec<Proxy>,
+    /// The group is also this stream on each mount (`stitchfs run
+    /// --stream`): a crash leaves a prefix of its history, and every byte
+    /// it printed was printed after what it depends on was durable.
+    #[arg(long, value_name = "NAME")]
+    pub stream: Option<String>,
+    /// Seconds between commits when no output is held (held output starts
+    /// one at once).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub commit_interval: f64,
+    /// Bytes of output held at most: past this CMD's writes block until a
+    /// commit releases some (nothing is dropped or reordered).
+    #[arg(long, value_name = "BYTES", default_value_t = stitch_relay::DEFAULT_BOUND)]
+    pub hold_bound: usize,
+    /// How CMD's output reaches ours: auto (a pseudo-terminal when our
+    /// output is a terminal, pipes otherwise), pty or pipes.
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "pty", "pipes"])]
+    pub terminal: String,
+    /// A file or directory on a stitchfs mount that must be among those
+    /// joined (an error if it is not on one); every stitchfs mount is
+    /// joined either way.
+    #[arg(long, value_name = "PATH")]
+    pub at: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// The group on each mount: a commit asks every one.
+struct Mounts {
+    mounts: Vec<(PathBuf, File)>,
+}
+
+impl Commit for Mounts {
+    fn commit(&self, held: Held) -> io::Result<()> {
+        for (path, f) in &self.mounts {
+            let call = Xsync {
+                op: XS_COMMIT,
+                held_bytes: held.bytes,
+                held_chunks: held.chunks,
+                ..Xsync::default()
+            };
+            stitch_control::request_xsync(f, call).map_err(|e| {
+                io::Error::new(e.kind(), format!("committing on {}: {e}", path.display()))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens `point` and joins a new group there (and `stream`, first):
+/// `None` if it is not a stitchfs mount after all.
+fn join(point: &Path, stream: Option<&str>) -> anyhow::Result<Option<File>> {
+    let f = File::open(point).with_context(|| format!("opening {}", point.display()))?;
+    if stitch_control::request_version(&f)?.is_none() {
+        return Ok(None);
+    }
+    if let Some(name) = stream {
+        stitch_control::request_set_stream(&f, name.as_bytes(), STREAM_IGNORE_FSYNC)
+            .with_context(|| format!("joining stream {name:?} on {}", point.display()))?;
+    }
+    let call = Xsync {
+        op: XS_JOIN,
+        ..Xsync::default()
+    };
+    stitch_control::request_xsync(&f, call)
+        .with_context(|| format!("joining a group on {}", point.display()))?;
+    Ok(Some(f))
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if !(args.commit_interval > 0.0 && args.commit_interval.is_finite()) {
+        bail!("--commit-interval must be a positive number of seconds");
+    }
+    if args.hold_bound == 0 {
+        bail!("--hold-bound must be at least one byte");
+    }
+    if let Some(at) = &args.at {
+        let f = File::open(at).with_context(|| format!("opening {}", at.display()))?;
+        let ours = stitch_control::request_version(&f)?.is_some();
+        if !ours {
+            bail!("{} is not on a stitchfs mount", at.display());
+        }
+    }
+    let info =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mut points: Vec<PathBuf> = stitch_control::mounts::stitchfs_mounts(&info)
+        .into_iter()
+        .map(|(point, _)| point)
+        .collect();
+    points.sort();
+    points.dedup();
+    become_subreaper()?;
+    let mut mounts = Vec::new();
+    for point in points {
+        match join(&point, args.stream.as_deref()) {
+            Ok(Some(f)) => mounts.push((point, f)),
+            Ok(None) => {}
+            // A mount this user cannot open: its files are not ours to
+            // write either, and its fsyncs stay its own.
+            Err(e) if is_denied(&e) => {
+                eprintln!("stitchfs xsync: leaving out {}: {e:#}", point.display())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if mounts.is_empty() {
+        bail!("no stitchfs mount to run on (none is mounted where this process can see it)");
+    }
+    let terminal = match args.terminal.as_str() {
+        "pty" => Terminal::Pty,
+        "pipes" => Terminal::Pipes,
+        _ => Terminal::Auto,
+    };
+    let opts = Options {
+        proxies: args.proxy,
+        commit_interval: Duration::from_secs_f64(args.commit_interval),
+        bound: args.hold_bound,
+        terminal,
+        ..Options::default()
+    };
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    let outcome = stitch_relay::run(cmd, opts, Arc::new(Mounts { mounts }))
+        .with_context(|| format!("running {:?} under xsync", args.command[0]))?;
+    Ok(exit_code(outcome.status))
+}
+
+fn is_denied(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<io::Error>())
+        .any(|e| e.kind() == io::ErrorKind::PermissionDenied)
+}
