@@ -41,7 +41,16 @@
 //!   the append, overwrite and truncate fsync-latency tests (4 KiB per
 //!   operation, each followed by fsync).
 //! - xsyncfs: **postmark-xsyncfs** (10,000 files, 10,000 transactions,
-//!   PostMark's default sizes 500 B–10 KB).
+//!   PostMark's default sizes 500 B–10 KB, Debian's `postmark`, which
+//!   syncs nothing); **postmark-fsync**, the same sizes through a PostMark
+//!   of the applications' driver that, as xsyncfs's did, fsyncs at the end
+//!   of each transaction the files it wrote and the directory; **kv**, a key-value
+//!   server of ours that stores each value as a file and fsyncs it before
+//!   it answers (module `kv`), under 1, 4 and 16 clients of this process
+//!   sending 2,000 PUTs of 100–1,000 bytes in all a phase: requests a
+//!   second, and the median and 99th-percentile time a PUT waits for its
+//!   answer. The Andrew-style build (andrew) and SQLite with each insert
+//!   its own transaction (sqlite) are xsyncfs's other applications.
 //!
 //! McoreFS's workloads are `bench mount`'s. Every timed phase ends with a
 //! `syncfs` of the mount (and, since the kernel sends FUSE servers none,
@@ -51,18 +60,22 @@
 //! counts cover.
 //!
 //! The workloads done by programs (PostMark, untar, andrew, the ccfs
-//! applications) also run on the systems that launch programs
-//! ([`super::systems::Launch`]): `stitchfs-stream`, the programs in a
-//! stream that ignores fsync, and `stitchfs-ceiling` and
-//! `fuse-floor-nofsync`, every fsync dropped. The Python drivers of SQLite
-//! and LevelDB are told of the stream: they call
+//! applications and the driver's PostMark, kv's server) also run on the
+//! systems that launch programs ([`super::systems::Launch`]):
+//! `stitchfs-stream`, the programs in a stream that ignores fsync;
+//! `stitchfs-xsync`, each program under `stitchfs xsync` (its fsyncs
+//! return at once, its output, and the kv server's answers through xsync's
+//! proxy, held until what it changed is durable); and `stitchfs-ceiling`
+//! and `fuse-floor-nofsync`, every fsync dropped. The Python drivers of
+//! SQLite, LevelDB and PostMark are told of the stream: they call
 //! `setstream("bench", IGNORE_FSYNC)` first and `streamsync()` once after
 //! their last transaction, the one commit point the benchmark owes (the
 //! phase is timed to what it wrote being durable on every system).
 //! Other commands run under `stitchfs run --stream bench --ignore-fsync`,
 //! which makes the stream durable as each exits. The report measures the
 //! stream configuration against the ceiling and ext4 data=ordered
-//! (`report`'s goals).
+//! (`report`'s goals), and sets stitchfs under xsync beside stitchfs with
+//! its fsyncs, ext4 `-o sync` and ext4 data=journal on each phase it ran.
 
 use super::session::{self, Suite};
 use super::systems::{Launch, Place, System};
@@ -76,16 +89,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod kv;
 mod mbox;
 mod report;
 
 pub use report::{known_name, merge, table, Report};
 
 /// Every system but bindfs (a passthrough to the host file system, not an
-/// image on the disk) and stitchfs-context (a probe of the server's caller
-/// lookup, for `bench mount`).
+/// image on the disk), stitchfs-context (a probe of the server's caller
+/// lookup, for `bench mount`) and stitchfs-softupdates-stream. Where this
+/// binary has no `xsync` subcommand, stitchfs-xsync is skipped, saying so.
 pub const DEFAULT_SYSTEMS: &str = "stitchfs-softupdates,stitchfs,stitchfs-precise,\
-stitchfs-stream,stitchfs-data-journal,stitchfs-writeback,stitchfs-async,stitchfs-ceiling,\
+stitchfs-stream,stitchfs-xsync,stitchfs-data-journal,stitchfs-writeback,stitchfs-async,stitchfs-ceiling,\
 ext4-writeback,ext4,ext4-journal,ext4-sync,ext2,fuse2fs,fuse-floor,fuse-floor-nofsync";
 
 /// What a phase's figure is.
@@ -127,7 +142,7 @@ const fn time(seed: &'static str, name: &'static str) -> Phase {
     }
 }
 
-pub const PHASES: [Phase; 27] = [
+pub const PHASES: [Phase; 31] = [
     rate("Seltzer", "create 4 KB", "files/s", 0.0),
     rate("Seltzer", "delete 4 KB", "files/s", 0.0),
     rate("Seltzer", "create 64 KB", "files/s", 0.0),
@@ -155,6 +170,12 @@ pub const PHASES: [Phase; 27] = [
     rate("ccfs", "overwrite+fsync", "ops/s", 1.0),
     rate("ccfs", "truncate+fsync", "ops/s", 1.0),
     time("xsyncfs", "PostMark"),
+    time("xsyncfs", "PostMark, fsync each transaction"),
+    // kvd fsyncs the value's file and then its directory before it
+    // answers a PUT.
+    rate("xsyncfs", "KV PUT, 1 client", "requests/s", 2.0),
+    rate("xsyncfs", "KV PUT, 4 clients", "requests/s", 2.0),
+    rate("xsyncfs", "KV PUT, 16 clients", "requests/s", 2.0),
     rate("Featherstitch", "IMAP move", "messages/s", 0.0),
     // The unmodified mbox server: the destination fsynced after each COPY.
     rate(
@@ -180,7 +201,7 @@ pub const PHASES: [Phase; 27] = [
 ];
 
 /// The workloads, in order, with the phases each reports.
-pub const WORKLOADS: [(&str, &[usize]); 17] = [
+pub const WORKLOADS: [(&str, &[usize]); 19] = [
     ("seltzer-micro", &[0, 1, 2, 3, 4, 5]),
     ("seltzer-0len", &[6]),
     ("postmark-small", &[7]),
@@ -194,10 +215,12 @@ pub const WORKLOADS: [(&str, &[usize]); 17] = [
     ("leveldb", &[18]),
     ("fsync", &[19, 20, 21]),
     ("postmark-xsyncfs", &[22]),
-    ("imap", &[23]),
-    ("imap-mbox", &[24]),
-    ("imap-pg", &[25]),
-    ("imap-nosync", &[26]),
+    ("postmark-fsync", &[23]),
+    ("kv", &[24, 25, 26]),
+    ("imap", &[27]),
+    ("imap-mbox", &[28]),
+    ("imap-pg", &[29]),
+    ("imap-nosync", &[30]),
 ];
 
 /// The workloads named by a comma-separated list (`all` for every one),
@@ -241,6 +264,11 @@ pub struct Scale {
     pub imap_bytes: usize,
     /// fsync tests: operations of each kind.
     pub fsync_ops: usize,
+    /// kv: PUTs a phase (shared out among its clients), and the least and
+    /// most bytes of a value.
+    pub kv_requests: usize,
+    pub kv_min_bytes: usize,
+    pub kv_max_bytes: usize,
     pub probe_samples: usize,
     pub probe_bytes: u64,
 }
@@ -283,6 +311,9 @@ impl Scale {
         imap_messages: 1_000,
         imap_bytes: 2048,
         fsync_ops: 1_000,
+        kv_requests: 2_000,
+        kv_min_bytes: 100,
+        kv_max_bytes: 1_000,
         probe_samples: 200,
         probe_bytes: 256 << 20,
     };
@@ -324,6 +355,9 @@ impl Scale {
         imap_messages: 20,
         imap_bytes: 2048,
         fsync_ops: 50,
+        kv_requests: 64,
+        kv_min_bytes: 100,
+        kv_max_bytes: 1_000,
         probe_samples: 20,
         probe_bytes: 32 << 20,
     };
@@ -363,6 +397,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
         })
     };
     match WORKLOADS[w].0 {
+        "postmark-fsync" => tool("python3", "python3"),
         n if n.starts_with("postmark") => tool("postmark", "postmark"),
         "untar" => tool("tar", "tar").or_else(|| {
             cfg.inputs
@@ -385,7 +420,7 @@ fn workload_missing(w: usize, cfg: &Config) -> Option<String> {
                     .is_none()
                     .then(|| "no `mail` user for Dovecot's mail processes".into())
             }),
-        "imap-mbox" | "imap-nosync" => tool("python3", "python3"),
+        "imap-mbox" | "imap-nosync" | "kv" => tool("python3", "python3"),
         "imap-pg" => tool("python3", "python3").or_else(|| {
             (!PYTHON_PACKAGE.contains("def pg_create(")).then(|| {
                 "this build's stitchfs Python package has no patchgroups (pg_create)".into()
@@ -559,13 +594,14 @@ impl Suite for Seeds<'_> {
 
     /// Not the Seltzer microbenchmarks and fsync tests (done in this
     /// process), nor the IMAP workloads (their servers start before the
-    /// phase).
+    /// phase). kv is: its server, a program, is launched as the system
+    /// says, and does all of the file system work.
     fn runs_programs(&self, w: usize) -> bool {
         let name = WORKLOADS[w].0;
         name.starts_with("postmark")
             || matches!(
                 name,
-                "untar" | "andrew" | "sqlite" | "sqlite-wal" | "git" | "leveldb"
+                "untar" | "andrew" | "sqlite" | "sqlite-wal" | "git" | "leveldb" | "kv"
             )
     }
 
@@ -654,6 +690,8 @@ fn workload(w: usize, run: &mut Run, cfg: &Config, inputs: &Prepared) -> anyhow:
         "postmark-large" => postmark(run, p[0], &s.postmark_large, inputs),
         "postmark-fst" => postmark(run, p[0], &s.postmark_fst, inputs),
         "postmark-xsyncfs" => postmark(run, p[0], &s.postmark_xsyncfs, inputs),
+        "postmark-fsync" => postmark_fsync(run, p[0], &s.postmark_xsyncfs, inputs),
+        "kv" => kv::kv(run, p, s, inputs),
         "untar" => untar(run, p, inputs),
         "andrew" => andrew(run, p, cfg),
         "sqlite" => sqlite(run, p[0], "DELETE", s, inputs),
@@ -683,6 +721,15 @@ fn run_tool(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
         anyhow::bail!("{what} failed ({}):\n  {tail}", out.status);
     }
     Ok(text)
+}
+
+/// The last lines of a server's output file, each on a line of its own
+/// after an indent, for an error message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(10)..];
+    tail.iter().map(|l| format!("\n  {l}")).collect()
 }
 
 /// The file sizes of seltzer-micro, with the phases (create, delete) of each.
@@ -881,13 +928,14 @@ fn andrew(run: &mut Run, p: &[usize], cfg: &Config) -> anyhow::Result<()> {
     })
 }
 
-/// The ccfs applications' driver (Python): SQLite through the `sqlite3`
-/// module and LevelDB through `plyvel`, in the working directory. With
+/// The applications' driver (Python): ccfs's SQLite through the `sqlite3`
+/// module and LevelDB through `plyvel`, and xsyncfs's PostMark (fsync at
+/// each transaction's end), in the working directory. With
 /// `--stream` it enters stitchfs stream `bench` with `IGNORE_FSYNC` before
 /// its first transaction and calls `streamsync` once after its last (the
 /// commit point: the end of the batch), and says plainly when this build
 /// or mount refuses either.
-pub const DRIVER: &str = r#"import random, sys
+pub const DRIVER: &str = r#"import os, random, sys
 
 def enter_stream():
     try:
@@ -929,6 +977,49 @@ def leveldb(n, size):
     db.close()
     return rows
 
+def postmark(files, transactions, lo, hi):
+    """PostMark's shape with an fsync at the end of each transaction, as
+    xsyncfs ran it: a pool of `files` files of lo..hi bytes; transactions
+    that each create or delete a file, then read one or append lo..hi
+    bytes to one; at each transaction's end the files it wrote are
+    fsynced, then the directory; then the pool is deleted. Returns the
+    files found before the deletion, which must be the pool's."""
+    rng = random.Random(42)
+    block = bytes(range(256)) * 64
+    def write(name, flags):
+        n = rng.randint(lo, hi)
+        fd = os.open(name, flags | os.O_WRONLY, 0o644)
+        os.write(fd, (block * (n // len(block) + 1))[:n])
+        return fd
+    names = (f"f{i}" for i in range(files + transactions))
+    pool = []
+    for _ in range(files):
+        pool.append(next(names))
+        os.close(write(pool[-1], os.O_CREAT | os.O_EXCL))
+    dirfd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(transactions):
+        written = []
+        if rng.random() < 0.5 or not pool:
+            pool.append(next(names))
+            written.append(write(pool[-1], os.O_CREAT | os.O_EXCL))
+        else:
+            os.unlink(pool.pop(rng.randrange(len(pool))))
+        if pool and rng.random() < 0.5:
+            with open(rng.choice(pool), "rb") as f:
+                f.read()
+        elif pool:
+            written.append(write(rng.choice(pool), os.O_APPEND))
+        for fd in written:
+            os.fsync(fd)
+            os.close(fd)
+        os.fsync(dirfd)
+    found = sum(1 for n in os.listdir(".") if n.startswith("f"))
+    for name in pool:
+        os.unlink(name)
+    os.fsync(dirfd)
+    os.close(dirfd)
+    return found, len(pool)
+
 args = sys.argv[1:]
 commit = None
 if args[:1] == ["--stream"]:
@@ -938,6 +1029,8 @@ if args[0] == "sqlite":
     n, rows = int(args[2]), sqlite(args[1], int(args[2]), int(args[3]))
 elif args[0] == "leveldb":
     n, rows = int(args[1]), leveldb(int(args[1]), int(args[2]))
+elif args[0] == "postmark":
+    rows, n = postmark(int(args[1]), int(args[2]), int(args[3]), int(args[4]))
 else:
     sys.exit(f"no application {args[0]}")
 if rows != n:
@@ -997,6 +1090,26 @@ fn sqlite(
         phase,
         &["sqlite", mode, &n, &bytes],
         s.sqlite_inserts,
+        inputs,
+    )
+}
+
+/// xsyncfs's PostMark: `pm`'s pool and transactions through the driver's
+/// PostMark, which fsyncs what each transaction wrote at its end (Debian's
+/// `postmark` fsyncs nothing).
+fn postmark_fsync(
+    run: &mut Run,
+    phase: usize,
+    pm: &PostMark,
+    inputs: &Prepared,
+) -> anyhow::Result<()> {
+    let args = [pm.files, pm.transactions].map(|n| n.to_string());
+    let sizes = [pm.min_size, pm.max_size].map(|n| n.to_string());
+    driven(
+        run,
+        phase,
+        &["postmark", &args[0], &args[1], &sizes[0], &sizes[1]],
+        1,
         inputs,
     )
 }
@@ -1254,6 +1367,25 @@ fn imap(run: &mut Run, phase: usize, s: &Scale, inputs: &Prepared) -> anyhow::Re
 mod tests {
     use super::*;
 
+    /// Runs the Python unittest file `name` beside this module's servers
+    /// (skipped without python3); it must pass.
+    pub(super) fn python_tests(name: &str) {
+        let test = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/seeds")
+            .join(name);
+        let out = Command::new("python3")
+            .arg(test)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output();
+        let Ok(out) = out else {
+            eprintln!("skipping: no python3");
+            return;
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("\nOK"), "{stderr}");
+    }
+
     #[test]
     fn postmark_summary_parses() {
         let out = "Creating files...Done\nTime:\n\t12 seconds total\n\
@@ -1278,7 +1410,8 @@ mod tests {
         assert_eq!(select_workloads("all").unwrap().len(), WORKLOADS.len());
         assert_eq!(select_workloads("sqlite, git").unwrap(), vec![7, 9]);
         assert!(select_workloads("tpc-c").is_err());
-        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 16);
+        assert_eq!(crate::systems::select(DEFAULT_SYSTEMS).unwrap().len(), 17);
+        assert_eq!(WORKLOADS[select_workloads("kv").unwrap()[0]].1.len(), 3);
     }
 
     /// The driver runs each application off a mount and checks what it
@@ -1312,6 +1445,8 @@ mod tests {
             let (ok, stderr) = drive(&["leveldb", "5", "100"]);
             assert!(ok, "{stderr}");
         }
+        let (ok, stderr) = drive(&["postmark", "20", "50", "500", "10000"]);
+        assert!(ok, "{stderr}");
         let (ok, stderr) = drive(&["--stream", "sqlite", "WAL", "5", "120"]);
         assert!(!ok && stderr.contains("--stream: "), "{stderr}");
         let (ok, stderr) = drive(&["sqlite", "BOGUS", "5", "120"]);
@@ -1349,6 +1484,58 @@ mod tests {
         for sys in ["ext4", "fuse2fs", "stitchfs"] {
             check(sys, "imap-mbox", None);
         }
+    }
+
+    /// The kv workload end to end on ext4, small: every phase measured,
+    /// with its latencies, and its table in the report.
+    #[test]
+    fn kv_runs_on_a_kernel_file_system() {
+        let sys = crate::systems::select("ext4").unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            scale: Scale {
+                image_bytes: 64 << 20,
+                kv_requests: 40,
+                probe_samples: 4,
+                probe_bytes: 1 << 20,
+                ..Scale::QUICK
+            },
+            runs: 1,
+            systems: sys,
+            workloads: select_workloads("kv").unwrap(),
+            scratch: scratch.path().to_path_buf(),
+            timeout: Duration::from_secs(120),
+            inputs: Inputs {
+                tree: None,
+                project: None,
+            },
+        };
+        let missing = workload_missing(cfg.workloads[0], &cfg);
+        if let Some(why) = cfg.systems[0].missing().or(missing) {
+            eprintln!("skipping: {why}");
+            return;
+        }
+        let r = run(&cfg, |_| {}).unwrap();
+        let phases: Vec<&str> = r.cells.iter().map(|c| c.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                "KV PUT, 1 client",
+                "KV PUT, 4 clients",
+                "KV PUT, 16 clients"
+            ]
+        );
+        for c in &r.cells {
+            assert_eq!(c.summary.error, None, "{}", c.phase);
+            assert!(c.figure.is_some_and(|x| x > 0.0), "{}", c.phase);
+            let (median, p99) = (c.latency_median_s.unwrap(), c.latency_p99_s.unwrap());
+            assert!(0.0 < median && median <= p99, "{}: {median} {p99}", c.phase);
+        }
+        let text = table(&r);
+        assert!(
+            text.contains("| KV PUT, 16 clients | ext4 data=ordered | "),
+            "{text}"
+        );
     }
 
     #[test]

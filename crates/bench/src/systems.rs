@@ -14,7 +14,9 @@
 //!
 //! A system also says how a workload's programs run on it ([`Launch`]): as
 //! they are, with their fsyncs; in a stitchfs stream that ignores fsync
-//! (`stitchfs run --stream`); or with every fsync dropped (Debian's
+//! (`stitchfs run --stream`); under external synchrony (`stitchfs xsync`:
+//! their fsyncs return at once, what they show the outside world is held
+//! until it is durable); or with every fsync dropped (Debian's
 //! `eatmydata`). Work the benchmark process does itself cannot be launched
 //! so; a suite runs only its programs' workloads on such a system.
 //!
@@ -31,6 +33,7 @@ use anyhow::{bail, ensure, Context};
 use serde::Serialize;
 use std::ffi::OsStr;
 use std::fs::File;
+use std::net::SocketAddr;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -62,6 +65,13 @@ pub enum Launch {
     /// Python scripts) calls `setstream` and `streamsync` itself. Its
     /// fsyncs, fdatasyncs and `O_SYNC` writes only order.
     Stream,
+    /// Under `stitchfs xsync --at ROOT`: the command and its descendants
+    /// are one group on the mount; their fsyncs, fdatasyncs and `O_SYNC`
+    /// writes return at once, while their stdout and stderr (and, for a
+    /// server behind `--proxy`, the bytes it sends its clients) are held
+    /// until everything the group changed before them is durable. The
+    /// wrapper exits with the command's status once all of it is.
+    Xsync,
     /// Under Debian's `eatmydata` (an `LD_PRELOAD` library that makes
     /// fsync, fdatasync, sync and `O_SYNC` no-ops): no durability and no
     /// order until the phase's final sync.
@@ -85,6 +95,7 @@ impl Launch {
                     .arg(program);
                 cmd
             }
+            Launch::Xsync => xsync(program, root, None)?,
             Launch::NoFsync => {
                 let mut cmd = Command::new(tool_path("eatmydata"));
                 cmd.arg("--").arg(program);
@@ -93,14 +104,50 @@ impl Launch {
         })
     }
 
+    /// A command running the server `program` as this launch does, when
+    /// it listens on `server`: the command, and the address its clients
+    /// connect to. Under [`Launch::Xsync`] they connect to `front`, where
+    /// xsync's proxy holds what the server sends until what it changed
+    /// before sending is durable; otherwise straight to `server`.
+    pub fn server_command(
+        self,
+        program: impl AsRef<OsStr>,
+        root: &Path,
+        front: SocketAddr,
+        server: SocketAddr,
+    ) -> anyhow::Result<(Command, SocketAddr)> {
+        match self {
+            Launch::Xsync => Ok((xsync(program, root, Some((front, server)))?, front)),
+            other => Ok((other.command(program, root)?, server)),
+        }
+    }
+
     /// How a program ran, for messages: empty, or what wrapped it.
     pub fn describe(self) -> &'static str {
         match self {
             Launch::Direct => "",
             Launch::Stream => " (in stream `bench` under `stitchfs run --ignore-fsync`)",
+            Launch::Xsync => " (under `stitchfs xsync`)",
             Launch::NoFsync => " (under eatmydata)",
         }
     }
+}
+
+/// `stitchfs xsync` (this binary's) running `program` in a group on the
+/// mount at `root`, with a proxy from `proxy.0` to a server at `proxy.1`
+/// if given; the program's arguments follow.
+fn xsync(
+    program: impl AsRef<OsStr>,
+    root: &Path,
+    proxy: Option<(SocketAddr, SocketAddr)>,
+) -> anyhow::Result<Command> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("xsync");
+    if let Some((front, server)) = proxy {
+        cmd.arg("--proxy").arg(format!("{front}={server}"));
+    }
+    cmd.arg("--at").arg(root).arg("--").arg(program);
+    Ok(cmd)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -176,7 +223,7 @@ const fn floor(id: &'static str, label: &'static str) -> System {
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 19] = [
+pub const SYSTEMS: [System; 20] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     System {
         id: "stitchfs-precise",
@@ -208,6 +255,15 @@ pub const SYSTEMS: [System; 19] = [
             Some("ordered"),
         ),
         Launch::Stream,
+    ),
+    launched(
+        stitchfs(
+            "stitchfs-xsync",
+            "stitchfs journal, under xsync",
+            "journal",
+            Some("ordered"),
+        ),
+        Launch::Xsync,
     ),
     stitchfs(
         "stitchfs-softupdates",
@@ -358,6 +414,7 @@ impl System {
                 "eatmydata not installed: apt-get install eatmydata (or run scripts/setup.sh)"
                     .to_string()
             }),
+            Launch::Xsync => own_subcommand(&["xsync"]),
             // Refused per workload, with what `stitchfs run` or
             // `setstream` said, if this build has no streams.
             Launch::Direct | Launch::Stream => None,
@@ -1280,8 +1337,9 @@ mod tests {
         assert!(!is_mounted(&place.mnt()).unwrap());
     }
 
-    /// A program runs as it is, under `stitchfs run` in the stream, or
-    /// under eatmydata.
+    /// A program runs as it is, under `stitchfs run` in the stream, under
+    /// `stitchfs xsync`, or under eatmydata; a server's clients connect
+    /// through xsync's proxy under xsync, else to the server.
     #[test]
     fn programs_are_launched_as_their_system_says() {
         let root = Path::new("/m");
@@ -1318,6 +1376,11 @@ mod tests {
                 .to_str()
                 .unwrap()
         ));
+        assert_eq!(line("stitchfs-xsync")[0], stream[0]);
+        assert_eq!(
+            line("stitchfs-xsync")[1..],
+            ["xsync", "--at", "/m", "--", "git"]
+        );
         for id in ["stitchfs-ceiling", "fuse-floor-nofsync"] {
             let words = line(id);
             assert!(
@@ -1325,6 +1388,24 @@ mod tests {
                 "{words:?}"
             );
         }
+        let front: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        let server: SocketAddr = "127.0.0.1:7002".parse().unwrap();
+        let serve = |id: &str| {
+            let launch = select(id).unwrap()[0].launch();
+            let (cmd, addr) = launch.server_command("py", root, front, server).unwrap();
+            let args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            (args, addr)
+        };
+        let proxy = ["--proxy", "127.0.0.1:7001=127.0.0.1:7002"];
+        let (args, addr) = serve("stitchfs-xsync");
+        assert_eq!(args[..3], ["xsync", proxy[0], proxy[1]]);
+        assert_eq!(args[3..], ["--at", "/m", "--", "py"]);
+        assert_eq!(addr, front);
+        assert_eq!(serve("ext4"), (Vec::new(), server));
+        assert_eq!(serve("stitchfs-stream").1, server);
     }
 
     #[test]

@@ -22,6 +22,35 @@ pub(super) struct Sample {
     pub amount: f64,
     pub seconds: f64,
     pub usage: Usage,
+    /// For a phase of requests and answers, how long the clients waited
+    /// for each.
+    pub latency: Option<Latency>,
+}
+
+/// The time from a request's send to its whole answer, over a phase's
+/// requests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Latency {
+    /// The median (of an even count, the mean of the middle two).
+    pub median_s: f64,
+    /// The 99th percentile by nearest rank: the smallest time that at
+    /// least 99% of the requests took no longer than.
+    pub p99_s: f64,
+}
+
+impl Latency {
+    /// Of these times, in seconds; `None` for none.
+    pub fn of(mut times: Vec<f64>) -> Option<Latency> {
+        times.sort_by(f64::total_cmp);
+        let n = times.len();
+        // Nearest rank: ceil(0.99 n), counted from 1.
+        let rank = (n * 99).div_ceil(100).max(1);
+        let p99_s = *times.get(rank - 1)?;
+        Some(Latency {
+            median_s: super::report::median(times)?,
+            p99_s,
+        })
+    }
 }
 
 impl Sample {
@@ -39,6 +68,7 @@ impl Sample {
             amount,
             seconds,
             usage: Usage::default(),
+            latency: None,
         }
     }
 }
@@ -116,6 +146,7 @@ struct Open {
     before: systems::Counters,
     amount: f64,
     seconds: f64,
+    latency: Option<Latency>,
 }
 
 impl Run<'_> {
@@ -148,6 +179,7 @@ impl Run<'_> {
                     amount: o.amount,
                     seconds: o.seconds,
                     usage,
+                    latency: o.latency,
                 }),
             ));
         }
@@ -176,8 +208,29 @@ impl Run<'_> {
             before,
             amount,
             seconds,
+            latency: None,
         });
         Ok(())
+    }
+
+    /// The request latency of the phase just timed, for its sample.
+    pub fn latency(&mut self, latency: Option<Latency>) {
+        if let Some(o) = &mut self.open {
+            o.latency = latency;
+        }
+    }
+
+    /// Checks what phase `phase`, just timed, left on the mount, untimed
+    /// (its counts closed first); a failure fails the phase.
+    pub fn check(
+        &mut self,
+        phase: usize,
+        f: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let now = self.mounted().counters();
+        self.close(&now);
+        self.blame = phase;
+        self.mounted().watched(self.ctx.timeout, f)
     }
 
     /// Setup for `phase`, untimed, made durable (syncfs) before the phase.
@@ -186,10 +239,7 @@ impl Run<'_> {
         phase: usize,
         f: impl FnOnce(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let now = self.mounted().counters();
-        self.close(&now);
-        self.blame = phase;
-        self.mounted().watched(self.ctx.timeout, |root| {
+        self.check(phase, |root| {
             f(root)?;
             syncfs(root)
         })
@@ -232,4 +282,33 @@ pub(super) fn write_synced(path: &Path, data: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("write {}", path.display()))?;
     f.sync_all()
         .with_context(|| format!("fsync {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_median_and_99th_percentile() {
+        let of = |v: &[f64]| Latency::of(v.to_vec()).map(|l| (l.median_s, l.p99_s));
+        assert_eq!(of(&[]), None);
+        assert_eq!(of(&[5.0]), Some((5.0, 5.0)));
+        // Unsorted; an even count's median is the mean of the middle two;
+        // with fewer than 100 times the 99th percentile is the largest.
+        assert_eq!(of(&[4.0, 1.0, 3.0, 2.0]), Some((2.5, 4.0)));
+        // 1..=100: rank 99 is 99; 1..=200: rank 198 is 198; 1..=101: rank
+        // ceil(99.99) = 100 is 100.
+        let upto = |n: usize| (1..=n).rev().map(|x| x as f64).collect::<Vec<_>>();
+        assert_eq!(of(&upto(100)), Some((50.5, 99.0)));
+        assert_eq!(of(&upto(200)), Some((100.5, 198.0)));
+        assert_eq!(of(&upto(101)), Some((51.0, 100.0)));
+        // Ten slow requests in a thousand stay out of the 99th percentile;
+        // eleven do not.
+        let mut v = vec![0.001; 1000];
+        v[17] = 1.0;
+        v[..9].fill(1.0);
+        assert_eq!(of(&v), Some((0.001, 0.001)));
+        v[9] = 1.0;
+        assert_eq!(of(&v), Some((0.001, 1.0)));
+    }
 }

@@ -16,7 +16,7 @@
 //! The phase is the client's session, select to logout (its STATUS checks
 //! included), then the syncfs every phase ends with.
 
-use super::{run_tool, Prepared, Scale};
+use super::{log_tail, run_tool, Prepared, Scale};
 use crate::workload::{syncfs, Run};
 use anyhow::{bail, Context};
 use std::fs::File;
@@ -157,10 +157,7 @@ impl Server {
 
     /// The end of the server's log, for messages.
     fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(10)..];
-        tail.iter().map(|l| format!("\n  {l}")).collect()
+        log_tail(&self.log)
     }
 }
 
@@ -219,18 +216,7 @@ mod tests {
     /// recording stand-in for the `stitchfs` package.
     #[test]
     fn the_server_passes_its_own_tests() {
-        let test = concat!(env!("CARGO_MANIFEST_DIR"), "/src/seeds/test_mboxd.py");
-        let out = Command::new("python3")
-            .arg(test)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .output();
-        let Ok(out) = out else {
-            eprintln!("skipping: no python3");
-            return;
-        };
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{stderr}");
-        assert!(stderr.contains("\nOK"), "{stderr}");
+        super::super::tests::python_tests("test_mboxd.py");
     }
 
     /// The workload's server and client, off a mount: both regimes that

@@ -41,6 +41,13 @@ pub struct Cell {
     /// device's 4 KiB write + fdatasync latency of the same run) over the
     /// phase's time; 1 would be at the device's limit. Median over runs.
     pub vs_device: Option<f64>,
+    /// Phases of requests and answers (kv): the median run's median and
+    /// 99th-percentile time from a request's send to its answer, in
+    /// seconds. Absent from every other phase's cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_median_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p99_s: Option<f64>,
     #[serde(flatten)]
     pub summary: Summary,
 }
@@ -307,6 +314,7 @@ fn cell(phase: &Phase, runs: &Runs) -> Cell {
         let fsyncs = Some(phase.fsyncs).filter(|&f| f > 0.0)?;
         Some(x.amount * fsyncs * d.fsync_latency_s / x.seconds)
     });
+    let latency = runs.median().and_then(|x| x.latency);
     Cell {
         seed: phase.seed,
         phase: phase.name,
@@ -317,6 +325,8 @@ fn cell(phase: &Phase, runs: &Runs) -> Cell {
         run_figures: runs.figures(figure),
         vs_ext4: runs.vs("ext4"),
         vs_device,
+        latency_median_s: latency.map(|l| l.median_s),
+        latency_p99_s: latency.map(|l| l.p99_s),
         summary: runs.summary(),
     }
 }
@@ -345,7 +355,9 @@ pub fn table(r: &Report) -> String {
         + &sizes(s)
         + &report::skipped_systems(&r.systems, "Systems skipped")
         + &cells(&r.cells)
+        + &requests(&r.cells)
         + NOTES
+        + &external_synchrony(&r.cells)
         + &section("Failures", failures)
         + &not_run(r)
         + &report::goals(&r.goals)
@@ -369,7 +381,8 @@ fn sizes(s: &Settings) -> String {
         "Sizes: Seltzer micro up to {} files a size, at most {} MiB a size; 0-length \
          create+delete ×{}; PostMark small {}; large {}; Featherstitch {}; xsyncfs {}; \
          source tree {}; C project {}; SQLite {} inserts of {} B; LevelDB {} puts of {} B; \
-         fsync tests {} operations each; IMAP {} messages of {} B.\n\nTools: {tools}.\n\n",
+         fsync tests {} operations each; IMAP {} messages of {} B; KV {} PUTs a phase of \
+         {}–{} B.\n\nTools: {tools}.\n\n",
         sc.micro_files,
         sc.micro_bytes >> 20,
         sc.zero_files,
@@ -386,6 +399,85 @@ fn sizes(s: &Settings) -> String {
         sc.fsync_ops,
         sc.imap_messages,
         sc.imap_bytes,
+        sc.kv_requests,
+        sc.kv_min_bytes,
+        sc.kv_max_bytes,
+    )
+}
+
+/// The phases of requests (kv) that have latencies: their rate and the
+/// time a request waited for its answer; nothing if none ran.
+fn requests(cells: &[Cell]) -> String {
+    let timed: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| c.figure.is_some() && c.latency_median_s.is_some())
+        .collect();
+    if timed.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(
+        "workload | system | result | vs ext4 ordered | median latency ms | p99 latency ms",
+        2,
+    );
+    let ms = |x: Option<f64>| or_dash(x, |x| markdown::figure(x * 1e3));
+    for c in timed {
+        t.row(
+            &[c.phase, c.label],
+            &[
+                format!(
+                    "{} {}",
+                    markdown::figure(c.figure.unwrap_or(f64::NAN)),
+                    c.unit
+                ),
+                ratio(c.vs_ext4),
+                ms(c.latency_median_s),
+                ms(c.latency_p99_s),
+            ],
+        );
+    }
+    format!(
+        "\nRequests: a PUT's time from its send to its answer, over every request of the \
+         median run.\n\n{}",
+        t.text()
+    )
+}
+
+/// The systems xsyncfs compares stitchfs under `stitchfs xsync` with: the
+/// same mount with the programs' own fsyncs, ext4 synchronous (`-o sync`)
+/// and ext4 journaling data (asynchronous, as it is).
+const XSYNC_BASES: [&str; 3] = ["stitchfs", "ext4-sync", "ext4-journal"];
+
+/// For each phase stitchfs ran under xsync: its speed over each of
+/// [`XSYNC_BASES`]' (median of the per-run ratios); nothing if it ran
+/// none.
+fn external_synchrony(cells: &[Cell]) -> String {
+    let cell = |sys: &str, c: &Cell| {
+        cells
+            .iter()
+            .find(|d| (d.seed, d.phase, d.system) == (c.seed, c.phase, sys))
+    };
+    let lines = cells
+        .iter()
+        .filter(|c| c.system == "stitchfs-xsync" && c.figure.is_some())
+        .map(|x| {
+            let vs: Vec<String> = XSYNC_BASES
+                .iter()
+                .filter_map(|&sys| {
+                    let base = cell(sys, x)?;
+                    let r = paired_ratio(&speeds(x), &speeds(base))?;
+                    Some(format!("{r:.2}× {}", base.label))
+                })
+                .collect();
+            let vs = if vs.is_empty() {
+                "none of stitchfs, ext4 -o sync, ext4 data=journal ran beside it".to_string()
+            } else {
+                vs.join(", ")
+            };
+            format!("{} {}: {vs}", x.seed, x.phase)
+        });
+    section(
+        "External synchrony (stitchfs under xsync, speed against each system; above 1 is faster)",
+        lines.collect::<Vec<_>>(),
     )
 }
 
@@ -446,7 +538,11 @@ const NOTES: &str =
      batch, to which every system is timed), other programs run under `stitchfs run \
      --stream bench --ignore-fsync`, which makes the stream durable when each exits; \
      stitchfs softupdates, stream ignoring fsync (`stitchfs-softupdates-stream`, not \
-     in the default set) does the same in soft updates. stitchfs async, fsyncs dropped (`stitchfs-ceiling`), and the FUSE floor, fsyncs \
+     in the default set) does the same in soft updates. stitchfs journal, under xsync \
+     (`stitchfs-xsync`) runs each program under `stitchfs xsync`: its fsyncs return at \
+     once, and what it prints (and, for the KV server, each answer, through xsync's \
+     proxy) is held until what it changed before is durable; the wrapper exits once \
+     all of it is. stitchfs async, fsyncs dropped (`stitchfs-ceiling`), and the FUSE floor, fsyncs \
      dropped, run them under eatmydata: no fsync and no order, the phase's final sync \
      (inside the timing, as on every system) making it all durable; the ceiling of \
      what ignoring fsync can give. A workload done in the benchmark process (the \
@@ -460,7 +556,13 @@ const NOTES: &str =
      command's changes in a patchgroup depending on the previous command's, pg_sync at \
      EXPUNGE and CHECK, no fsync; stitchfs systems only (\"not applicable\" \
      elsewhere); no sync: the same server syncing nothing (unsafe; the floor of the \
-     move on each system). Goals: the stream configuration within 20% of the ceiling, and at \
+     move on each system). KV PUT: xsyncfs's server experiment, a key-value server of \
+     the benchmark's own (kvd) that stores each value as a file and fsyncs it and its \
+     directory before it answers a PUT, under 1, 4 and 16 clients of the benchmark \
+     process sending PUTs one after another on their own connections; timed from the \
+     first connection to the last answer, then every key read back from the mount; the \
+     systems without fsync or in a stream answer before the value is durable (unsafe). \
+     Goals: the stream configuration within 20% of the ceiling, and at \
      least 10× ext4 data=ordered on SQLite and Git, 5× on LevelDB; where the FUSE \
      floor, fsyncs dropped, misses one too and is faster, FUSE's cost a request bounds \
      it, not the disk, and its verdict says so. Patchgroups, Featherstitch's claims: \
@@ -490,7 +592,7 @@ mod tests {
     use super::*;
     use crate::seeds::Scale;
     use crate::systems::select;
-    use crate::workload::Outcome;
+    use crate::workload::{Latency, Outcome};
 
     fn quick_settings(runs: usize, tools: Vec<String>) -> Settings {
         Settings {
@@ -860,5 +962,82 @@ mod tests {
         );
         assert!(!text.contains("Not run:"), "{text}");
         has(&text, "\"skipped: not applicable\" on those systems");
+    }
+    /// A phase of requests shows its latencies in its own table; stitchfs
+    /// under xsync is set beside the systems xsyncfs compares it with, run
+    /// by run, on each phase it ran.
+    #[test]
+    fn requests_show_latencies_and_xsync_its_comparison() {
+        let systems = select("stitchfs-xsync,stitchfs,ext4-sync,ext4").unwrap();
+        let kv = index("KV PUT, 4 clients");
+        let postmark = PHASES
+            .iter()
+            .position(|p| (p.seed, p.name) == ("xsyncfs", "PostMark"))
+            .unwrap();
+        // Requests a second in two runs, each with its latencies.
+        let rates = [[800.0, 400.0], [100.0, 100.0], [20.0, 10.0], [200.0, 200.0]];
+        let samples = rates
+            .iter()
+            .enumerate()
+            .map(|(s, r)| {
+                (0..PHASES.len())
+                    .map(|p| match p {
+                        _ if p == kv => r
+                            .iter()
+                            .map(|&r| {
+                                let mut x = Sample::ran(r, 1.0);
+                                x.latency = Latency::of(vec![0.001 * (s + 1) as f64, 0.004]);
+                                Some(Ok(x))
+                            })
+                            .collect(),
+                        // PostMark: xsync fails once; ext4-sync fails both.
+                        _ if p == postmark => match s {
+                            0 => vec![Some(Ok(Sample::ran(1.0, 2.0))), Some(Err("boom".into()))],
+                            2 => vec![Some(Err("bang".into())), Some(Err("bang".into()))],
+                            _ => vec![Some(Ok(Sample::ran(1.0, 4.0))); 2],
+                        },
+                        _ => Vec::new(),
+                    })
+                    .collect()
+            })
+            .collect();
+        let r = build(
+            quick_settings(2, Vec::new()),
+            Measured::example(&systems, samples),
+        );
+        let cell = r
+            .cells
+            .iter()
+            .find(|c| c.phase == "KV PUT, 4 clients" && c.system == "stitchfs-xsync")
+            .unwrap();
+        // The median run by rate is the faster: latencies 1 ms and 4 ms.
+        assert_eq!(cell.latency_median_s, Some(0.0025));
+        assert_eq!(cell.latency_p99_s, Some(0.004));
+        let text = table(&r);
+        has(
+            &text,
+            "| KV PUT, 4 clients | stitchfs journal, under xsync | 800 requests/s | 3.00 | \
+             2.50 | 4.00 |\n",
+        );
+        has(
+            &text,
+            "| KV PUT, 4 clients | ext4 -o sync | 20.0 requests/s | 0.08 | 3.50 | 4.00 |\n",
+        );
+        // Runs 8× and 4× stitchfs, 40× and 40× ext4 -o sync; ext4-journal
+        // did not run.
+        has(
+            &text,
+            "- xsyncfs KV PUT, 4 clients: 6.00× stitchfs journal, 40.00× ext4 -o sync\n",
+        );
+        // PostMark: one run each, twice as fast as stitchfs; ext4 -o sync
+        // has no run to pair.
+        has(&text, "- xsyncfs PostMark: 2.00× stitchfs journal\n");
+        // Only phases of requests carry latencies, in JSON too.
+        let json = serde_json::to_value(&r).unwrap();
+        let cells = json["cells"].as_array().unwrap();
+        assert!(cells
+            .iter()
+            .all(|c| (c["phase"].as_str().unwrap().starts_with("KV"))
+                == c.get("latency_median_s").is_some()));
     }
 }

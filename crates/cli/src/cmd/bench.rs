@@ -36,8 +36,9 @@ enum Suite {
     /// `postmark`), Featherstitch's untar/delete, PostMark and
     /// unpack/configure/make and IMAP move (Dovecot), ccfs's applications
     /// (SQLite in rollback and WAL modes, Git, LevelDB) and fsync-latency
-    /// tests, xsyncfs's PostMark; stitchfs in each mode, and with the
-    /// programs in a stream ignoring fsync or with every fsync dropped,
+    /// tests, xsyncfs's PostMark and key-value server; stitchfs in each
+    /// mode, and with the programs in a stream ignoring fsync, under
+    /// `stitchfs xsync` or with every fsync dropped,
     /// beside ext4 (each data mode and -o sync), ext2, fuse2fs and the FUSE
     /// floor, each on storage made fresh in --out DIR (default: the
     /// system's temporary directory). Needs root.
@@ -130,14 +131,18 @@ struct MountArgs {
     /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
     /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
-    /// Four more launch a workload's programs, so they run only `bench
+    /// Five more launch a workload's programs, so they run only `bench
     /// seeds`' workloads done by programs (the others are skipped as not
     /// applicable): stitchfs-stream (journal, data=ordered, the programs
     /// in stream `bench` with IGNORE_FSYNC: their fsyncs only order; the
     /// SQLite and LevelDB drivers call setstream and one streamsync after
     /// their last transaction, other commands run under `stitchfs run
     /// --stream bench --ignore-fsync`); stitchfs-softupdates-stream (the
-    /// same in soft updates); stitchfs-ceiling (async, the
+    /// same in soft updates); stitchfs-xsync (journal, data=ordered, each
+    /// program under `stitchfs xsync --at MOUNT`: its fsyncs return at
+    /// once, its output is held until what it changed is durable; the kv
+    /// server's answers go through xsync's `--proxy`; skipped where this
+    /// binary has no `xsync`); stitchfs-ceiling (async, the
     /// programs under eatmydata: every fsync dropped, no order, one sync at
     /// the end of the phase, inside its timing, as on every system); and
     /// fuse-floor-nofsync (the FUSE floor with the programs under
@@ -181,13 +186,17 @@ struct SeedsArgs {
     /// Systems to compare, comma-separated, or `all` (as for `bench
     /// mount`). The report holds stitchfs-stream to its goals on ccfs's
     /// applications: at least 0.8 of stitchfs-ceiling, and 10× ext4 on
-    /// SQLite and Git, 5× on LevelDB.
+    /// SQLite and Git, 5× on LevelDB; and sets stitchfs-xsync beside
+    /// stitchfs, ext4-sync and ext4-journal on every phase it ran.
     #[arg(long, default_value = stitch_bench::seeds::DEFAULT_SYSTEMS)]
     systems: String,
     /// Workloads, comma-separated, or `all`: seltzer-micro, seltzer-0len,
     /// postmark-small, postmark-large, untar, postmark-fst, andrew, sqlite
     /// (rollback journal), sqlite-wal, git, leveldb, fsync,
-    /// postmark-xsyncfs, imap (Dovecot, Maildir), imap-mbox (our mbox
+    /// postmark-xsyncfs, postmark-fsync (PostMark's shape in Python,
+    /// fsyncing at each transaction's end), kv (a key-value server of ours
+    /// fsyncing each PUT before it answers, under 1, 4 and 16 clients:
+    /// requests/s, median and p99 latency), imap (Dovecot, Maildir), imap-mbox (our mbox
     /// server, fsync where the protocol needs durability), imap-pg (the
     /// same with patchgroups; stitchfs systems only), imap-nosync (the
     /// same syncing nothing: the floor).
