@@ -9,6 +9,12 @@
 //! process reading the files) never sees what a crash could undo, at
 //! nearly the cost of running without fsync.
 //!
+//! A mount whose server dies while CMD runs takes with it whatever the
+//! group changed there since the last commit, so output after that is
+//! never released: commits keep failing (each error said once on stderr)
+//! until CMD exits, and then xsync exits with the error. `--at` limits
+//! the group to the mounts named.
+//!
 //! The mount's side (membership, commits, outside readers waiting) is
 //! `fuse::xsync`; the relay (pseudo-terminal or pipes, proxies, holding,
 //! the bound on held output) is crate `stitch-relay`. This command joins
@@ -52,11 +58,11 @@ pub struct Args {
     /// output is a terminal, pipes otherwise), pty or pipes.
     #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "pty", "pipes"])]
     pub terminal: String,
-    /// A file or directory on a stitchfs mount that must be among those
-    /// joined (an error if it is not on one); every stitchfs mount is
-    /// joined either way.
+    /// Join only the stitchfs mount holding PATH (may be repeated): CMD's
+    /// fsyncs on other mounts stay their own. Default: every stitchfs
+    /// mount this process can see.
     #[arg(long, value_name = "PATH")]
-    pub at: Option<PathBuf>,
+    pub at: Vec<PathBuf>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -111,37 +117,38 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.hold_bound == 0 {
         bail!("--hold-bound must be at least one byte");
     }
-    if let Some(at) = &args.at {
-        let f = File::open(at).with_context(|| format!("opening {}", at.display()))?;
-        let ours = stitch_control::request_version(&f)?.is_some();
-        if !ours {
-            bail!("{} is not on a stitchfs mount", at.display());
-        }
-    }
-    let info =
-        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    let mut points: Vec<PathBuf> = stitch_control::mounts::stitchfs_mounts(&info)
-        .into_iter()
-        .map(|(point, _)| point)
-        .collect();
-    points.sort();
-    points.dedup();
     become_subreaper()?;
     let mut mounts = Vec::new();
-    for point in points {
-        match join(&point, args.stream.as_deref()) {
-            Ok(Some(f)) => mounts.push((point, f)),
-            Ok(None) => {}
-            // A mount this user cannot open: its files are not ours to
-            // write either, and its fsyncs stay its own.
-            Err(e) if is_denied(&e) => {
-                eprintln!("stitchfs xsync: leaving out {}: {e:#}", point.display())
+    if args.at.is_empty() {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")
+            .context("reading /proc/self/mountinfo")?;
+        let mut points: Vec<PathBuf> = stitch_control::mounts::stitchfs_mounts(&info)
+            .into_iter()
+            .map(|(point, _)| point)
+            .collect();
+        points.sort();
+        points.dedup();
+        for point in points {
+            match join(&point, args.stream.as_deref()) {
+                Ok(Some(f)) => mounts.push((point, f)),
+                Ok(None) => {}
+                // A mount this user cannot open, or whose server is gone:
+                // CMD cannot write there either.
+                Err(e) if is_unreachable(&e) => {
+                    eprintln!("stitchfs xsync: leaving out {}: {e:#}", point.display())
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        }
+        if mounts.is_empty() {
+            bail!("no stitchfs mount to run on (none is mounted where this process can see it)");
         }
     }
-    if mounts.is_empty() {
-        bail!("no stitchfs mount to run on (none is mounted where this process can see it)");
+    for at in &args.at {
+        match join(at, args.stream.as_deref())? {
+            Some(f) => mounts.push((at.clone(), f)),
+            None => bail!("{} is not on a stitchfs mount", at.display()),
+        }
     }
     let terminal = match args.terminal.as_str() {
         "pty" => Terminal::Pty,
@@ -162,8 +169,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(exit_code(outcome.status))
 }
 
-fn is_denied(e: &anyhow::Error) -> bool {
+/// A mount this user may not open, or whose server has exited.
+fn is_unreachable(e: &anyhow::Error) -> bool {
     e.chain()
         .filter_map(|c| c.downcast_ref::<io::Error>())
-        .any(|e| e.kind() == io::ErrorKind::PermissionDenied)
+        .any(|e| {
+            e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::ENOTCONN)
+        })
 }
