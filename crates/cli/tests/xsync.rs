@@ -84,6 +84,22 @@ fn xsync_returns_the_status_with_everything_durable() {
             &mut xsync(&mnt, &["--", "sh", "-c", "kill -TERM $$"]),
         );
         assert_eq!(out.status.code(), Some(128 + 15), "killed by a signal");
+        // The mount's figures show the group's syncs and commits.
+        let out = run(
+            "stats",
+            Command::new(env!("CARGO_BIN_EXE_stitchfs"))
+                .arg("stats")
+                .arg(&mnt),
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("external synchrony"), "{text}");
+        let shown = |label: &str| {
+            let l = text.lines().find(|l| l.trim_start().starts_with(label));
+            let n = l.and_then(|l| l.split_whitespace().find_map(|w| w.parse::<u64>().ok()));
+            n.unwrap_or_else(|| panic!("no {label} in {text}"))
+        };
+        assert!(shown("syncs returned at once") >= 1, "{text}");
+        assert!(shown("commits") >= 2, "{text}");
         // Outside xsync and with no sync, the same kind of change stays in
         // memory: the kill below loses it.
         std::fs::write(mnt.join("c"), "lost").unwrap();

@@ -219,6 +219,25 @@ pub fn render(now: &Value, before: Option<(&Value, Duration)>) -> String {
         &["domains", "contexts"],
         false,
     );
+    if now.get("xsync").is_some_and(|x| !x.is_null()) {
+        out.push_str("external synchrony\n");
+        line(&mut out, "groups alive", &["xsync", "groups"], false);
+        for (label, key) in [
+            ("commits", "commits"),
+            ("  that flushed", "commits_flushed"),
+            ("syncs returned at once", "syncs_returned"),
+            ("outside requests held", "observers_held"),
+        ] {
+            line(&mut out, label, &["xsync", key], true);
+        }
+        line(
+            &mut out,
+            "output held (bytes)",
+            &["xsync", "held_bytes"],
+            false,
+        );
+        line(&mut out, "  most held", &["xsync", "max_held_bytes"], false);
+    }
     out.push_str(&format!(
         "requests\n  {:<12} {:>10} {:>7} {:>10} {:>10} {:>10}\n",
         "opcode", "count", "errors", "p50 (us)", "p99 (us)", "max (us)"
