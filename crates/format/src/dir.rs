@@ -209,6 +209,17 @@ pub fn new_dir_block(block_len: usize, this: InodeNo, parent: InodeNo) -> Vec<u8
 
 /// Adds `name` in the first entry with room; `Ok(false)` if the block is full.
 pub fn insert(block: &mut [u8], name: &[u8], inode: InodeNo, ft: FileType) -> Result<bool> {
+    Ok(insert_at(block, name, inode, ft)?.is_some())
+}
+
+/// [`insert`], saying where: the offset of the new entry, `None` if the
+/// block is full.
+pub fn insert_at(
+    block: &mut [u8],
+    name: &[u8],
+    inode: InodeNo,
+    ft: FileType,
+) -> Result<Option<usize>> {
     check_name(name)?;
     let need = rec_len_for(name.len());
     let spot = entries(block).find_map(|e| match e {
@@ -217,23 +228,23 @@ pub fn insert(block: &mut [u8], name: &[u8], inode: InodeNo, ft: FileType) -> Re
         Err(err) => Some(Err(err)),
     });
     let Some((off, used_ino, rec_len, name_len)) = spot.transpose()? else {
-        return Ok(false);
+        return Ok(None);
     };
     if used_ino.0 == 0 {
         put_entry(block, off, inode, rec_len, name, ft.dir_code());
-    } else {
-        let keep = rec_len_for(name_len);
-        write::<u16, Le>(block, off + 4, rec_len_to_disk(keep));
-        put_entry(
-            block,
-            off + keep,
-            inode,
-            rec_len - keep,
-            name,
-            ft.dir_code(),
-        );
+        return Ok(Some(off));
     }
-    Ok(true)
+    let keep = rec_len_for(name_len);
+    write::<u16, Le>(block, off + 4, rec_len_to_disk(keep));
+    put_entry(
+        block,
+        off + keep,
+        inode,
+        rec_len - keep,
+        name,
+        ft.dir_code(),
+    );
+    Ok(Some(off + keep))
 }
 
 /// Finds a used entry by name.
@@ -301,6 +312,9 @@ mod tests {
         let mut b = new_dir_block(4096, InodeNo(2), InodeNo(2));
         assert!(insert(&mut b, b"lost+found", InodeNo(11), FileType::Directory).unwrap());
         assert!(insert(&mut b, b"a", InodeNo(12), FileType::Regular).unwrap());
+        let at = insert_at(&mut b, b"bc", InodeNo(13), FileType::Regular).unwrap();
+        assert_eq!(at, Some(lookup(&b, b"bc").unwrap().unwrap().offset));
+        assert_eq!(remove(&mut b, b"bc").unwrap(), Some(InodeNo(13)));
         check_block(&b).unwrap();
         assert_eq!(
             names(&b),

@@ -225,7 +225,18 @@ impl DiskFs {
             idx.blocks_with_room(need)
         };
         let inserted = self.edit_dir_block(dir, &candidates, deps, |bytes| {
-            Ok(fdir::insert(bytes, name, ino, ft)?.then_some(((), None)))
+            let Some(at) = fdir::insert_at(bytes, name, ino, ft)? else {
+                return Ok(None);
+            };
+            // The patch covers the whole new entry, the bytes that equal
+            // what was there too (a removed entry's leftovers, the same
+            // name): a later edit of the entry (its length, when the entry
+            // after it goes; its inode, when a rename retargets it) then
+            // overlaps the add and waits for it. Otherwise that edit could
+            // reach the disk while the add, rolled back, leaves the entry
+            // before skipping this one, and the edit is lost: a removed
+            // entry after it shows again.
+            Ok(Some(((), Some((at, at + need)))))
         })?;
         let Some(((), added, i)) = inserted else {
             // No room: a new block, holding just this entry.
