@@ -107,7 +107,6 @@ mod tests {
                 "{}",
                 w.name
             );
-            assert!(w.streams(), "judged by the streams rules: {}", w.name);
         }
         let s = with_streams(8, 5, 1);
         assert!(s
