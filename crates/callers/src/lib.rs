@@ -50,7 +50,7 @@ pub use procs::{ProcFs, Procs, ThreadInfo, Watch};
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// A thread id, as the FUSE request header carries it (0: no caller).
@@ -188,6 +188,10 @@ pub struct Registry<S> {
     /// prune that lookups ran.
     born: Instant,
     pruned_at: AtomicU64,
+    /// States of exited processes, dropped from the table while a request
+    /// in flight still held them (an exiting process's last `release`s
+    /// arrive after it is gone): [`Registry::lingering`].
+    departed: Mutex<Vec<Weak<Mutex<S>>>>,
 }
 
 impl<S: Clone + Default> Registry<S> {
@@ -202,6 +206,7 @@ impl<S: Clone + Default> Registry<S> {
             last_id: AtomicU64::new(0),
             born: Instant::now(),
             pruned_at: AtomicU64::new(0),
+            departed: Mutex::new(Vec::new()),
         }
     }
 
@@ -294,14 +299,42 @@ impl<S: Clone + Default> Registry<S> {
     pub fn prune(&self) -> usize {
         let mut procs = self.processes.lock();
         let before = procs.len();
-        procs.retain(|key, p| !self.exited(*key, p.watch.as_deref()));
+        let mut held = Vec::new();
+        procs.retain(|key, p| {
+            let exited = self.exited(*key, p.watch.as_deref());
+            if exited && Arc::strong_count(&p.state) > 1 {
+                held.push(Arc::downgrade(&p.state));
+            }
+            !exited
+        });
         let gone = before - procs.len();
         self.none.store(procs.is_empty(), Ordering::Release);
         drop(procs);
+        self.departed(held);
         self.threads
             .lock()
             .retain(|_, t| !t.watch.as_ref().is_some_and(|w| w.exited()));
         gone
+    }
+
+    /// Remembers states just dropped from the table that requests in
+    /// flight still hold.
+    fn departed(&self, held: Vec<Weak<Mutex<S>>>) {
+        if !held.is_empty() {
+            let mut departed = self.departed.lock();
+            departed.retain(|w| w.strong_count() > 0);
+            departed.extend(held);
+        }
+    }
+
+    /// States of exited processes that requests in flight still hold,
+    /// dropped from the table by a [`Registry::prune`]: once this is 0,
+    /// nothing an exited process held is in use any more (a caller that
+    /// needs its holdings gone waits for that).
+    pub fn lingering(&self) -> usize {
+        let mut departed = self.departed.lock();
+        departed.retain(|w| w.strong_count() > 0);
+        departed.len()
     }
 
     /// Runs [`Registry::prune`] if [`Limits::prune_every`] has passed
@@ -394,8 +427,13 @@ impl<S: Clone + Default> Registry<S> {
             .and_then(|p| p.watch.as_ref())
             .is_some_and(|w| w.exited());
         if gone {
-            procs.remove(&key);
+            let held = procs
+                .remove(&key)
+                .filter(|p| Arc::strong_count(&p.state) > 1)
+                .map(|p| Arc::downgrade(&p.state));
             self.none.store(procs.is_empty(), Ordering::Release);
+            drop(procs);
+            self.departed(held.into_iter().collect());
         }
     }
 

@@ -366,3 +366,32 @@ fn a_reading_request_asks_no_watch_and_still_gives_inheritance() {
     quiet.notice(Tid(100));
     assert_eq!(quiet.resolved(), 0);
 }
+
+#[test]
+fn a_state_in_use_when_its_process_is_pruned_lingers_until_let_go() {
+    let fake = Fake::default();
+    let r = registry(&fake, Limits::default());
+    fake.spawn(10, 1, 0);
+    fake.spawn(20, 1, 0);
+    set(&r, 10, 1);
+    set(&r, 20, 2);
+    // A request of 10's, in flight when 10 exits (its last release).
+    let in_flight = r.lookup(Tid(10)).unwrap();
+    fake.exit(10, 1);
+    fake.exit(20, 1);
+    assert_eq!(r.prune(), 2);
+    assert_eq!(r.lingering(), 1, "10's state is still in use");
+    drop(in_flight);
+    assert_eq!(r.lingering(), 0);
+    // A pid reused while the old state is in use: dropped on sight, and
+    // lingering too.
+    fake.spawn(30, 1, 0);
+    set(&r, 30, 3);
+    let held = r.lookup(Tid(30)).unwrap();
+    fake.exit(30, 1);
+    fake.spawn_at(30, 1, 0, held.process.start);
+    r.enter(Tid(30)).unwrap();
+    assert_eq!(r.lingering(), 1);
+    drop(held);
+    assert_eq!(r.lingering(), 0);
+}

@@ -186,7 +186,9 @@ fn depend_keeps_a_file_somewhere_where_plain_commands_lose_it() {
     );
     // gzip-rm's damage is real (not the control mode): the run fails.
     assert_eq!(code, Some(1), "{said}");
-    let rows = report.as_array().unwrap();
+    let rows = report
+        .as_array()
+        .unwrap_or_else(|| panic!("no report:\n{said}"));
     let row = |name: &str| {
         rows.iter()
             .find(|r| r["program"] == name)

@@ -314,3 +314,57 @@ fn xsync_refuses_a_path_off_the_mount() {
         assert!(err.contains("not on a stitchfs mount"), "{err}");
     });
 }
+
+/// xsync holds no mount open while CMD runs: a mount it joined can be
+/// unmounted meanwhile, and then leaves the group (a clean unmount made
+/// everything durable). One whose server dies and is taken away holds
+/// CMD's output from then on, and xsync fails: what CMD changed there
+/// may be lost.
+#[test]
+fn a_joined_mount_may_go_away_cleanly_but_not_by_a_crash() {
+    let a = scratch(JOURNAL_ORDERED);
+    let _ma = a.mount();
+    for clean in [true, false] {
+        let b = scratch(SOFTUPDATES);
+        let mb = b.mount();
+        let script = format!(
+            "echo x > {}/f; echo started; while [ ! -e go ]; do sleep 0.05; done; echo after",
+            b.mnt.display()
+        );
+        let bmnt = b.mnt.to_str().unwrap();
+        let mut child = xsync(&a.mnt, &["--at", bmnt, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "started\n");
+        if clean {
+            mb.unmount().expect("a mount xsync joined unmounts");
+        } else {
+            mb.kill();
+        }
+        std::fs::write(a.mnt.join("go"), "").unwrap();
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let status = child.wait().unwrap();
+        if clean {
+            assert!(status.success(), "{status}: {err}");
+            assert_eq!(rest, "after\n", "{err}");
+            assert!(err.contains("unmounted cleanly"), "{err}");
+        } else {
+            assert!(!status.success(), "a crash went unseen: {err}");
+            assert_eq!(rest, "", "output released after a crash: {err}");
+            assert!(err.contains("was not left clean"), "{err}");
+        }
+    }
+}

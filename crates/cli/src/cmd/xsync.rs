@@ -15,6 +15,13 @@
 //! until CMD exits, and then xsync exits with the error. `--at` limits
 //! the group to the mounts named.
 //!
+//! No mount is held open while CMD runs (an open file would keep every
+//! stitchfs mount on the machine from being unmounted): each commit opens
+//! each mount's root again and checks it is the same mount. A mount that
+//! went away was either unmounted cleanly, which made everything durable
+//! (its image says so: it was left clean), and then it leaves the group,
+//! or its server stopped, and then commits fail as for a dead mount.
+//!
 //! The mount's side (membership, commits, outside readers waiting) is
 //! `fuse::xsync`; the relay (pseudo-terminal or pipes, proxies, holding,
 //! the bound on held output) is crate `stitch-relay`. This command joins
@@ -68,31 +75,126 @@ pub struct Args {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// The group on each mount: a commit asks every one.
+/// A mount the group joined.
+struct Joined {
+    /// Its root.
+    root: PathBuf,
+    /// Its device number: another mount at `root` is another device.
+    dev: u64,
+    /// Its image, as the mount table names it.
+    source: PathBuf,
+}
+
+impl Joined {
+    /// Commits the group on this mount: `Ok(false)` if the mount went
+    /// away cleanly (everything it held is durable, and it leaves).
+    fn commit(&self, held: Held) -> io::Result<bool> {
+        let named = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("committing on {}: {e}", self.root.display()),
+            )
+        };
+        let f = match File::open(&self.root) {
+            Ok(f) => f,
+            // A server that stopped: the mount is still there, dead.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(named(e)),
+            Err(_) => return self.gone(),
+        };
+        if dev_of(&f)? != self.dev {
+            return self.gone();
+        }
+        let call = Xsync {
+            op: XS_COMMIT,
+            held_bytes: held.bytes,
+            held_chunks: held.chunks,
+            ..Xsync::default()
+        };
+        stitch_control::request_xsync(&f, call).map_err(named)?;
+        Ok(true)
+    }
+
+    /// The mount is no longer at its root: it leaves the group if its
+    /// image was left clean, which only a clean unmount does after
+    /// writing everything; otherwise what the group changed there since
+    /// the last commit may be lost, and that is an error.
+    fn gone(&self) -> io::Result<bool> {
+        if image_left_clean(&self.source) {
+            eprintln!(
+                "stitchfs xsync: {} was unmounted cleanly; it leaves the group",
+                self.root.display()
+            );
+            return Ok(false);
+        }
+        Err(io::Error::other(format!(
+            "{} went away while CMD ran, and its image {} was not left clean: what CMD \
+             changed there since the last commit may be lost",
+            self.root.display(),
+            self.source.display()
+        )))
+    }
+}
+
+/// Whether `image` is an ext2/3 image whose superblock says it was
+/// unmounted cleanly.
+fn image_left_clean(image: &Path) -> bool {
+    use std::io::Read;
+    let mut buf = vec![0u8; 2048];
+    let read = File::open(image).and_then(|mut f| f.read_exact(&mut buf));
+    read.is_ok()
+        && stitch_format::Superblock::decode(&buf[1024..]).is_ok_and(|sb| sb.cleanly_unmounted())
+}
+
+fn dev_of(f: &File) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(f.metadata()?.dev())
+}
+
+/// The group on each mount: a commit asks every one still mounted.
 struct Mounts {
-    mounts: Vec<(PathBuf, File)>,
+    mounts: std::sync::Mutex<Vec<Joined>>,
 }
 
 impl Commit for Mounts {
     fn commit(&self, held: Held) -> io::Result<()> {
-        for (path, f) in &self.mounts {
-            let call = Xsync {
-                op: XS_COMMIT,
-                held_bytes: held.bytes,
-                held_chunks: held.chunks,
-                ..Xsync::default()
-            };
-            stitch_control::request_xsync(f, call).map_err(|e| {
-                io::Error::new(e.kind(), format!("committing on {}: {e}", path.display()))
-            })?;
+        let mut mounts = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = Vec::with_capacity(mounts.len());
+        let mut failed = None;
+        for m in mounts.drain(..) {
+            match m.commit(held) {
+                Ok(true) => kept.push(m),
+                Ok(false) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    kept.push(m);
+                }
+            }
         }
-        Ok(())
+        *mounts = kept;
+        failed.map_or(Ok(()), Err)
     }
 }
 
-/// Opens `point` and joins a new group there (and `stream`, first):
+/// The root of the mount holding `path`: the farthest ancestor on the
+/// same device.
+fn mount_root(path: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = path
+        .canonicalize()
+        .with_context(|| format!("resolving {}", path.display()))?;
+    let dev = std::fs::metadata(&at)?.dev();
+    while let Some(up) = at.parent() {
+        if std::fs::metadata(up).map(|m| m.dev()).ok() != Some(dev) {
+            break;
+        }
+        at = up.to_path_buf();
+    }
+    Ok(at)
+}
+
+/// Joins a new group on the mount holding `point` (and `stream`, first):
 /// `None` if it is not a stitchfs mount after all.
-fn join(point: &Path, stream: Option<&str>) -> anyhow::Result<Option<File>> {
+fn join(point: &Path, stream: Option<&str>, mountinfo: &str) -> anyhow::Result<Option<Joined>> {
     let f = File::open(point).with_context(|| format!("opening {}", point.display()))?;
     if stitch_control::request_version(&f)?.is_none() {
         return Ok(None);
@@ -107,7 +209,18 @@ fn join(point: &Path, stream: Option<&str>) -> anyhow::Result<Option<File>> {
     };
     stitch_control::request_xsync(&f, call)
         .with_context(|| format!("joining a group on {}", point.display()))?;
-    Ok(Some(f))
+    let root = mount_root(point)?;
+    let source = stitch_control::mounts::stitchfs_mounts(mountinfo)
+        .into_iter()
+        .rev()
+        .find(|(p, _)| *p == root)
+        .map(|(_, source)| source)
+        .unwrap_or_default();
+    Ok(Some(Joined {
+        dev: dev_of(&f)?,
+        root,
+        source,
+    }))
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -119,9 +232,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     become_subreaper()?;
     let mut mounts = Vec::new();
+    let info =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
     if args.at.is_empty() {
-        let info = std::fs::read_to_string("/proc/self/mountinfo")
-            .context("reading /proc/self/mountinfo")?;
         let mut points: Vec<PathBuf> = stitch_control::mounts::stitchfs_mounts(&info)
             .into_iter()
             .map(|(point, _)| point)
@@ -129,8 +242,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         points.sort();
         points.dedup();
         for point in points {
-            match join(&point, args.stream.as_deref()) {
-                Ok(Some(f)) => mounts.push((point, f)),
+            match join(&point, args.stream.as_deref(), &info) {
+                Ok(Some(j)) => mounts.push(j),
                 Ok(None) => {}
                 // A mount this user cannot open, or whose server is gone:
                 // CMD cannot write there either.
@@ -145,8 +258,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     }
     for at in &args.at {
-        match join(at, args.stream.as_deref())? {
-            Some(f) => mounts.push((at.clone(), f)),
+        match join(at, args.stream.as_deref(), &info)? {
+            Some(j) => mounts.push(j),
             None => bail!("{} is not on a stitchfs mount", at.display()),
         }
     }
@@ -164,8 +277,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    let outcome = stitch_relay::run(cmd, opts, Arc::new(Mounts { mounts }))
-        .with_context(|| format!("running {:?} under xsync", args.command[0]))?;
+    let outcome = stitch_relay::run(
+        cmd,
+        opts,
+        Arc::new(Mounts {
+            mounts: std::sync::Mutex::new(mounts),
+        }),
+    )
+    .with_context(|| format!("running {:?} under xsync", args.command[0]))?;
     Ok(exit_code(outcome.status))
 }
 

@@ -14,6 +14,10 @@ use stitch_control::{
 };
 use stitch_memfs::{GroupError, GROUP_DOMAIN};
 
+/// How long a patchgroup call waits for requests of exited processes
+/// still in flight before it answers as things stand.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn errno(e: GroupError) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -41,20 +45,21 @@ impl StitchFuse {
             }
             PG_DEPEND => {
                 let c = self.holder(tid)?;
-                let mut tried_prune = false;
-                loop {
-                    let r =
-                        self.with_held(c.as_ref(), |h| self.fs.pg_depend(h, g.group, g.on, uid));
-                    match r {
-                        // A process that exited with the group engaged
-                        // holds it until its state is dropped: drop the
-                        // exited now and look again, once.
-                        Err(GroupError::Busy) if !tried_prune => {
-                            self.callers.prune();
-                            tried_prune = true;
-                        }
-                        r => break r.map_err(errno)?,
+                let depend =
+                    || self.with_held(c.as_ref(), |h| self.fs.pg_depend(h, g.group, g.on, uid));
+                match depend() {
+                    // A process that exited with the group engaged holds
+                    // it until its state is dropped, and a request of its
+                    // in flight (the kernel sends an exiting process's
+                    // last releases after it is gone) until that request
+                    // is served: drop the exited now, wait for those
+                    // requests, and look again, once.
+                    Err(GroupError::Busy) => {
+                        self.callers.prune();
+                        self.callers_let_go();
+                        depend().map_err(errno)?;
                     }
+                    r => r.map_err(errno)?,
                 }
             }
             PG_ENGAGE | PG_DISENGAGE | PG_CLOSE => {
@@ -92,6 +97,15 @@ impl StitchFuse {
             _ => return Err(Errno::EINVAL.into()),
         }
         Ok(out.to_bytes())
+    }
+
+    /// Waits (a bounded while) until no request of an exited process
+    /// holds that process's context: each is being served and soon done.
+    fn callers_let_go(&self) {
+        let deadline = std::time::Instant::now() + LINGER;
+        while self.callers.lingering() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The calling process's context, if it holds one.

@@ -71,11 +71,20 @@ pub fn judge(
     let checked = run_checker(bench, program);
     let unmounted = stitchfs(&["umount".into(), bench.mnt.display().to_string()]);
     if !matches!(&unmounted, Ok(o) if o.status.success()) {
-        // Never leave a mount behind.
+        // Never leave a mount behind (a lazy unmount: something holds it),
+        // and never judge on while it may still write the image.
         let _ = Command::new("fusermount3")
-            .arg("-u")
+            .args(["-u", "-z"])
             .arg(&bench.mnt)
             .status();
+        let said = match &unmounted {
+            Ok(o) => first_lines(&String::from_utf8_lossy(&o.stderr)),
+            Err(e) => format!("{e:#}"),
+        };
+        anyhow::bail!(
+            "could not unmount the judged image at {} (is something else using it?): {said}",
+            bench.mnt.display()
+        );
     }
     let verdict = checked?;
     if verdict != Verdict::Consistent {
