@@ -177,6 +177,7 @@ impl<'a> Runs<'a> {
         let unfit = &self.m.not_applicable[self.system][self.phase];
         Summary {
             seconds: mid.map(|m| m.seconds),
+            amount: mid.map(|m| m.amount),
             usage: mid.map(|m| m.usage.clone()),
             error: failed_runs(errors, self.outcomes().len()),
             skipped: why_not
@@ -193,12 +194,45 @@ impl<'a> Runs<'a> {
 pub struct Summary {
     /// The median run's wall time and counts.
     pub seconds: Option<f64>,
+    /// Its amount of work (operations, or 1 for a timed phase).
+    pub amount: Option<f64>,
     pub usage: Option<Usage>,
     /// How many runs failed, and the first one's error.
     pub error: Option<String>,
     /// Why it did not run: its system, or its workload, cannot run here,
     /// or the workload does not apply to the system.
     pub skipped: Option<String>,
+}
+
+/// FUSE requests per unit of a cell's work (per phase for a timed one),
+/// or a dash where the server did not count them.
+pub(crate) fn requests_per_op(s: &Summary) -> String {
+    match (s.usage.as_ref().and_then(Usage::requests_total), s.amount) {
+        (Some(n), Some(a)) if a > 0.0 => super::markdown::figure(n as f64 / a),
+        _ => "–".into(),
+    }
+}
+
+/// A line per named cell whose server counted its FUSE requests: each
+/// opcode's requests per unit of work, the most first.
+pub(crate) fn requests_by_opcode<'a>(
+    cells: impl IntoIterator<Item = (String, &'a Summary)>,
+) -> String {
+    let lines = cells.into_iter().filter_map(|(name, s)| {
+        let by_op = s.usage.as_ref()?.requests.as_ref()?;
+        let amount = s.amount.filter(|a| *a > 0.0)?;
+        let mut ops: Vec<(&String, &u64)> = by_op.iter().collect();
+        ops.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+        let list: Vec<String> = ops
+            .iter()
+            .map(|(op, n)| format!("{op} {}", super::markdown::figure(**n as f64 / amount)))
+            .collect();
+        Some(format!("{name}: {}", list.join(", ")))
+    });
+    section(
+        "FUSE requests by opcode, per operation (per phase for a timed phase), median run",
+        lines,
+    )
 }
 
 /// `n of N runs failed: the first error`, if any run failed.
@@ -358,6 +392,39 @@ pub(crate) fn cell_row(
 mod tests {
     use super::*;
     use crate::systems::select;
+
+    #[test]
+    fn requests_are_shown_per_operation_by_opcode() {
+        let mut by_op = systems::Requests::new();
+        by_op.insert("lookup".into(), 100);
+        by_op.insert("create".into(), 100);
+        by_op.insert("getattr".into(), 50);
+        let counted = Summary {
+            seconds: Some(1.0),
+            amount: Some(100.0),
+            usage: Some(Usage {
+                requests: Some(by_op),
+                ..Usage::default()
+            }),
+            error: None,
+            skipped: None,
+        };
+        assert_eq!(requests_per_op(&counted), "2.50");
+        let kernel = Summary {
+            usage: Some(Usage::default()),
+            ..counted.clone()
+        };
+        assert_eq!(requests_per_op(&kernel), "–");
+        let text = requests_by_opcode([
+            ("create on stitchfs".to_string(), &counted),
+            ("create on ext4".to_string(), &kernel),
+        ]);
+        assert!(
+            text.contains("- create on stitchfs: create 1.00, lookup 1.00, getattr 0.50\n"),
+            "{text}"
+        );
+        assert!(!text.contains("ext4"), "{text}");
+    }
 
     #[test]
     fn medians_and_ratios_taken_run_by_run() {

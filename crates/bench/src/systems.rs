@@ -727,7 +727,13 @@ pub struct Counters {
     fs_written: Option<u64>,
     fs_flushes: Option<u64>,
     disk: Option<DiskStat>,
+    /// FUSE requests served so far, by opcode (a stitchfs server's own
+    /// count, `stitchfs stats`).
+    requests: Option<Requests>,
 }
+
+/// FUSE requests by opcode.
+pub type Requests = std::collections::BTreeMap<String, u64>;
 
 #[derive(Clone, Copy, Debug)]
 struct DiskStat {
@@ -752,6 +758,18 @@ pub struct Usage {
     /// The host disk's written bytes and flushes (device-wide).
     pub disk_bytes_written: Option<u64>,
     pub disk_flushes: Option<u64>,
+    /// FUSE requests a stitchfs server served, by opcode (up to its
+    /// unmount; reading the counts costs three: an opendir, the ioctl and
+    /// a releasedir).
+    #[serde(default)]
+    pub requests: Option<Requests>,
+}
+
+impl Usage {
+    /// All FUSE requests counted.
+    pub fn requests_total(&self) -> Option<u64> {
+        Some(self.requests.as_ref()?.values().sum())
+    }
 }
 
 impl Counters {
@@ -764,8 +782,38 @@ impl Counters {
             fs_flushes: d(self.fs_flushes, before.fs_flushes),
             disk_bytes_written: d(self.disk.map(|s| s.written), before.disk.map(|s| s.written)),
             disk_flushes: d(self.disk.map(|s| s.flushes), before.disk.map(|s| s.flushes)),
+            requests: self
+                .requests
+                .as_ref()
+                .zip(before.requests.as_ref())
+                .map(|(a, b)| {
+                    a.iter()
+                        .map(|(op, n)| {
+                            (
+                                op.clone(),
+                                n.saturating_sub(b.get(op).copied().unwrap_or(0)),
+                            )
+                        })
+                        .filter(|(_, n)| *n > 0)
+                        .collect()
+                }),
         }
     }
+}
+
+/// The FUSE requests a stitchfs server at `mnt` has served, by opcode
+/// (`None` for any other file system, or when they cannot be read).
+fn served_requests(mnt: &Path) -> Option<Requests> {
+    let root = File::open(mnt).ok()?;
+    let text = stitch_control::request_stats(&root).ok()??;
+    let stats: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let by_op = stats.get("requests")?.as_object()?;
+    Some(
+        by_op
+            .iter()
+            .filter_map(|(op, v)| Some((op.clone(), v.get("count")?.as_u64()?)))
+            .collect(),
+    )
 }
 
 impl Mounted {
@@ -787,6 +835,10 @@ impl Mounted {
             fs_written,
             fs_flushes,
             disk: self.disk.as_deref().and_then(block_stat),
+            requests: self
+                .server
+                .as_ref()
+                .and_then(|_| served_requests(&self.mnt)),
         }
     }
 
@@ -850,6 +902,12 @@ impl Mounted {
             output(Command::new(tool_path("losetup")).arg("-d").arg(&dev))?;
             return Ok(c);
         }
+        // The last counts of requests, before the unmount (the server is
+        // gone after it).
+        let requests = self
+            .server
+            .as_ref()
+            .and_then(|_| served_requests(&self.mnt));
         let mut server = self.server.take();
         let r = retry_unmount(
             &[
@@ -862,6 +920,7 @@ impl Mounted {
             let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
         }
         let mut c = self.counters();
+        c.requests = requests;
         if let Some(s) = &mut server {
             let (status, cpu, written) = s.reap(Duration::from_secs(300))?;
             c.server_cpu = Some(cpu);

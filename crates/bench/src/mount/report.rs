@@ -132,6 +132,11 @@ pub fn table(r: &Report) -> String {
         + &workloads(&r.settings.scale)
         + &report::skipped_systems(&r.systems, "Skipped")
         + &cells(&r.cells)
+        + &report::requests_by_opcode(
+            r.cells
+                .iter()
+                .map(|c| (format!("{} on {}", c.phase, c.label), &c.summary)),
+        )
         + NOTES
         + &section("Failures", failures)
         + &report::goals(&r.goals)
@@ -166,7 +171,8 @@ fn workloads(s: &Scale) -> String {
 fn cells(cells: &[Cell]) -> String {
     let mut t = Table::new(
         "workload | system | rate | vs ext4 | vs fuse2fs | vs bindfs | vs floor | vs device | \
-         time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes",
+         time s | client CPU s | server CPU s | FS MB written | disk MB written | disk flushes | \
+         FUSE requests per op",
         2,
     );
     for c in cells {
@@ -197,6 +203,7 @@ fn figures(c: &Cell, rate: f64) -> Vec<String> {
         mb(u.fs_bytes_written),
         mb(u.disk_bytes_written),
         or_dash(u.disk_flushes, |x| x.to_string()),
+        report::requests_per_op(&c.summary),
     ]
 }
 
@@ -211,7 +218,9 @@ const NOTES: &str = "\nRatios are medians of per-run ratios (a run's systems run
      or to the end of the unmount after it. Client CPU: the benchmark process (the \
      kernel's file system work happens in its calls); server CPU: the FUSE server. \
      FS MB written: the loop device's writes, or the server's write_bytes. Disk: the host \
-     device, device-wide.\n";
+     device, device-wide. FUSE requests per op: the requests a stitchfs server served \
+     (its own count; up to the unmount, the three that read the count included) per \
+     unit of the rate; by opcode in the list above.\n";
 
 #[cfg(test)]
 mod tests {

@@ -356,6 +356,11 @@ pub fn table(r: &Report) -> String {
         + &report::skipped_systems(&r.systems, "Systems skipped")
         + &cells(&r.cells)
         + &requests(&r.cells)
+        + &report::requests_by_opcode(
+            r.cells
+                .iter()
+                .map(|c| (format!("{} {} on {}", c.seed, c.phase, c.label), &c.summary)),
+        )
         + NOTES
         + &external_synchrony(&r.cells)
         + &section("Failures", failures)
@@ -485,7 +490,8 @@ fn external_synchrony(cells: &[Cell]) -> String {
 fn cells(cells: &[Cell]) -> String {
     let mut t = Table::new(
         "seed | workload | system | result | vs ext4 ordered | vs device floor | time s | \
-         CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes",
+         CPU s (client + server) | FS blocks written | FS flushes | disk MB written | disk flushes | \
+         FUSE requests per op",
         3,
     );
     for c in cells {
@@ -512,6 +518,7 @@ fn figures(c: &Cell, figure: f64) -> Vec<String> {
         or_dash(u.fs_flushes, |x| x.to_string()),
         mb(u.disk_bytes_written),
         or_dash(u.disk_flushes, |x| x.to_string()),
+        report::requests_per_op(&c.summary),
     ]
 }
 
@@ -530,7 +537,10 @@ const NOTES: &str =
      servers, the server's write_bytes (flushes are not seen per file system: see the \
      disk's). Disk: the host device, device-wide (other activity on the machine shows \
      there too). Counts run from a phase's start to the next phase's, or to the end \
-     of the unmount after it.\n\n\
+     of the unmount after it. FUSE requests per op: the requests a stitchfs server \
+     served (its own count, `stitchfs stats`; up to the unmount, the three that read \
+     the count included) per unit of the result (per phase for a timed one); by \
+     opcode in the list above.\n\n\
      Systems that launch the programs: stitchfs journal, stream ignoring fsync \
      (`stitchfs-stream`) runs them in stream `bench` with IGNORE_FSYNC, their fsyncs \
      ordering only; the SQLite and LevelDB drivers call setstream themselves and \
