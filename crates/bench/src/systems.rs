@@ -160,7 +160,10 @@ enum Kind {
     },
     Fuse2fs,
     Bindfs,
-    Floor,
+    /// The FUSE floor server; `spin` as for stitchfs.
+    Floor {
+        spin: bool,
+    },
     Stitchfs {
         consistency: &'static str,
         data: Option<&'static str>,
@@ -171,6 +174,8 @@ enum Kind {
         /// workloads make in full (thread, process, context) instead of
         /// one atomic load: what the lookup costs when contexts are held.
         context: bool,
+        /// Spinning on the device during bursts (`--spin`, on by default).
+        spin: bool,
     },
 }
 
@@ -202,6 +207,7 @@ const fn stitchfs(
             data,
             order: None,
             context: false,
+            spin: true,
         },
         launch: Launch::Direct,
     }
@@ -217,13 +223,13 @@ const fn floor(id: &'static str, label: &'static str) -> System {
     System {
         id,
         label,
-        kind: Kind::Floor,
+        kind: Kind::Floor { spin: true },
         launch: Launch::Direct,
     }
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 20] = [
+pub const SYSTEMS: [System; 22] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     System {
         id: "stitchfs-precise",
@@ -233,6 +239,7 @@ pub const SYSTEMS: [System; 20] = [
             data: Some("ordered"),
             order: Some("precise"),
             context: false,
+            spin: true,
         },
         launch: Launch::Direct,
     },
@@ -244,6 +251,19 @@ pub const SYSTEMS: [System; 20] = [
             data: Some("ordered"),
             order: None,
             context: true,
+            spin: true,
+        },
+        launch: Launch::Direct,
+    },
+    System {
+        id: "stitchfs-nospin",
+        label: "stitchfs journal, never spinning",
+        kind: Kind::Stitchfs {
+            consistency: "journal",
+            data: Some("ordered"),
+            order: None,
+            context: false,
+            spin: false,
         },
         launch: Launch::Direct,
     },
@@ -325,6 +345,12 @@ pub const SYSTEMS: [System; 20] = [
         launch: Launch::Direct,
     },
     floor("fuse-floor", "FUSE floor"),
+    System {
+        id: "fuse-floor-nospin",
+        label: "FUSE floor, never spinning",
+        kind: Kind::Floor { spin: false },
+        launch: Launch::Direct,
+    },
     launched(
         floor("fuse-floor-nofsync", "FUSE floor, fsyncs dropped"),
         Launch::NoFsync,
@@ -432,7 +458,7 @@ impl System {
                 .or_else(fuse),
             Kind::Bindfs => installed("bindfs", "bindfs").or_else(fuse),
             Kind::Stitchfs { .. } => fuse().or_else(|| own_subcommand(&["mount"])),
-            Kind::Floor => fuse().or_else(|| own_subcommand(&["bench", "floor-server"])),
+            Kind::Floor { .. } => fuse().or_else(|| own_subcommand(&["bench", "floor-server"])),
         };
         system.or(launcher)
     }
@@ -469,7 +495,7 @@ impl System {
             Kind::Kernel { fstype, .. } => mke2fs(&format!("mkfs.{fstype}"), &img, bytes),
             Kind::Fuse2fs => mke2fs("mkfs.ext4", &img, bytes),
             Kind::Bindfs => Ok(std::fs::create_dir(&src)?),
-            Kind::Floor => {
+            Kind::Floor { .. } => {
                 let saved = stitch_floor::saved(&img);
                 if saved.exists() {
                     std::fs::remove_file(&saved)?;
@@ -530,12 +556,15 @@ impl System {
                 cmd.arg("-f").arg(place.src()).arg(&mnt);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
-            Kind::Floor => {
+            Kind::Floor { spin } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.args(["bench", "floor-server"])
                     .arg(&img)
                     .arg(&mnt)
                     .args(["-o", "allow_other"]);
+                if !spin {
+                    cmd.args(["--spin", "off"]);
+                }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
             Kind::Stitchfs {
@@ -543,6 +572,7 @@ impl System {
                 data,
                 order,
                 context,
+                spin,
             } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("mount").arg(&img).arg(&mnt).args([
@@ -557,6 +587,9 @@ impl System {
                 }
                 if let Some(o) = order {
                     cmd.args(["--order", o]);
+                }
+                if !spin {
+                    cmd.args(["--spin", "off"]);
                 }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
                 if context {

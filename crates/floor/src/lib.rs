@@ -433,6 +433,8 @@ pub struct Floor {
     image: File,
     path: PathBuf,
     state: Mutex<State>,
+    /// Spinning on the device during bursts, as stitchfs's mount does.
+    spin: std::sync::Arc<stitch_fusekit::spin::Spin>,
 }
 
 impl Floor {
@@ -462,10 +464,13 @@ impl Floor {
             image: file,
             path,
             state: Mutex::new(state),
+            spin: stitch_fusekit::spin::Spin::new(),
         })
     }
 
+    /// The namespace, for a request (which the spin switch is told of).
     fn state(&self) -> MutexGuard<'_, State> {
+        self.spin.served();
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -906,6 +911,7 @@ impl fuser::Filesystem for Floor {
         _size: u32,
         reply: ReplyXattr,
     ) {
+        self.spin.served();
         reply.error(Errno::ENODATA);
     }
 
@@ -923,10 +929,18 @@ impl fuser::Filesystem for Floor {
     }
 }
 
-/// Serves `image` at `mountpoint` until unmounted (`fusermount3 -u`).
-pub fn serve(image: &Path, mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
+/// Serves `image` at `mountpoint` until unmounted (`fusermount3 -u`),
+/// spinning on the device during bursts of requests if `spin` (as
+/// stitchfs's mount does unless told `--spin off`).
+pub fn serve(
+    image: &Path,
+    mountpoint: &Path,
+    options: &[String],
+    spin: bool,
+) -> anyhow::Result<()> {
     use fuser::MountOption as M;
     let floor = Floor::open(image)?;
+    let switch = floor.spin.clone();
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         M::FSName(image.display().to_string()),
@@ -944,6 +958,12 @@ pub fn serve(image: &Path, mountpoint: &Path, options: &[String]) -> anyhow::Res
     config.clone_fd = true;
     let session = fuser::Session::new(floor, mountpoint, &config)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    if spin {
+        use std::os::fd::AsFd;
+        switch
+            .attach(session.as_fd())
+            .context("spinning on the device")?;
+    }
     session.run().context("serving")?;
     Ok(())
 }

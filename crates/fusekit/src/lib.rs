@@ -1,12 +1,15 @@
 //! FUSE plumbing shared by the stitchfs frontend and the FUSE floor
 //! (`stitchfs bench floor-server`): the settings both ask of the kernel and
-//! the reply helpers both use. The floor must be mounted exactly as
+//! the reply helpers both use, and the switch that spins on the device
+//! during bursts of requests ([`spin`]). The floor must be mounted exactly as
 //! stitchfs is, so that "stitchfs against the floor" compares servers, not
 //! mount settings; keeping those settings here, once, is what makes that
 //! so.
 //!
 //! Architecture invariant: knows the FUSE protocol through `fuser`, no
 //! file system; no other stitch crate.
+
+pub mod spin;
 
 use fuser::Errno;
 use std::time::Duration;

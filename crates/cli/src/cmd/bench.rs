@@ -65,6 +65,11 @@ struct FloorArgs {
     /// FUSE mount options (allow_other, ...).
     #[arg(short = 'o', value_name = "OPTIONS")]
     options: Vec<String>,
+    /// Spin on the device during bursts of requests, as `stitchfs mount
+    /// --spin` (the same default, so the floor keeps meaning what any
+    /// FUSE server could reach as stitchfs is served).
+    #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
+    spin: String,
 }
 
 #[derive(clap::Args)]
@@ -264,7 +269,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Suite::Mount(a) => run_mount(a),
         Suite::Seeds(a) => run_seeds(a),
         Suite::Fsck(a) => stitch_bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
-        Suite::FloorServer(a) => stitch_floor::serve(&a.image, &a.mountpoint, &a.options),
+        Suite::FloorServer(a) => {
+            stitch_floor::serve(&a.image, &a.mountpoint, &a.options, a.spin == "on")
+        }
     }
 }
 

@@ -73,6 +73,9 @@ pub struct StitchFuse {
     requests: Arc<requests::Requests>,
     /// External-synchrony groups and what they changed.
     xsync: Arc<xsync::Groups>,
+    /// Spinning on the device during bursts of requests (attached by the
+    /// mount command to its session; idle otherwise).
+    spin: Arc<stitch_fusekit::spin::Spin>,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -89,7 +92,14 @@ impl StitchFuse {
             streams: Arc::default(),
             requests: Arc::default(),
             xsync: Arc::default(),
+            spin: stitch_fusekit::spin::Spin::new(),
         }
+    }
+
+    /// The switch that spins on the session's device during bursts of
+    /// requests, for the mount to attach once the session exists.
+    pub fn spin(&self) -> Arc<stitch_fusekit::spin::Spin> {
+        self.spin.clone()
     }
 
     /// At most `n` processes hold a context at once; one more asking for

@@ -200,7 +200,13 @@ impl StitchFuse {
                 false
             }
         };
+        self.served(op, began, ok);
+    }
+
+    /// Counts a request served, and tells the spin switch.
+    fn served(&self, op: &'static str, began: Instant, ok: bool) {
         self.requests.record(op, began.elapsed(), ok);
+        self.spin.served();
     }
 
     /// Serves `req` on `name` in directory `parent`, refusing first a name
@@ -224,7 +230,7 @@ impl StitchFuse {
             Ok(dir) => dir,
             Err(e) => {
                 unknown_node(op, parent, reply, e);
-                return self.requests.record(op, began.elapsed(), false);
+                return self.served(op, began, false);
             }
         };
         let name = name.as_bytes();
@@ -256,7 +262,7 @@ impl StitchFuse {
                 )
             })
         });
-        self.requests.record(op, began.elapsed(), ok);
+        self.served(op, began, ok);
     }
 }
 
