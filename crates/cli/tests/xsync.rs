@@ -327,8 +327,10 @@ fn a_joined_mount_may_go_away_cleanly_but_not_by_a_crash() {
     for clean in [true, false] {
         let b = scratch(SOFTUPDATES);
         let mb = b.mount();
+        // A go-file of this round's own (the first round's stays on a).
+        let go = format!("go-{clean}");
         let script = format!(
-            "echo x > {}/f; echo started; while [ ! -e go ]; do sleep 0.05; done; echo after",
+            "echo x > {}/f; echo started; while [ ! -e {go} ]; do sleep 0.05; done; echo after",
             b.mnt.display()
         );
         let bmnt = b.mnt.to_str().unwrap();
@@ -346,7 +348,7 @@ fn a_joined_mount_may_go_away_cleanly_but_not_by_a_crash() {
         } else {
             mb.kill();
         }
-        std::fs::write(a.mnt.join("go"), "").unwrap();
+        std::fs::write(a.mnt.join(&go), "").unwrap();
         let mut rest = String::new();
         out.read_to_string(&mut rest).unwrap();
         let mut err = String::new();
