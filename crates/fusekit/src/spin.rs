@@ -93,10 +93,16 @@ impl Spin {
 
     /// A request has been served.
     pub fn served(&self) {
+        self.served_at(Instant::now());
+    }
+
+    /// A request has been served, `at` being now (for a caller that has
+    /// just read the clock).
+    pub fn served_at(&self, at: Instant) {
         let (Some(fd), Some(epoch)) = (self.fd.get(), self.epoch.get()) else {
             return;
         };
-        let now = nanos(epoch.elapsed());
+        let now = nanos(at.saturating_duration_since(*epoch));
         let before = self.last.swap(now, Ordering::Relaxed);
         // (`before` 0: the first request, with none before it.)
         let far = before == 0 || now.saturating_sub(before) > self.busy_gap;

@@ -375,7 +375,7 @@ fn make_default_image(image: &Path) -> anyhow::Result<()> {
 
 /// The primary superblock, read and checked before anything opens the
 /// image for writing: a clear refusal of what is not an ext2/ext3 image.
-fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
+pub(crate) fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
     let not_ours = || {
         format!(
             "{} is not an ext2/ext3 image stitchfs can mount (make one with `stitchfs mkfs`)",

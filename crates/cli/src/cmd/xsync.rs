@@ -138,11 +138,7 @@ impl Joined {
 /// Whether `image` is an ext2/3 image whose superblock says it was
 /// unmounted cleanly.
 fn image_left_clean(image: &Path) -> bool {
-    use std::io::Read;
-    let mut buf = vec![0u8; 2048];
-    let read = File::open(image).and_then(|mut f| f.read_exact(&mut buf));
-    read.is_ok()
-        && stitch_format::Superblock::decode(&buf[1024..]).is_ok_and(|sb| sb.cleanly_unmounted())
+    super::mount::read_superblock(image).is_ok_and(|sb| sb.cleanly_unmounted())
 }
 
 fn dev_of(f: &File) -> io::Result<u64> {

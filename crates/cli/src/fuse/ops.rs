@@ -205,8 +205,9 @@ impl StitchFuse {
 
     /// Counts a request served, and tells the spin switch.
     fn served(&self, op: &'static str, began: Instant, ok: bool) {
-        self.requests.record(op, began.elapsed(), ok);
-        self.spin.served();
+        let now = Instant::now();
+        self.requests.record(op, now - began, ok);
+        self.spin.served_at(now);
     }
 
     /// Serves `req` on `name` in directory `parent`, refusing first a name
