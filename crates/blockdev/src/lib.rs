@@ -21,6 +21,9 @@
 //! - [`mem`]: [`MemDevice`], a device in memory for tests.
 //! - [`file`](mod@file): [`FileDevice`], an image file or a Linux block device.
 //! - [`fault`]: [`FaultDevice`], a wrapper that injects failures.
+//! - [`nbd`]: [`NbdDevice`], an image on a Network Block Device server.
+//! - [`location`]: [`Location`], a path or an NBD URI, and [`ByteImage`],
+//!   byte-addressed access for mkfs and fsck.
 //! - [`record`]: [`RecordingDevice`] and the crash-image library built on its
 //!   log (`crashtest` in docs/design.md, "Tools").
 //!
@@ -31,13 +34,17 @@ pub mod fault;
 pub mod file;
 pub mod geometry;
 pub mod latch;
+pub mod location;
 pub mod mem;
+pub mod nbd;
 pub mod record;
 
 pub use fault::{FaultDevice, FaultKind};
 pub use file::{wait_for_writer, FileDevice, OpenOptions};
 pub use geometry::Geometry;
+pub use location::{ByteImage, Location};
 pub use mem::MemDevice;
+pub use nbd::{NbdDevice, NbdOptions, NbdStats};
 pub use record::{
     build_image, crash_states, CrashError, CrashPoint, CrashState, Enumerate, ImageBuilder, Log,
     LogEntry, LogPos, Origin, Persisted, RecordingDevice, SectorMask, TornModel,
@@ -78,6 +85,11 @@ pub enum DevError {
     /// size that is not a whole number of blocks, an overflow, ...).
     #[error("bad device geometry: {reason}")]
     BadGeometry { reason: String },
+    /// A device that exists but cannot hold an image as asked: an NBD
+    /// server that refuses the connection or the export, exports it
+    /// read-only, or cannot flush.
+    #[error("{target}: {reason}")]
+    Refused { target: String, reason: String },
     /// A write to a device opened read-only.
     #[error("{path} is open read-only")]
     ReadOnly { path: String },

@@ -4,8 +4,8 @@
 //! or mke2fs ([`fresh_image`], [`mkfs`], [`mke2fs`]), e2fsck as the
 //! outside judge ([`e2fsck`], [`assert_e2fsck_clean`]), what is mounted
 //! where ([`mount_type`]), kernel loop mounts, images the kernel wrote
-//! extended attributes on, and damaged images mount must refuse
-//! ([`damaged`]).
+//! extended attributes on, damaged images mount must refuse
+//! ([`damaged`]), and NBD servers ([`nbd`]).
 //!
 //! Invariants: a [`LoopMount`] is unmounted when dropped, or the test fails
 //! loudly; a mount left behind makes later `e2fsck` runs warn "is mounted"
@@ -15,6 +15,7 @@
 pub mod damaged;
 mod e2fsck;
 mod image;
+pub mod nbd;
 mod scratch;
 
 pub use e2fsck::{assert_e2fsck_clean, e2fsck, e2fsck_image, E2fsck};

@@ -365,6 +365,11 @@ fn lock(file: &File, path: &Path, read_only: bool) -> Result<(), DevError> {
     }
 }
 
+/// The size in bytes of a regular file or a block device.
+pub(crate) fn size_of(file: &File) -> io::Result<u64> {
+    sys::size_of(file)
+}
+
 /// Waits until no read-write open (a mount) holds the image `file` is
 /// open on, by the locking rule above: the lock a mount keeps until its
 /// process exits. Calls `on_wait` first if it has to wait. The shared lock

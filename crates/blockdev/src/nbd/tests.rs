@@ -1,0 +1,290 @@
+//! The NBD device against real `nbdkit` servers: data round trips, requests
+//! in flight, FUA in place of a flush, and every failure the module promises
+//! to latch or refuse.
+
+use super::*;
+use stitch_testkit::nbd::NbdServer;
+
+const BS: usize = 4096;
+
+fn opts() -> NbdOptions {
+    NbdOptions {
+        timeout: Duration::from_secs(2),
+        ..NbdOptions::default()
+    }
+}
+
+fn block(fill: u8) -> Vec<u8> {
+    vec![fill; BS]
+}
+
+fn read(dev: &NbdDevice, b: u64) -> Vec<u8> {
+    let mut buf = block(0);
+    dev.read(BlockNo(b), &mut buf).unwrap();
+    buf
+}
+
+fn assert_latched(dev: &NbdDevice) {
+    let mut buf = block(0);
+    assert!(matches!(
+        dev.read(BlockNo(0), &mut buf),
+        Err(DevError::Latched { .. })
+    ));
+    assert!(matches!(dev.flush(), Err(DevError::Latched { .. })));
+    assert!(dev.failure().is_some());
+}
+
+#[test]
+fn writes_flush_and_read_back_in_few_requests() {
+    let server = NbdServer::memory("rt", "64M");
+    let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
+    assert_eq!(dev.num_blocks(), (64 << 20) / BS as u64);
+    let data: Vec<Vec<u8>> = (0..600).map(|i| block(i as u8)).collect();
+    // 512 consecutive blocks (two 1 MiB requests), then 88 scattered.
+    let writes: Vec<BlockWrite<'_>> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| BlockWrite {
+            block: BlockNo(if i < 512 {
+                100 + i as u64
+            } else {
+                2000 + 2 * i as u64
+            }),
+            data: d,
+        })
+        .collect();
+    dev.write_batch(&writes).unwrap();
+    dev.flush().unwrap();
+    let s = dev.stats();
+    assert_eq!(s.write_requests, 2 + 88);
+    assert_eq!((s.blocks_written, s.flushes), (600, 1));
+    for w in &writes {
+        assert_eq!(read(&dev, w.block.0), w.data, "{}", w.block);
+    }
+    // Nothing written since: a flush has nothing to send.
+    dev.flush().unwrap();
+    assert_eq!(dev.stats().flushes, 1);
+}
+
+#[test]
+fn a_lone_block_goes_with_fua_instead_of_a_flush() {
+    let server = NbdServer::memory("fua", "16M");
+    let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
+    assert!(dev.caps().fua, "nbdkit's memory plugin offers FUA");
+    let one = block(7);
+    dev.write_batch(&[BlockWrite {
+        block: BlockNo(3),
+        data: &one,
+    }])
+    .unwrap();
+    assert_eq!(read(&dev, 3), one, "a held block reads back");
+    dev.flush().unwrap();
+    let s = dev.stats();
+    assert_eq!((s.fua_writes, s.flushes, s.write_requests), (1, 0, 1));
+    // With another write unflushed, the lone block cannot stand for the
+    // flush: it is sent plain and the flush is sent.
+    let two = block(8);
+    dev.write_batch(&[
+        BlockWrite {
+            block: BlockNo(4),
+            data: &two,
+        },
+        BlockWrite {
+            block: BlockNo(9),
+            data: &two,
+        },
+    ])
+    .unwrap();
+    dev.write_batch(&[BlockWrite {
+        block: BlockNo(5),
+        data: &two,
+    }])
+    .unwrap();
+    dev.flush().unwrap();
+    let s = dev.stats();
+    assert_eq!((s.fua_writes, s.flushes), (1, 1));
+    // A new connection sees it all.
+    drop(dev);
+    let again = NbdDevice::open(&server.uri(), opts()).unwrap();
+    assert_eq!((read(&again, 3), read(&again, 5)), (one, two));
+}
+
+#[test]
+fn one_request_in_flight_still_writes_everything() {
+    let server = NbdServer::memory("depth1", "16M");
+    let dev = NbdDevice::open(&server.uri(), NbdOptions { depth: 1, ..opts() }).unwrap();
+    let data: Vec<Vec<u8>> = (0..40).map(|i| block(i)).collect();
+    let writes: Vec<BlockWrite<'_>> = data
+        .iter()
+        .enumerate()
+        .map(|(i, d)| BlockWrite {
+            block: BlockNo(3 * i as u64),
+            data: d,
+        })
+        .collect();
+    dev.write_batch(&writes).unwrap();
+    dev.flush().unwrap();
+    for w in &writes {
+        assert_eq!(read(&dev, w.block.0), w.data);
+    }
+}
+
+#[test]
+fn a_server_killed_between_write_and_flush_latches_the_device() {
+    let mut server = NbdServer::memory("killed", "16M");
+    let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
+    let d = block(1);
+    dev.write_batch(&[
+        BlockWrite {
+            block: BlockNo(1),
+            data: &d,
+        },
+        BlockWrite {
+            block: BlockNo(2),
+            data: &d,
+        },
+    ])
+    .unwrap();
+    server.kill();
+    let err = dev.flush().unwrap_err();
+    assert!(matches!(err, DevError::Io { .. }), "{err}");
+    assert_latched(&dev);
+}
+
+#[test]
+fn a_silent_server_latches_after_the_timeout_instead_of_hanging() {
+    let server = NbdServer::memory("stalled", "16M");
+    let dev = NbdDevice::open(
+        &server.uri(),
+        NbdOptions {
+            timeout: Duration::from_millis(500),
+            ..opts()
+        },
+    )
+    .unwrap();
+    server.signal(libc::SIGSTOP);
+    let d = block(1);
+    let started = std::time::Instant::now();
+    let err = dev
+        .write_batch(&[
+            BlockWrite {
+                block: BlockNo(1),
+                data: &d,
+            },
+            BlockWrite {
+                block: BlockNo(2),
+                data: &d,
+            },
+        ])
+        .and_then(|()| dev.flush())
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(err.to_string().contains("answered nothing"), "{err}");
+    server.signal(libc::SIGCONT);
+    // Even with the server back, the device stays latched: what was in
+    // flight on the lost connection is unknown.
+    assert_latched(&dev);
+}
+
+#[test]
+fn a_write_error_latches_and_a_read_error_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let trigger = dir.path().join("fail");
+    let file_arg = format!("error-file={}", trigger.display());
+    let server = NbdServer::nbdkit(
+        "errors",
+        &[
+            "--filter=error",
+            "memory",
+            "16M",
+            "error=EIO",
+            "error-rate=100%",
+            &file_arg,
+        ],
+    );
+    let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
+    let d = block(5);
+    dev.write_batch(&[
+        BlockWrite {
+            block: BlockNo(0),
+            data: &d,
+        },
+        BlockWrite {
+            block: BlockNo(1),
+            data: &d,
+        },
+    ])
+    .unwrap();
+    dev.flush().unwrap();
+    std::fs::write(&trigger, b"").unwrap();
+    let mut buf = block(0);
+    let err = dev.read(BlockNo(0), &mut buf).unwrap_err();
+    assert!(matches!(err, DevError::Io { .. }), "{err}");
+    assert!(dev.failure().is_none(), "a read error does not latch");
+    let err = dev
+        .write_batch(&[
+            BlockWrite {
+                block: BlockNo(0),
+                data: &d,
+            },
+            BlockWrite {
+                block: BlockNo(7),
+                data: &d,
+            },
+        ])
+        .unwrap_err();
+    assert!(err.to_string().contains("Input/output error"), "{err}");
+    std::fs::remove_file(&trigger).unwrap();
+    // The server works again, but nothing is retried.
+    assert_latched(&dev);
+}
+
+#[test]
+fn servers_that_cannot_hold_an_image_are_refused_with_the_reason() {
+    let ro = NbdServer::nbdkit("ro", &["-r", "memory", "16M"]);
+    let err = NbdDevice::open(&ro.uri(), opts()).unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    NbdDevice::open(
+        &ro.uri(),
+        NbdOptions {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+
+    let no_flush = NbdServer::nbdkit(
+        "noflush",
+        &[
+            "eval",
+            "get_size=echo 16777216",
+            "pread=dd if=/dev/zero count=$3 iflag=count_bytes status=none",
+            "pwrite=cat >/dev/null",
+            "can_write=exit 0",
+            "can_flush=exit 3",
+        ],
+    );
+    let err = NbdDevice::open(&no_flush.uri(), opts()).unwrap_err();
+    assert!(err.to_string().contains("does not support FLUSH"), "{err}");
+
+    let named = NbdServer::nbdkit(
+        "named",
+        &[
+            "--filter=exportname",
+            "memory",
+            "16M",
+            "exportname=disk",
+            "exportname-strict=true",
+        ],
+    );
+    let wrong = named.uri().replacen(":///", ":///other", 1);
+    let err = NbdDevice::open(&wrong, opts()).unwrap_err();
+    assert!(matches!(err, DevError::Refused { .. }), "{err}");
+
+    let err = NbdDevice::open("nbd+unix:///?socket=/nonexistent/stitch.sock", opts()).unwrap_err();
+    assert!(matches!(err, DevError::Refused { .. }), "{err}");
+}

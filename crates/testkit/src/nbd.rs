@@ -1,0 +1,107 @@
+//! NBD servers for tests: Debian's `nbdkit` on a Unix socket in a short
+//! temporary directory (a socket's path must fit in 108 bytes), killed
+//! when dropped. A test gets the server's URI, its
+//! process id (to stop, continue or kill it mid-run), and its log.
+
+use std::path::{Path, PathBuf};
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `nbdkit`, killed and reaped on drop.
+pub struct NbdServer {
+    child: Option<Child>,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NbdServer {
+    /// `nbdkit` serving `args` (options such as `-r` or `--filter=NAME`,
+    /// then a plugin and its parameters).
+    pub fn nbdkit(name: &str, args: &[&str]) -> NbdServer {
+        let dir = tempfile::Builder::new()
+            .prefix("stitch-nbd")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let socket = dir.path().join(format!("{name}.sock"));
+        let log = dir.path().join(format!("{name}.log"));
+        let _ = std::fs::remove_file(&socket);
+        let err = std::fs::File::create(&log).unwrap();
+        let child = Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(&socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("starting nbdkit (scripts/setup.sh installs it)");
+        let server = NbdServer {
+            child: Some(child),
+            socket,
+            log,
+            _dir: dir,
+        };
+        server.wait_for_socket();
+        server
+    }
+
+    /// An empty export of `size` (e.g. "256M") in the server's memory.
+    pub fn memory(name: &str, size: &str) -> NbdServer {
+        NbdServer::nbdkit(name, &["memory", size])
+    }
+
+    /// The file `image` exported as it is.
+    pub fn file(name: &str, image: &Path) -> NbdServer {
+        let file = format!("file={}", image.display());
+        NbdServer::nbdkit(name, &["file", &file])
+    }
+
+    fn wait_for_socket(&self) {
+        let start = Instant::now();
+        while !self.socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nbdkit did not open {} within 20 s: {}",
+                self.socket.display(),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The URI that reaches the default export.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// Sends `sig` to the server (SIGSTOP stalls it, SIGCONT resumes it).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Kills the server now (SIGKILL), as a crash of its machine would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.kill();
+    }
+}
