@@ -9,6 +9,7 @@
 
 mod cmd;
 mod fuse;
+mod image;
 mod programs;
 mod progress;
 mod repair;

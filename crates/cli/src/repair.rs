@@ -5,11 +5,12 @@
 //! mount` after an unclean shutdown. Corruption is never "repaired" here:
 //! the image is left as it is.
 
+use crate::image::Opened;
 use anyhow::bail;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
-use stitch_blockdev::{BlockDevice, FileDevice, OpenOptions};
+use stitch_blockdev::{ByteImage, FileDevice, Location, OpenOptions};
 use stitch_diskfs::{BlockNo, DiskFs, InodeNo, Leak, StackOptions};
 use stitch_fsck::{CheckOptions, FindingKind, Phase, Report};
 
@@ -91,17 +92,21 @@ impl fmt::Display for Reclaimed {
     }
 }
 
-/// Checks the image and repairs its leaks until it is clean. `dev` is the
-/// image, opened (and locked) by the caller; the checker reads `image`,
-/// the same file, between the passes.
+/// Checks the image and repairs its leaks until it is clean. `opened` is
+/// the image, opened (and locked) by the caller; the checker reads it
+/// through `opened.bytes` between the passes.
 pub fn reclaim(
-    image: &Path,
-    dev: Arc<dyn BlockDevice>,
+    image: &Location,
+    opened: &Opened,
     progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> anyhow::Result<Verdict> {
+    let dev = &opened.dev;
+    let check = |progress: &mut dyn FnMut(Phase, u64, u64)| {
+        check(image, opened.bytes.clone(), progress)
+    };
     let mut done = Reclaimed::default();
     for _ in 0..MAX_PASSES {
-        let report = check(image, progress)?;
+        let report = check(progress)?;
         // Notes (superblock totals) are repaired too, as e2fsck -p does.
         if report.findings.is_empty() {
             return Ok(Verdict::Clean(done));
@@ -114,7 +119,7 @@ pub fn reclaim(
         let now = stitch_diskfs::Timestamp::now();
         DiskFs::mount(dev.clone(), StackOptions::reclaiming(&leaks), now)?.unmount(now)?;
     }
-    let report = check(image, progress)?;
+    let report = check(progress)?;
     if report.findings.is_empty() {
         return Ok(Verdict::Clean(done));
     }
@@ -122,29 +127,42 @@ pub fn reclaim(
 }
 
 /// `stitchfs fsck --repair-leaks`.
-pub fn run(image: &Path) -> anyhow::Result<i32> {
-    let dev = FileDevice::open(
-        image,
-        OpenOptions {
-            read_only: false,
-            direct: false,
-            block_size: block_size(image)?,
-        },
-    )?;
-    match reclaim(image, Arc::new(dev), &mut |_, _, _| {})? {
+pub fn run(at: &Location) -> anyhow::Result<i32> {
+    let opened = match at {
+        Location::Path(image) => {
+            let dev = FileDevice::open(
+                image,
+                OpenOptions {
+                    read_only: false,
+                    direct: false,
+                    block_size: block_size(image)?,
+                },
+            )?;
+            Opened {
+                dev: Arc::new(dev),
+                bytes: Arc::new(std::fs::File::open(image)?),
+                nbd: None,
+            }
+        }
+        Location::Nbd(_) => {
+            crate::image::open(at, &|at, e| anyhow::anyhow!("{at}: {e}"))?.0
+        }
+    };
+    let image = at;
+    match reclaim(image, &opened, &mut |_, _, _| {})? {
         Verdict::Clean(done) => {
             for (pass, n) in done.per_pass.iter().enumerate() {
                 eprintln!("pass {}: repaired {n} leak(s)", pass + 1);
             }
             println!(
                 "{}: clean after {} repair pass(es)",
-                image.display(),
+                image,
                 done.per_pass.len()
             );
             Ok(stitch_fsck::EXIT_CLEAN)
         }
         Verdict::Corrupt(report) => {
-            println!("{}:", image.display());
+            println!("{image}:");
             print!("{report}");
             eprintln!("stitchfs fsck: corruption found; --repair-leaks repairs leaks only, nothing was changed");
             Ok(report.exit_code())
@@ -165,9 +183,13 @@ fn block_size(image: &Path) -> anyhow::Result<usize> {
         .map_or(4096, |b| b.bytes() as usize))
 }
 
-fn check(image: &Path, progress: &mut dyn FnMut(Phase, u64, u64)) -> anyhow::Result<Report> {
-    stitch_fsck::check(image, &CheckOptions::default(), progress)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", image.display()))
+fn check(
+    image: &Location,
+    bytes: Arc<dyn ByteImage>,
+    progress: &mut dyn FnMut(Phase, u64, u64),
+) -> anyhow::Result<Report> {
+    stitch_fsck::check_over(&image.name(), bytes, &CheckOptions::default(), progress)
+        .map_err(|e| anyhow::anyhow!("{image}: {e}"))
 }
 
 /// The checker's leak findings in diskfs's terms (orphans need none: mount

@@ -16,16 +16,15 @@
 
 use crate::error::FsckError;
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::sync::Arc;
+use stitch_blockdev::{ByteImage, Location, NbdDevice, NbdOptions};
 use stitch_format::BlockNo;
 
 /// Largest single read, so that a run of many blocks has a bounded buffer.
 const MAX_RUN_BYTES: usize = 1 << 20;
 
 pub struct Image {
-    file: File,
+    file: Arc<dyn ByteImage>,
     len: u64,
     block_size: usize,
     /// Replayed blocks by number, in blocks of `overlay_bs` bytes.
@@ -34,18 +33,38 @@ pub struct Image {
 }
 
 impl Image {
-    /// Opens the image read-only, or for writing too (`--recover`).
-    pub fn open(path: &Path, write: bool) -> Result<Image, FsckError> {
+    /// Opens the image at a path or an NBD URI read-only, or for writing
+    /// too (`--recover`).
+    pub fn open_at(at: &Location, write: bool) -> Result<Image, FsckError> {
         let open_err = |source| FsckError::Open {
-            path: path.to_path_buf(),
+            path: at.name(),
             source,
         };
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(path)
-            .map_err(open_err)?;
-        let len = file.metadata().map_err(open_err)?.len();
+        let file: Arc<dyn ByteImage> = match at {
+            Location::Path(path) => Arc::new(
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .open(path)
+                    .map_err(open_err)?,
+            ),
+            Location::Nbd(uri) => {
+                let opts = NbdOptions {
+                    read_only: !write,
+                    ..NbdOptions::from_env().map_err(|e| open_err(std::io::Error::other(e)))?
+                };
+                Arc::new(
+                    NbdDevice::open(uri, opts).map_err(|e| open_err(std::io::Error::other(e)))?,
+                )
+            }
+        };
+        Image::over(file).map_err(open_err)
+    }
+
+    /// The image behind `file`, which may be shared (a mount's NBD device
+    /// checked before it is mounted).
+    pub fn over(file: Arc<dyn ByteImage>) -> std::io::Result<Image> {
+        let len = file.len()?;
         Ok(Image {
             file,
             len,
@@ -66,7 +85,7 @@ impl Image {
     /// Writes `data` at byte `offset` (the image must be open for writing).
     pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), FsckError> {
         self.file
-            .write_all_at(data, offset)
+            .write_at(offset, data)
             .map_err(|source| FsckError::Write {
                 block: offset / self.block_size as u64,
                 len: data.len(),
@@ -78,7 +97,7 @@ impl Image {
 
     /// `fdatasync`: every write so far is durable.
     pub fn sync(&self) -> Result<(), FsckError> {
-        self.file.sync_data().map_err(FsckError::Sync)
+        self.file.sync().map_err(FsckError::Sync)
     }
 
     pub fn set_block_size(&mut self, bs: usize) {
@@ -90,7 +109,7 @@ impl Image {
         buf.fill(0);
         let avail = self.len.saturating_sub(offset).min(buf.len() as u64) as usize;
         self.file
-            .read_exact_at(&mut buf[..avail], offset)
+            .read_at(offset, &mut buf[..avail])
             .map_err(|source| FsckError::Read {
                 block: offset / self.block_size as u64,
                 len: buf.len(),
@@ -161,7 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("img");
         std::fs::write(&path, vec![1u8; 4 * 4096]).unwrap();
-        let mut img = Image::open(&path, false).unwrap();
+        let mut img = Image::open_at(&Location::from(path.as_path()), false).unwrap();
         img.set_block_size(4096);
         let mut over = BTreeMap::new();
         let (zero, two) = (BlockNo(0), BlockNo(2));

@@ -45,6 +45,8 @@ pub use report::{RecoverySummary, Report, Summary, EXIT_CLEAN, EXIT_ERROR, EXIT_
 
 use serde::Serialize;
 use std::path::Path;
+use std::sync::Arc;
+use stitch_blockdev::{ByteImage, Location};
 
 /// What the caller asks for.
 #[derive(Clone, Debug, Default)]
@@ -92,7 +94,38 @@ pub fn check(
     opts: &CheckOptions,
     progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> Result<Report, FsckError> {
-    let mut img = image::Image::open(image, opts.recover)?;
+    check_at(&Location::from(image), opts, progress)
+}
+
+/// [`check`] for a path or an NBD URI.
+pub fn check_at(
+    image: &Location,
+    opts: &CheckOptions,
+    progress: &mut dyn FnMut(Phase, u64, u64),
+) -> Result<Report, FsckError> {
+    check_image(image::Image::open_at(image, opts.recover)?, opts, progress)
+}
+
+/// [`check`] through an image already open (shared with a device that
+/// mounts it next): `name` is what errors call it.
+pub fn check_over(
+    name: &Path,
+    file: Arc<dyn ByteImage>,
+    opts: &CheckOptions,
+    progress: &mut dyn FnMut(Phase, u64, u64),
+) -> Result<Report, FsckError> {
+    let img = image::Image::over(file).map_err(|source| FsckError::Open {
+        path: name.to_path_buf(),
+        source,
+    })?;
+    check_image(img, opts, progress)
+}
+
+fn check_image(
+    mut img: image::Image,
+    opts: &CheckOptions,
+    progress: &mut dyn FnMut(Phase, u64, u64),
+) -> Result<Report, FsckError> {
     progress(Phase::Superblock, 0, 1);
     let mut early = Vec::new();
     let fs = fs::load(&mut img, &mut early)?;

@@ -17,6 +17,7 @@ pub mod target;
 pub use params::JournalSize;
 
 use std::path::{Path, PathBuf};
+use stitch_blockdev::Location;
 use stitch_format::superblock::Superblock;
 use stitch_format::BlockNo;
 
@@ -135,11 +136,18 @@ pub fn mkfs(
     opts: &MkfsOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<MkfsReport, MkfsError> {
-    let mut target = target::Target::open(path, opts.size)?;
+    mkfs_at(&Location::from(path), opts, progress)
+}
+
+/// [`mkfs`] at a path or on an NBD export.
+pub fn mkfs_at(
+    at: &Location,
+    opts: &MkfsOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<MkfsReport, MkfsError> {
+    let mut target = target::Target::open_at(at, opts.size)?;
     if !opts.force && target.has_ext2_magic()? {
-        return Err(MkfsError::ExistingFileSystem {
-            path: path.to_path_buf(),
-        });
+        return Err(MkfsError::ExistingFileSystem { path: at.name() });
     }
     let p = params::Params::new(target.bytes, opts.journal)?;
     let id = identity();

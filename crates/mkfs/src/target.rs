@@ -7,17 +7,28 @@
 //! A block device has no such guarantee, so the caller zeroes the ranges that
 //! must read as zero (inode tables, journal) with [`Target::zero`]; on a file
 //! it zeroes the ones it wants the host to allocate now.
+//!
+//! An export on an NBD server is a device too. It is trimmed whole first
+//! when the server offers TRIM (as mke2fs discards a device), and zeroed
+//! with NBD's WRITE_ZEROES where the server offers it, so that zeros are
+//! not sent over the network.
 
 use crate::MkfsError;
 use std::fs::{File, OpenOptions};
+use stitch_blockdev::{BlockDevice, Location, NbdDevice, NbdOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 use stitch_format::superblock::{EXT2_MAGIC, SUPERBLOCK_OFFSET};
 use stitch_format::BlockNo;
 
+enum Backend {
+    File(File),
+    Nbd(NbdDevice),
+}
+
 pub struct Target {
-    file: File,
+    backend: Backend,
     path: PathBuf,
     pub is_device: bool,
     pub bytes: u64,
@@ -31,7 +42,40 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
+fn dev_io(e: stitch_blockdev::DevError) -> std::io::Error {
+    std::io::Error::other(e)
+}
+
 impl Target {
+    /// Opens `at`: a path (made if missing; `size` is then required) or
+    /// an NBD export, whose size is the default.
+    pub fn open_at(at: &Location, size: Option<u64>) -> Result<Target, MkfsError> {
+        let uri = match at {
+            Location::Path(path) => return Target::open(path, size),
+            Location::Nbd(uri) => uri,
+        };
+        let path = at.name();
+        let opts = NbdOptions::from_env().map_err(|e| io(&path, "open")(dev_io(e)))?;
+        let dev = NbdDevice::open(uri, opts).map_err(|e| io(&path, "open")(dev_io(e)))?;
+        let current = dev.len_bytes();
+        let bytes = match size {
+            Some(s) if s > current => {
+                return Err(MkfsError::SizeBeyondDevice {
+                    size: s,
+                    device: current,
+                })
+            }
+            Some(s) => s,
+            None => current,
+        };
+        Ok(Target {
+            backend: Backend::Nbd(dev),
+            path,
+            is_device: true,
+            bytes,
+        })
+    }
+
     /// Opens (or creates) `path`; `size` is required for a new file.
     pub fn open(path: &Path, size: Option<u64>) -> Result<Target, MkfsError> {
         let meta = std::fs::metadata(path).ok();
@@ -65,7 +109,7 @@ impl Target {
             }
         };
         Ok(Target {
-            file,
+            backend: Backend::File(file),
             path: path.to_path_buf(),
             is_device,
             bytes,
@@ -75,23 +119,31 @@ impl Target {
     /// Is there an ext2/3/4 superblock at the usual place?
     pub fn has_ext2_magic(&self) -> Result<bool, MkfsError> {
         let mut magic = [0u8; 2];
-        match self
-            .file
-            .read_exact_at(&mut magic, SUPERBLOCK_OFFSET + 0x38)
-        {
+        let at = SUPERBLOCK_OFFSET + 0x38;
+        let read = match &self.backend {
+            Backend::File(f) => f.read_exact_at(&mut magic, at),
+            Backend::Nbd(d) => d.read_bytes(at, &mut magic).map_err(dev_io),
+        };
+        match read {
             Ok(()) => Ok(u16::from_le_bytes(magic) == EXT2_MAGIC),
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
             Err(e) => Err(io(&self.path, "read superblock")(e)),
         }
     }
 
-    /// Makes a regular file all holes at its new size.
+    /// Makes a regular file all holes at its new size; trims an NBD
+    /// export whose server offers it.
     pub fn reset(&mut self) -> Result<(), MkfsError> {
-        if !self.is_device {
-            self.file.set_len(0).map_err(io(&self.path, "truncate"))?;
-            self.file
-                .set_len(self.bytes)
-                .map_err(io(&self.path, "extend"))?;
+        match &self.backend {
+            Backend::File(f) if !self.is_device => {
+                f.set_len(0).map_err(io(&self.path, "truncate"))?;
+                f.set_len(self.bytes).map_err(io(&self.path, "extend"))?;
+            }
+            Backend::File(_) => {}
+            Backend::Nbd(d) => {
+                d.trim_all()
+                    .map_err(|e| io(&self.path, "trim")(dev_io(e)))?;
+            }
         }
         Ok(())
     }
@@ -103,15 +155,25 @@ impl Target {
         block_size: u32,
     ) -> Result<(), MkfsError> {
         let off = block.0 * u64::from(block_size);
-        self.file
-            .write_all_at(data, off)
-            .map_err(io(&self.path, "write"))
+        match &self.backend {
+            Backend::File(f) => f.write_all_at(data, off),
+            Backend::Nbd(d) => d.write_bytes(off, data).map_err(dev_io),
+        }
+        .map_err(io(&self.path, "write"))
     }
 
     /// Writes zeros over blocks `range`.
     pub fn zero(&self, range: std::ops::Range<BlockNo>, block_size: u32) -> Result<(), MkfsError> {
         const CHUNK_BLOCKS: u64 = 256;
         let bs = u64::from(block_size);
+        if let Backend::Nbd(d) = &self.backend {
+            let (off, len) = (range.start.0 * bs, range.end.since(range.start) * bs);
+            if d.zero_bytes(off, len)
+                .map_err(|e| io(&self.path, "zero")(dev_io(e)))?
+            {
+                return Ok(());
+            }
+        }
         let zeros = vec![0u8; (CHUNK_BLOCKS * bs) as usize];
         let mut b = range.start;
         while b < range.end {
@@ -124,6 +186,10 @@ impl Target {
 
     /// The durability point of mkfs: every block above is on the device.
     pub fn sync(&self) -> Result<(), MkfsError> {
-        self.file.sync_all().map_err(io(&self.path, "fsync"))
+        match &self.backend {
+            Backend::File(f) => f.sync_all(),
+            Backend::Nbd(d) => d.flush().map_err(dev_io),
+        }
+        .map_err(io(&self.path, "fsync"))
     }
 }

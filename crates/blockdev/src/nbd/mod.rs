@@ -201,6 +201,27 @@ impl NbdDevice {
         })
     }
 
+    /// Addresses the export in blocks of `block_size` from now on (a
+    /// tool that learns the image's block size from its superblock).
+    pub fn set_block_size(&mut self, block_size: usize) -> Result<(), DevError> {
+        let min = self.conn.caps().min_block;
+        if block_size == 0 || !(block_size as u64).is_multiple_of(min) {
+            return Err(DevError::Refused {
+                target: self.uri.clone(),
+                reason: format!(
+                    "the server's smallest request is {min} bytes, which does not divide the \
+                     block size {block_size}"
+                ),
+            });
+        }
+        let mut p = self.pending_lock();
+        self.send_held(&mut p)?;
+        drop(p);
+        self.geometry = Geometry::new(block_size, self.len_bytes() / block_size as u64)?;
+        self.opts.block_size = block_size;
+        Ok(())
+    }
+
     pub fn uri(&self) -> &str {
         &self.uri
     }

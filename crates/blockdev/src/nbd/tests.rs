@@ -113,7 +113,7 @@ fn a_lone_block_goes_with_fua_instead_of_a_flush() {
 fn one_request_in_flight_still_writes_everything() {
     let server = NbdServer::memory("depth1", "16M");
     let dev = NbdDevice::open(&server.uri(), NbdOptions { depth: 1, ..opts() }).unwrap();
-    let data: Vec<Vec<u8>> = (0..40).map(|i| block(i)).collect();
+    let data: Vec<Vec<u8>> = (0..40).map(block).collect();
     let writes: Vec<BlockWrite<'_>> = data
         .iter()
         .enumerate()

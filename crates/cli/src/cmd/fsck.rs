@@ -7,7 +7,7 @@
 
 use crate::progress;
 use anyhow::Context;
-use std::path::PathBuf;
+use stitch_blockdev::Location;
 use stitch_fsck::CheckOptions;
 
 #[derive(clap::Args)]
@@ -35,8 +35,9 @@ pub struct Args {
     /// memory, and left unchanged. Do not use on a mounted image.
     #[arg(long, conflicts_with_all = ["no", "repair_leaks"])]
     pub recover: bool,
-    /// Image file or block device.
-    pub image: PathBuf,
+    /// Image file, block device, or NBD URI (nbd://HOST[:PORT]/EXPORT,
+    /// nbd+unix:///EXPORT?socket=PATH).
+    pub image: Location,
 }
 
 /// Runs the check and returns the exit code for `main` to use.
@@ -48,14 +49,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let opts = CheckOptions {
         recover: args.recover,
     };
-    let result = stitch_fsck::check(&args.image, &opts, &mut |phase, done, total| {
+    let result = stitch_fsck::check_at(&args.image, &opts, &mut |phase, done, total| {
         progress::show(&bar, phase, done, total)
     });
     progress::clear(&bar);
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("stitchfs fsck: {}: {e}", args.image.display());
+            eprintln!("stitchfs fsck: {}: {e}", args.image);
             return Ok(e.exit_code());
         }
     };
@@ -65,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             serde_json::to_string_pretty(&report).context("encoding the report")?
         );
     } else {
-        println!("{}:", args.image.display());
+        println!("{}:", args.image);
         print!("{report}");
     }
     Ok(report.exit_code())

@@ -3,7 +3,7 @@
 //! `stitch-mkfs` crate).
 
 use anyhow::Context;
-use std::path::PathBuf;
+use stitch_blockdev::Location;
 use stitch_mkfs::{JournalSize, MkfsOptions, Preallocate};
 
 #[derive(clap::Args)]
@@ -27,8 +27,10 @@ pub struct Args {
     /// commit until the log has wrapped once.
     #[arg(long, value_name = "WHAT", default_value = "journal", value_parser = parse_preallocate)]
     pub preallocate: Preallocate,
-    /// Image file (created if missing) or block device.
-    pub image: PathBuf,
+    /// Image file (created if missing), block device, or NBD URI
+    /// (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH; the
+    /// export's size unless --size says less).
+    pub image: Location,
 }
 
 fn parse_preallocate(s: &str) -> Result<Preallocate, String> {
@@ -80,15 +82,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .progress_chars("=> "),
     );
     bar.set_message("writing");
-    let report = stitch_mkfs::mkfs(&args.image, &opts, &mut |done, total| {
+    let report = stitch_mkfs::mkfs_at(&args.image, &opts, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })
-    .with_context(|| format!("mkfs {}", args.image.display()))?;
+    .with_context(|| format!("mkfs {}", args.image))?;
     bar.finish_and_clear();
     println!(
         "{}: {} file system, {} blocks of {} bytes, {} groups, {} inodes{}",
-        args.image.display(),
+        args.image,
         report.kind(),
         report.blocks,
         report.block_size,

@@ -21,15 +21,14 @@
 //! then is the image mounted.
 
 use crate::fuse::{daemon, diag, StitchFuse};
+use crate::image::Opened;
 use crate::repair::Verdict;
 use anyhow::{bail, Context};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use stitch_blockdev::{DevError, FileDevice, OpenOptions};
+use stitch_blockdev::Location;
 use stitch_diskfs::{Consistency, DataMode, DiskFs};
-use stitch_format::superblock::EXT2_MAGIC;
 use stitch_format::Superblock;
 use stitch_memfs::{MemFs, Order};
 
@@ -41,9 +40,11 @@ const DEFAULT_SIZE: u64 = 4 << 30;
 #[derive(clap::Args)]
 pub struct Args {
     /// [IMAGE] MOUNTPOINT: the image (default ./stitchfs.img, made if
-    /// missing) and the directory to mount it on.
+    /// missing; a file, a block device, or an NBD URI such as
+    /// nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH) and the
+    /// directory to mount it on.
     #[arg(value_name = "PATH", num_args = 1..=2, required = true)]
-    pub paths: Vec<PathBuf>,
+    pub paths: Vec<String>,
     /// async | softupdates | journal (default: journal, or softupdates for
     /// an image without a journal); journal-writeback etc. also accepted.
     #[arg(long, value_name = "MODE", value_parser = parse_consistency)]
@@ -118,12 +119,15 @@ fn parse_data(s: &str) -> Result<DataMode, String> {
     s.parse()
 }
 
-/// Everything decided before the process may fork.
+/// Everything decided before the process may fork, and the image, opened:
+/// a failure to open it (locked, refused by its server) is said on the
+/// terminal. The daemon inherits the descriptors (an NBD connection has no
+/// thread of its own), and the parent exits without closing them politely.
 struct Plan {
-    image: PathBuf,
+    image: Location,
+    opened: Opened,
     mountpoint: PathBuf,
     mode: Consistency,
-    block_size: usize,
     config: fuser::Config,
     /// The image was made just now, for this user.
     made: bool,
@@ -170,7 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let unmounter = Arc::new(std::sync::Mutex::new(session.unmount_callable()));
     diag::info(&format!(
         "mounted {} on {} ({}, {} order, {} threads)",
-        plan.image.display(),
+        plan.image,
         plan.mountpoint.display(),
         plan.mode,
         args.order,
@@ -202,6 +206,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .err()
         .map(|e| anyhow::Error::new(e).context("serving FUSE requests"));
     let res = finisher.finish(err);
+    if let Some(nbd) = &plan.opened.nbd {
+        let s = nbd.stats();
+        diag::info(&format!(
+            "{}: {} write requests ({} blocks), {} flushes, {} FUA writes in place of a flush, \
+             {} reads",
+            plan.image, s.write_requests, s.blocks_written, s.flushes, s.fua_writes, s.reads
+        ));
+    }
     if let (true, Err(e)) = (daemonized, &res) {
         // stderr is /dev/null by now.
         diag::error(&format!("{e:#}"));
@@ -315,51 +327,43 @@ fn flush_summary(fs: &MemFs) -> String {
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let (image, mountpoint, named) = match args.paths.as_slice() {
-        [m] => (PathBuf::from(DEFAULT_IMAGE), m, false),
-        [i, m] => (i.clone(), m, true),
+        [m] => (Location::parse(DEFAULT_IMAGE), m, false),
+        [i, m] => (Location::parse(i), m, true),
         _ => bail!("give [IMAGE] MOUNTPOINT"),
     };
-    let image = std::env::current_dir()
-        .context("the current directory")?
-        .join(image);
+    let image = image.absolute_in(&std::env::current_dir().context("the current directory")?);
+    let mountpoint = Path::new(mountpoint);
     let mountpoint = mountpoint
         .canonicalize()
         .with_context(|| format!("mount point {}", mountpoint.display()))?;
     if !mountpoint.is_dir() {
         bail!("mount point {} is not a directory", mountpoint.display());
     }
-    let made = !image.exists();
+    let made = image.as_path().is_some_and(|p| !p.exists());
     if made {
         if named {
             bail!(
-                "{}: no such image (make one with `stitchfs mkfs --journal --size 4G {}`)",
-                image.display(),
-                image.display()
+                "{image}: no such image (make one with `stitchfs mkfs --journal --size 4G {image}`)"
             );
         }
         make_default_image(&image)?;
     }
-    let sb = read_superblock(&image)?;
+    let (opened, sb) = crate::image::open(&image, &refusal)?;
     let mode = choose_mode(args, sb.has_journal(), &image)?;
-    let block_size = sb
-        .block_size()
-        .context("superblock without a block size")?
-        .bytes() as usize;
     let config = fuse_config(args, &image)?;
     Ok(Plan {
         image,
+        opened,
         mountpoint,
         mode,
-        block_size,
         config,
         made,
     })
 }
 
-fn make_default_image(image: &Path) -> anyhow::Result<()> {
+fn make_default_image(image: &Location) -> anyhow::Result<()> {
     diag::info(&format!(
-        "no image named and {} does not exist: making a {} GiB sparse ext3 image there",
-        image.display(),
+        "no image named and {image} does not exist: making a {} GiB sparse ext3 image there",
         DEFAULT_SIZE >> 30
     ));
     let opts = stitch_mkfs::MkfsOptions {
@@ -368,45 +372,26 @@ fn make_default_image(image: &Path) -> anyhow::Result<()> {
         force: false,
         ..Default::default()
     };
-    stitch_mkfs::mkfs(image, &opts, &mut |_, _| {})
-        .with_context(|| format!("mkfs {}", image.display()))?;
+    stitch_mkfs::mkfs_at(image, &opts, &mut |_, _| {}).with_context(|| format!("mkfs {image}"))?;
     Ok(())
 }
 
-/// The primary superblock, read and checked before anything opens the
-/// image for writing: a clear refusal of what is not an ext2/ext3 image.
+/// The primary superblock of an image file, read and checked before
+/// anything opens it for writing (`stitchfs xsync` asks whether a mount
+/// left its image clean).
 pub(crate) fn read_superblock(image: &Path) -> anyhow::Result<Superblock> {
-    let not_ours = || {
-        format!(
-            "{} is not an ext2/ext3 image stitchfs can mount (make one with `stitchfs mkfs`)",
-            image.display()
-        )
-    };
-    let mut f =
-        std::fs::File::open(image).with_context(|| format!("opening {}", image.display()))?;
-    let mut buf = vec![0u8; 2048];
-    f.read_exact(&mut buf)
-        .with_context(|| format!("{}: too small to hold a superblock", image.display()))
-        .with_context(not_ours)?;
-    let ext2 = Superblock::decode_raw(&buf[1024..]).is_some_and(|sb| sb.magic == EXT2_MAGIC);
-    match Superblock::decode(&buf[1024..]) {
-        // An ext2 superblock with values that contradict each other, or a
-        // feature stitchfs does not implement: said as such.
-        Err(e) if ext2 => Err(refusal(image, e.into())),
-        other => other.with_context(not_ours),
-    }
+    crate::image::read_superblock(image, &refusal)
 }
 
 /// The consistency mode: what was asked, checked against the image; by
 /// default journal (data=ordered), or soft updates without a journal.
-fn choose_mode(args: &Args, has_journal: bool, image: &Path) -> anyhow::Result<Consistency> {
+fn choose_mode(args: &Args, has_journal: bool, image: &Location) -> anyhow::Result<Consistency> {
     let mode = match (args.consistency, args.data) {
         (None, data) if has_journal => Consistency::Journal(data.unwrap_or(DataMode::Ordered)),
         (None, None) => {
             diag::info(&format!(
-                "{} has no journal: using soft updates (`stitchfs mkfs --journal` makes \
-                 images that can run journal mode)",
-                image.display()
+                "{image} has no journal: using soft updates (`stitchfs mkfs --journal` makes \
+                 images that can run journal mode)"
             ));
             Consistency::SoftUpdates
         }
@@ -416,19 +401,18 @@ fn choose_mode(args: &Args, has_journal: bool, image: &Path) -> anyhow::Result<C
     };
     if matches!(mode, Consistency::Journal(_)) && !has_journal {
         bail!(
-            "{} has no journal, so it cannot run journal mode: make the image with \
-             `stitchfs mkfs --journal`, or mount with --consistency softupdates",
-            image.display()
+            "{image} has no journal, so it cannot run journal mode: make the image with \
+             `stitchfs mkfs --journal`, or mount with --consistency softupdates"
         );
     }
     Ok(mode)
 }
 
 /// Mount options: ours, then the user's `-o` list.
-fn fuse_config(args: &Args, image: &Path) -> anyhow::Result<fuser::Config> {
+fn fuse_config(args: &Args, image: &Location) -> anyhow::Result<fuser::Config> {
     use fuser::MountOption as M;
     let mut opts = vec![
-        M::FSName(image.display().to_string()),
+        M::FSName(image.to_string()),
         M::CUSTOM("subtype=stitchfs".into()),
         M::DefaultPermissions,
     ];
@@ -511,25 +495,9 @@ fn user_allow_other(conf: &str) -> bool {
         .any(|l| l == "user_allow_other")
 }
 
-/// Opens the image (refused while another process holds it), mounts
-/// diskfs in the chosen mode and memfs over it.
+/// Mounts diskfs on the opened image in the chosen mode, and memfs over it.
 fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
-    let image = plan.image.display();
-    let dev = FileDevice::open(
-        &plan.image,
-        OpenOptions {
-            block_size: plan.block_size,
-            ..OpenOptions::default()
-        },
-    )
-    .map_err(|e| match e {
-        DevError::Locked { .. } => anyhow::anyhow!(
-            "{image} is already mounted (or being checked) by another stitchfs process: \
-             unmount it first"
-        ),
-        e => anyhow::Error::new(e).context(format!("opening {image}")),
-    })?;
-    let disk = mount_disk(plan, Arc::new(dev))?;
+    let disk = mount_disk(plan)?;
     let opts = stitch_memfs::Options {
         memory_limit: args.memory.saturating_mul(1 << 20),
         flush_interval: (args.flush_interval > 0).then(|| Duration::from_secs(args.flush_interval)),
@@ -560,19 +528,19 @@ fn open(plan: &Plan, args: &Args) -> anyhow::Result<MemFs> {
 /// journal to replay (a soft-updates or async mount that stopped: its
 /// group summaries may lag its bitmaps, and it may leak), the checker,
 /// whose leaks are reclaimed and whose corruption is refused (`repair`).
-fn mount_disk(plan: &Plan, dev: Arc<FileDevice>) -> anyhow::Result<DiskFs> {
+fn mount_disk(plan: &Plan) -> anyhow::Result<DiskFs> {
+    let dev = &plan.opened.dev;
     DiskFs::check_mountable(dev.clone(), plan.mode).map_err(|e| refusal(&plan.image, e))?;
-    let sb = read_superblock(&plan.image)?;
+    let sb = crate::image::superblock_of(&plan.image, &*plan.opened.bytes)?;
     if !sb.cleanly_unmounted() && !sb.needs_recovery() {
-        reclaim(&plan.image, dev.clone())?;
+        reclaim(&plan.image, &plan.opened)?;
     }
-    DiskFs::mount(dev, plan.mode, stitch_diskfs::Timestamp::now())
-        .with_context(|| format!("mounting {} ({})", plan.image.display(), plan.mode))
+    DiskFs::mount(dev.clone(), plan.mode, stitch_diskfs::Timestamp::now())
+        .with_context(|| format!("mounting {} ({})", plan.image, plan.mode))
 }
 
 /// The refusal of a damaged image, pointing to the tools that repair it.
-fn refusal(image: &Path, e: stitch_diskfs::DiskError) -> anyhow::Error {
-    let image = image.display();
+fn refusal(image: &Location, e: stitch_diskfs::DiskError) -> anyhow::Error {
     if e.is_damage() {
         let what = match e {
             stitch_diskfs::DiskError::Damaged(d) => d.to_string(),
@@ -591,14 +559,14 @@ fn refusal(image: &Path, e: stitch_diskfs::DiskError) -> anyhow::Error {
 /// After an unclean shutdown without a journal: the checker's verdict, on
 /// a terminal with its progress; leaks reclaimed and said in one line of
 /// the log, corruption refused with what it is.
-fn reclaim(image: &Path, dev: Arc<FileDevice>) -> anyhow::Result<()> {
-    let shown = image.display();
+fn reclaim(image: &Location, opened: &Opened) -> anyhow::Result<()> {
+    let shown = image;
     diag::info(&format!(
         "{shown} was not unmounted cleanly: checking it before mounting"
     ));
     let started = std::time::Instant::now();
     let bar = crate::progress::bar()?;
-    let verdict = crate::repair::reclaim(image, dev, &mut |phase, done, total| {
+    let verdict = crate::repair::reclaim(image, opened, &mut |phase, done, total| {
         crate::progress::show(&bar, phase, done, total)
     });
     crate::progress::clear(&bar);

@@ -6,7 +6,9 @@
 //! exits. Until it has, the image is not clean (`e2fsck -fn` finds a journal
 //! to replay) and a new mount of it is refused. Every stitchfs mount holds an
 //! exclusive `flock` on its image until its server exits, so this waits for
-//! a shared one.
+//! a shared one. A mount whose source is no file (an image on an NBD server,
+//! or `-o fsname`) is asked for its server's process first (`server_pid`
+//! in `stitchfs stats`), and that process is waited for.
 
 use anyhow::{bail, Context};
 use std::fs::File;
@@ -28,9 +30,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(source) = stitchfs_source(&mountinfo, &mountpoint) else {
         bail!("{} is not a stitchfs mount", mountpoint.display());
     };
-    // The source names the image unless `-o fsname` changed it; only an
-    // image can be waited on.
+    // The source names the image unless `-o fsname` changed it or it is
+    // an NBD URI; an image is waited on by its lock, else the server by
+    // its process.
     let image = File::open(&source).ok();
+    let server = match image {
+        Some(_) => None,
+        None => super::stats::read(&mountpoint)
+            .ok()
+            .and_then(|v| v["server_pid"].as_u64())
+            .and_then(|pid| pidfd(pid as i32)),
+    };
     let status = std::process::Command::new("fusermount3")
         .arg("-u")
         .arg(&mountpoint)
@@ -39,9 +49,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !status.success() {
         bail!("fusermount3 -u {} failed ({status})", mountpoint.display());
     }
-    match image {
-        Some(f) => wait_for_server(&f, &source),
-        None => {
+    match (image, server) {
+        (Some(f), _) => wait_for_server(&f, &source),
+        (None, Some(pid)) => wait_for_exit(&pid, &source),
+        (None, None) => {
             eprintln!(
                 "stitchfs: unmounted {}; its source {} is not a file it can wait on \
                  (mounted with -o fsname?), so the server may still be writing",
@@ -60,6 +71,43 @@ fn stitchfs_source(mountinfo: &str, mountpoint: &Path) -> Option<PathBuf> {
         .into_iter()
         .rev()
         .find_map(|(point, source)| (point == mountpoint).then_some(source))
+}
+
+/// A descriptor that becomes readable when process `pid` exits.
+fn pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a fresh descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Blocks until the server process behind `pidfd` has exited.
+fn wait_for_exit(pidfd: &std::os::fd::OwnedFd, source: &Path) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut said = false;
+    loop {
+        let mut p = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, 200) };
+        if n > 0 {
+            return Ok(());
+        }
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(std::io::Error::last_os_error()).context("waiting for the server");
+        }
+        if !said {
+            eprintln!(
+                "stitchfs: waiting for the server to finish writing {}",
+                source.display()
+            );
+            said = true;
+        }
+    }
 }
 
 /// Blocks until no server holds the image's lock.

@@ -132,6 +132,9 @@ impl Source {
         }
         Ok(json!({
             "api": stitch_control::API_VERSION,
+            // The serving process, which `stitchfs umount` waits for when
+            // the mount's source is not a file it can lock (an NBD URI).
+            "server_pid": std::process::id(),
             "order": self.fs.order().to_string(),
             "patches": {
                 "requests": patches.requests,
