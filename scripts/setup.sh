@@ -34,10 +34,11 @@ have tmux || need_apt+=(tmux)
 python3 -c 'import prometheus_client' >/dev/null 2>&1 || need_apt+=(python3-prometheus-client)
 # Images on NBD servers (crates/blockdev/src/nbd): libnbd to build and
 # link against, and nbdkit and qemu-nbd to serve exports in the tests and
-# `stitchfs bench nbd`.
+# `stitchfs bench nbd`, and nbdcopy to read an export into a file for e2fsck.
 [ -e /usr/include/libnbd.h ] || need_apt+=(libnbd-dev)
 have nbdkit || need_apt+=(nbdkit)
 have qemu-nbd || need_apt+=(qemu-utils)
+have nbdcopy || need_apt+=(libnbd-bin)
 if ((${#need_apt[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -q

@@ -46,8 +46,8 @@ pub fn open(
                 },
             )
             .map_err(|e| opening(at, e))?;
-            let bytes = std::fs::File::open(path)
-                .with_context(|| format!("opening {}", path.display()))?;
+            let bytes =
+                std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
             let opened = Opened {
                 dev: Arc::new(dev),
                 bytes: Arc::new(bytes),

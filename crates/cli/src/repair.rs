@@ -101,9 +101,8 @@ pub fn reclaim(
     progress: &mut dyn FnMut(Phase, u64, u64),
 ) -> anyhow::Result<Verdict> {
     let dev = &opened.dev;
-    let check = |progress: &mut dyn FnMut(Phase, u64, u64)| {
-        check(image, opened.bytes.clone(), progress)
-    };
+    let check =
+        |progress: &mut dyn FnMut(Phase, u64, u64)| check(image, opened.bytes.clone(), progress);
     let mut done = Reclaimed::default();
     for _ in 0..MAX_PASSES {
         let report = check(progress)?;
@@ -144,9 +143,7 @@ pub fn run(at: &Location) -> anyhow::Result<i32> {
                 nbd: None,
             }
         }
-        Location::Nbd(_) => {
-            crate::image::open(at, &|at, e| anyhow::anyhow!("{at}: {e}"))?.0
-        }
+        Location::Nbd(_) => crate::image::open(at, &|at, e| anyhow::anyhow!("{at}: {e}"))?.0,
     };
     let image = at;
     match reclaim(image, &opened, &mut |_, _, _| {})? {

@@ -16,7 +16,8 @@
 mod posix_support;
 
 use posix_support::{
-    checked, require_tool, sh, write_file, Mode, Scratch, GIT_ENV, JOURNAL_ORDERED, SOFTUPDATES,
+    checked, require_tool, sh, write_file, Mode, Nbd, Scratch, GIT_ENV, JOURNAL_ORDERED,
+    SOFTUPDATES,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -62,9 +63,8 @@ fn source_tree(root: &Path, seed: u64) {
 /// git init/add/commit on 3,000 files, a second commit that modifies,
 /// deletes and adds files, log, gc (packs and prunes), fsck; after a
 /// remount fsck again, the same HEAD and a clean work tree.
-fn git(mode: Mode) {
+fn git(s: Scratch) {
     require_tool("git", "git");
-    let s = Scratch::new(mode, IMAGE_MB);
     let head = s.with_mount(|mnt| {
         let repo = mnt.join("repo");
         source_tree(&repo, 1);
@@ -135,12 +135,19 @@ fn git(mode: Mode) {
 
 #[test]
 fn git_journal_ordered() {
-    git(JOURNAL_ORDERED);
+    git(Scratch::new(JOURNAL_ORDERED, IMAGE_MB));
+}
+
+/// The image on nbdkit's file plugin, mkfs'd and mounted by URI; e2fsck
+/// judges the file behind the server.
+#[test]
+fn git_journal_ordered_over_nbdkit() {
+    git(Scratch::over_nbd(JOURNAL_ORDERED, IMAGE_MB, Nbd::Nbdkit));
 }
 
 #[test]
 fn git_softupdates() {
-    git(SOFTUPDATES);
+    git(Scratch::new(SOFTUPDATES, IMAGE_MB));
 }
 
 /// Runs `sqlite3 test.db` in `dir` with `sql` on its standard input; it
@@ -160,9 +167,8 @@ fn sqlite3(dir: &Path, sql: &str) -> String {
 /// sqlite3 with its rollback journal: 40 transactions of 100 rows, each in
 /// its own sqlite3 process, then updates and deletes, a transaction rolled
 /// back, integrity_check; again after a remount.
-fn sqlite(mode: Mode) {
+fn sqlite(s: Scratch) {
     require_tool("sqlite3", "sqlite3");
-    let s = Scratch::new(mode, IMAGE_MB);
     let check = "PRAGMA integrity_check; SELECT count(*), sum(length(v)) FROM t;";
     let seen = s.with_mount(|mnt| {
         let dir = mnt.join("db");
@@ -216,7 +222,13 @@ fn sqlite(mode: Mode) {
 
 #[test]
 fn sqlite_journal_ordered() {
-    sqlite(JOURNAL_ORDERED);
+    sqlite(Scratch::new(JOURNAL_ORDERED, IMAGE_MB));
+}
+
+/// The image on qemu-nbd (one client at a time: mkfs, then each mount).
+#[test]
+fn sqlite_journal_ordered_over_qemu_nbd() {
+    sqlite(Scratch::over_nbd(JOURNAL_ORDERED, IMAGE_MB, Nbd::QemuNbd));
 }
 
 /// A tree worth archiving: 1,200 files from empty to 9 MiB (the large

@@ -15,16 +15,16 @@
 
 use crate::MkfsError;
 use std::fs::{File, OpenOptions};
-use stitch_blockdev::{BlockDevice, Location, NbdDevice, NbdOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
+use stitch_blockdev::{BlockDevice, Location, NbdDevice, NbdOptions};
 use stitch_format::superblock::{EXT2_MAGIC, SUPERBLOCK_OFFSET};
 use stitch_format::BlockNo;
 
 enum Backend {
     File(File),
-    Nbd(NbdDevice),
+    Nbd(Box<NbdDevice>),
 }
 
 pub struct Target {
@@ -69,7 +69,7 @@ impl Target {
             None => current,
         };
         Ok(Target {
-            backend: Backend::Nbd(dev),
+            backend: Backend::Nbd(Box::new(dev)),
             path,
             is_device: true,
             bytes,

@@ -1,4 +1,4 @@
-//! NBD servers for tests: Debian's `nbdkit` on a Unix socket in a short
+//! NBD servers for tests: Debian's `nbdkit` or `qemu-nbd` on a Unix socket in a short
 //! temporary directory (a socket's path must fit in 108 bytes), killed
 //! when dropped. A test gets the server's URI, its
 //! process id (to stop, continue or kill it mid-run), and its log.
@@ -20,6 +20,31 @@ impl NbdServer {
     /// `nbdkit` serving `args` (options such as `-r` or `--filter=NAME`,
     /// then a plugin and its parameters).
     pub fn nbdkit(name: &str, args: &[&str]) -> NbdServer {
+        let mut all = vec!["--foreground", "--exit-with-parent", "--unix", "{socket}"];
+        all.extend_from_slice(args);
+        NbdServer::start("nbdkit", name, &all)
+    }
+
+    /// `qemu-nbd` serving the raw file `image`, for one client at a time
+    /// (its default) but staying up between clients.
+    pub fn qemu_nbd(name: &str, image: &Path) -> NbdServer {
+        let image = image.to_str().unwrap();
+        NbdServer::start(
+            "qemu-nbd",
+            name,
+            &[
+                "--socket",
+                "{socket}",
+                "--format",
+                "raw",
+                "--persistent",
+                image,
+            ],
+        )
+    }
+
+    /// Runs `program` with `args`, `{socket}` replaced by the socket path.
+    fn start(program: &str, name: &str, args: &[&str]) -> NbdServer {
         let dir = tempfile::Builder::new()
             .prefix("stitch-nbd")
             .tempdir_in("/tmp")
@@ -28,15 +53,14 @@ impl NbdServer {
         let log = dir.path().join(format!("{name}.log"));
         let _ = std::fs::remove_file(&socket);
         let err = std::fs::File::create(&log).unwrap();
-        let child = Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&socket)
-            .args(args)
+        let sock = socket.to_str().unwrap();
+        let child = Command::new(program)
+            .args(args.iter().map(|a| a.replace("{socket}", sock)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
-            .expect("starting nbdkit (scripts/setup.sh installs it)");
+            .unwrap_or_else(|e| panic!("starting {program} (scripts/setup.sh installs it): {e}"));
         let server = NbdServer {
             child: Some(child),
             socket,
@@ -63,7 +87,7 @@ impl NbdServer {
         while !self.socket.exists() {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "nbdkit did not open {} within 20 s: {}",
+                "the server did not open {} within 20 s: {}",
                 self.socket.display(),
                 self.log_text()
             );

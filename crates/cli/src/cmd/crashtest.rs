@@ -105,6 +105,13 @@ pub struct Args {
     /// --max-states to 8.
     #[arg(long, value_name = "NAMES", conflicts_with = "workload_script")]
     pub program: Option<String>,
+    /// With --program or --workload-script: how each crash image is
+    /// recovered for judging. file: `stitchfs mount` on the image file.
+    /// nbd: the image served by nbdkit's file plugin on a Unix socket and
+    /// mounted by its nbd+unix URI, so recovery runs through the NBD
+    /// device as it would for an image kept on an NBD server.
+    #[arg(long, value_name = "HOW", default_value = "file", value_parser = ["file", "nbd"])]
+    pub recover_over: String,
     /// A program of one's own: the workload, run in the mount's root; each
     /// line it prints is a promise that crashes after it are held to.
     #[arg(long, value_name = "FILE", requires = "checker_script")]

@@ -83,6 +83,7 @@ fn options(args: &Args, scripts: &std::path::Path) -> anyhow::Result<Options> {
         seed: args.seed.unwrap_or_else(random_seed),
         out: args.out.clone(),
         keep: args.keep,
+        over_nbd: args.recover_over == "nbd",
         sample: match args.sample {
             Some(0) => None,
             Some(n) => Some(n),

@@ -1,7 +1,9 @@
 //! Judging one crash image: mounted as a user mounts it (`stitchfs mount`,
 //! which replays the journal or checks an unclean image and refuses
 //! corruption), the program's checker run in its root with the promises
-//! the crash owes, unmounted cleanly, then checked by our fsck.
+//! the crash owes, unmounted cleanly, then checked by our fsck. With
+//! `over_nbd`, the image is served by nbdkit for the mount and its checker,
+//! and mounted by URI: recovery through the NBD device.
 
 use super::builtin::Program;
 use anyhow::Context;
@@ -33,17 +35,63 @@ pub struct Bench {
     pub image: PathBuf,
     pub mnt: PathBuf,
     pub promises: PathBuf,
+    pub over_nbd: bool,
 }
 
 impl Bench {
-    pub fn new(scratch: &Path) -> anyhow::Result<Self> {
+    pub fn new(scratch: &Path, over_nbd: bool) -> anyhow::Result<Self> {
         let mnt = scratch.join("crashed");
         std::fs::create_dir_all(&mnt)?;
         Ok(Bench {
             image: scratch.join("crash.img"),
             mnt,
             promises: scratch.join("promises"),
+            over_nbd,
         })
+    }
+}
+
+/// nbdkit serving a crash image on a Unix socket while it is judged;
+/// killed when dropped.
+struct Served {
+    child: std::process::Child,
+    uri: String,
+}
+
+impl Served {
+    fn start(image: &Path) -> anyhow::Result<Served> {
+        let socket = image.with_extension("sock");
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(&socket)
+            .arg("file")
+            .arg(format!("file={}", image.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting nbdkit (scripts/setup.sh installs it)")?;
+        let served = Served {
+            child,
+            uri: format!("nbd+unix:///?socket={}", socket.display()),
+        };
+        let t0 = Instant::now();
+        while !socket.exists() {
+            anyhow::ensure!(
+                t0.elapsed() < Duration::from_secs(20),
+                "nbdkit did not open {} within 20 s",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(served)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -61,7 +109,15 @@ pub fn judge(
         text.push('\n');
     }
     std::fs::write(&bench.promises, text)?;
-    let mounted = stitchfs(&mount_args(&bench.image, &bench.mnt, mode))?;
+    let served = bench
+        .over_nbd
+        .then(|| Served::start(&bench.image))
+        .transpose()?;
+    let source = match &served {
+        Some(s) => s.uri.clone(),
+        None => bench.image.display().to_string(),
+    };
+    let mounted = stitchfs(&mount_args(&source, &bench.mnt, mode))?;
     if !mounted.status.success() {
         return Ok(Verdict::Inconsistent {
             kind: "mount".into(),
@@ -86,6 +142,7 @@ pub fn judge(
             bench.mnt.display()
         );
     }
+    drop(served);
     let verdict = checked?;
     if verdict != Verdict::Consistent {
         return Ok(verdict);
@@ -101,10 +158,10 @@ pub fn judge(
     Ok(Verdict::Consistent)
 }
 
-fn mount_args(image: &Path, mnt: &Path, mode: Consistency) -> Vec<String> {
+fn mount_args(image: &str, mnt: &Path, mode: Consistency) -> Vec<String> {
     let mut v = vec![
         "mount".to_string(),
-        image.display().to_string(),
+        image.to_string(),
         mnt.display().to_string(),
         "--flush-interval".into(),
         "0".into(),

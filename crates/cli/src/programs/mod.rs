@@ -49,6 +49,8 @@ pub struct Options {
     pub sample: Option<usize>,
     /// Crash states judged at once.
     pub jobs: usize,
+    /// Recover each crash image through an NBD server (`judge::Bench`).
+    pub over_nbd: bool,
 }
 
 /// One crash state judged, as the progress callback sees it.
@@ -103,6 +105,7 @@ fn run_one(
         chosen: &chosen,
         seen: Mutex::new(HashMap::new()),
         done: AtomicUsize::new(0),
+        over_nbd: opts.over_nbd,
     };
     let verdicts = run.judge_all(opts.jobs, scratch, &mut |done| {
         progress(Judged {
@@ -167,6 +170,7 @@ struct Run<'a> {
     /// Verdicts by image digest and promises owed: identical ones once.
     seen: Mutex<HashMap<(u64, usize), Verdict>>,
     done: AtomicUsize,
+    over_nbd: bool,
 }
 
 impl Run<'_> {
@@ -209,7 +213,7 @@ impl Run<'_> {
 
     fn worker(&self, w: usize, jobs: usize, scratch: &Path) -> anyhow::Result<Vec<Judgement>> {
         let dir = scratch.join(format!("judge{w}"));
-        let bench = judge::Bench::new(&dir)?;
+        let bench = judge::Bench::new(&dir, self.over_nbd)?;
         let mut images = ImageBuilder::new(&self.rec.base, &self.rec.log)?;
         let mut out = Vec::new();
         for &index in self.chosen.iter().skip(w).step_by(jobs) {
@@ -334,6 +338,6 @@ pub fn replay(dir: &Path) -> anyhow::Result<Verdict> {
         .lines()
         .map(String::from)
         .collect();
-    let bench = judge::Bench::new(scratch.path())?;
+    let bench = judge::Bench::new(scratch.path(), false)?;
     judge::judge(&bench, &program, mode, &image, &owed)
 }

@@ -221,11 +221,39 @@ pub struct Scratch {
     pub mode: Mode,
     /// Arguments added to the mount command (none by default).
     pub mount_args: Vec<String>,
+    /// The server that exports `image` when mkfs and mount reach it by
+    /// NBD URI ([`Scratch::over_nbd`]).
+    server: Option<stitch_testkit::nbd::NbdServer>,
+}
+
+/// Which NBD server exports the image in [`Scratch::over_nbd`].
+#[derive(Clone, Copy, Debug)]
+pub enum Nbd {
+    Nbdkit,
+    QemuNbd,
 }
 
 impl Scratch {
     /// Makes an image of `size_mb` MiB (ext3 in journal modes).
     pub fn new(mode: Mode, size_mb: u64) -> Scratch {
+        Scratch::make(mode, size_mb, None)
+    }
+
+    /// [`Scratch::new`] with the image file exported by an NBD server:
+    /// mkfs and every mount reach it by URI; [`check_image`] reads the file.
+    pub fn over_nbd(mode: Mode, size_mb: u64, server: Nbd) -> Scratch {
+        Scratch::make(mode, size_mb, Some(server))
+    }
+
+    /// What mkfs and mount are given: the image's path or the server's URI.
+    pub fn target(&self) -> String {
+        match &self.server {
+            Some(s) => s.uri(),
+            None => self.image.display().to_string(),
+        }
+    }
+
+    fn make(mode: Mode, size_mb: u64, nbd: Option<Nbd>) -> Scratch {
         let dir = tempfile::Builder::new()
             .prefix(&format!("posix-{}-", mode.name()))
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -237,13 +265,27 @@ impl Scratch {
             .unwrap();
         let mnt = mnt_dir.path().join("m");
         fs::create_dir(&mnt).unwrap();
+        let server = nbd.map(|kind| {
+            use stitch_testkit::nbd::NbdServer;
+            fs::File::create(&image)
+                .unwrap()
+                .set_len(size_mb << 20)
+                .unwrap();
+            match kind {
+                Nbd::Nbdkit => NbdServer::file("programs", &image),
+                Nbd::QemuNbd => NbdServer::qemu_nbd("programs", &image),
+            }
+        });
+        let target = server
+            .as_ref()
+            .map_or_else(|| image.display().to_string(), |s| s.uri());
         let template =
             std::env::var("STITCH_TEST_MKFS_CMD").unwrap_or_else(|_| DEFAULT_MKFS.to_string());
         let argv = expand(
             &template,
             &[
                 ("stitchfs", env!("CARGO_BIN_EXE_stitchfs").to_string()),
-                ("image", image.display().to_string()),
+                ("image", target),
                 ("size_mb", size_mb.to_string()),
                 ("ext", if mode.journal() { "ext3" } else { "ext2" }.into()),
                 (
@@ -260,13 +302,15 @@ impl Scratch {
             mnt,
             mode,
             mount_args: Vec::new(),
+            server,
         }
     }
 
     /// Mounts the image on `self.mnt`.
     pub fn mount(&self) -> Mounted {
         let dir = self.dir.path();
-        Mounted::new(&self.image, &self.mnt, self.mode, dir, &self.mount_args)
+        let target = PathBuf::from(self.target());
+        Mounted::new(&target, &self.mnt, self.mode, dir, &self.mount_args)
     }
 
     /// Mounts, runs `f` on the mount point, unmounts (checking the
