@@ -95,10 +95,13 @@ def mount(data, out):
         ax.set_xticklabels(phases)
         ax.set_title(label)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(systems), frameon=False)
+    # At most three labels a row, so long ones stay inside the figure.
+    ncol = min(len(systems), 3)
+    rows = -(-len(systems) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
     runs = data["settings"]["runs"]
     fig.suptitle(f"McoreFS workloads through a mount, median of {runs} run(s)")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.035 * rows / len(bases) + 0.02, 1, 1))
     fig.savefig(out, dpi=110)
 
 

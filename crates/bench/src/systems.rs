@@ -176,6 +176,9 @@ enum Kind {
         context: bool,
         /// Spinning on the device during bursts (`--spin`, on by default).
         spin: bool,
+        /// The image served by nbdkit's file plugin on a Unix socket and
+        /// mounted by URI; `None`: the image file itself.
+        nbd: Option<Nbd>,
     },
 }
 
@@ -208,6 +211,7 @@ const fn stitchfs(
             order: None,
             context: false,
             spin: true,
+            nbd: None,
         },
         launch: Launch::Direct,
     }
@@ -228,9 +232,60 @@ const fn floor(id: &'static str, label: &'static str) -> System {
     }
 }
 
+/// How a system over NBD is served.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Nbd {
+    /// Requests in flight (`STITCHFS_NBD_DEPTH`).
+    depth: usize,
+    /// Milliseconds nbdkit's delay filter adds to every read and write, as
+    /// a network's round trip would (0: none, loopback as it is).
+    delay_ms: u32,
+}
+
+/// stitchfs journal on its image served over NBD by nbdkit.
+const fn over_nbd(id: &'static str, label: &'static str, depth: usize, delay_ms: u32) -> System {
+    System {
+        id,
+        label,
+        kind: Kind::Stitchfs {
+            consistency: "journal",
+            data: Some("ordered"),
+            order: None,
+            context: false,
+            spin: true,
+            nbd: Some(Nbd { depth, delay_ms }),
+        },
+        launch: Launch::Direct,
+    }
+}
+
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 22] = [
+pub const SYSTEMS: [System; 26] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
+    over_nbd(
+        "stitchfs-nbd",
+        "stitchfs journal over NBD (nbdkit, 16 in flight)",
+        stitch_blockdev::nbd::DEFAULT_DEPTH,
+        0,
+    ),
+    over_nbd(
+        "stitchfs-nbd-depth1",
+        "stitchfs journal over NBD (nbdkit, 1 in flight)",
+        1,
+        0,
+    ),
+    over_nbd(
+        "stitchfs-nbd-1ms",
+        "stitchfs journal over NBD, 1 ms per request (16 in flight)",
+        stitch_blockdev::nbd::DEFAULT_DEPTH,
+        1,
+    ),
+    over_nbd(
+        "stitchfs-nbd-1ms-depth1",
+        "stitchfs journal over NBD, 1 ms per request (1 in flight)",
+        1,
+        1,
+    ),
     System {
         id: "stitchfs-precise",
         label: "stitchfs journal, precise fsync",
@@ -240,6 +295,7 @@ pub const SYSTEMS: [System; 22] = [
             order: Some("precise"),
             context: false,
             spin: true,
+            nbd: None,
         },
         launch: Launch::Direct,
     },
@@ -252,6 +308,7 @@ pub const SYSTEMS: [System; 22] = [
             order: None,
             context: true,
             spin: true,
+            nbd: None,
         },
         launch: Launch::Direct,
     },
@@ -264,6 +321,7 @@ pub const SYSTEMS: [System; 22] = [
             order: None,
             context: false,
             spin: false,
+            nbd: None,
         },
         launch: Launch::Direct,
     },
@@ -457,6 +515,9 @@ impl System {
                 .or_else(|| installed("mkfs.ext4", "e2fsprogs"))
                 .or_else(fuse),
             Kind::Bindfs => installed("bindfs", "bindfs").or_else(fuse),
+            Kind::Stitchfs { nbd: Some(_), .. } => installed("nbdkit", "nbdkit")
+                .or_else(fuse)
+                .or_else(|| own_subcommand(&["mount"])),
             Kind::Stitchfs { .. } => fuse().or_else(|| own_subcommand(&["mount"])),
             Kind::Floor { .. } => fuse().or_else(|| own_subcommand(&["bench", "floor-server"])),
         };
@@ -524,6 +585,7 @@ impl System {
             label: self.label,
             mnt: mnt.clone(),
             server: None,
+            nbd: None,
             loopdev: None,
             disk: disk_stat_path(&place.dir),
             done: false,
@@ -573,9 +635,19 @@ impl System {
                 order,
                 context,
                 spin,
+                nbd,
             } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
-                cmd.arg("mount").arg(&img).arg(&mnt).args([
+                let source = match nbd {
+                    Some(Nbd { depth, delay_ms }) => {
+                        let (child, uri) = serve_nbd(&img, &place.dir, delay_ms)?;
+                        m.nbd = Some(child);
+                        cmd.env("STITCHFS_NBD_DEPTH", depth.to_string());
+                        std::ffi::OsString::from(uri)
+                    }
+                    None => img.clone().into_os_string(),
+                };
+                cmd.arg("mount").arg(&source).arg(&mnt).args([
                     "--foreground",
                     "-o",
                     "allow_other",
@@ -602,6 +674,49 @@ impl System {
         }
         Ok(m)
     }
+}
+
+/// nbdkit's file plugin serving `img` on a Unix socket in `dir` (short
+/// enough for a socket path), each read and write held `delay_ms` by the
+/// delay filter when not 0; and the URI that reaches it.
+fn serve_nbd(
+    img: &Path,
+    dir: &Path,
+    delay_ms: u32,
+) -> anyhow::Result<(std::process::Child, String)> {
+    let socket = dir.join("nbd.sock");
+    anyhow::ensure!(
+        socket.as_os_str().len() < 100,
+        "{} is too long for a socket path",
+        socket.display()
+    );
+    let _ = std::fs::remove_file(&socket);
+    let mut cmd = Command::new(tool_path("nbdkit"));
+    cmd.args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(&socket);
+    if delay_ms > 0 {
+        cmd.arg("--filter=delay");
+    }
+    cmd.arg("file").arg(format!("file={}", img.display()));
+    if delay_ms > 0 {
+        cmd.arg(format!("delay-read={delay_ms}ms"))
+            .arg(format!("delay-write={delay_ms}ms"));
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting nbdkit")?;
+    let t0 = std::time::Instant::now();
+    while !socket.exists() {
+        if t0.elapsed() > Duration::from_secs(20) || child.try_wait()?.is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("nbdkit did not open {}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((child, format!("nbd+unix:///?socket={}", socket.display())))
 }
 
 /// Why this binary cannot serve a system: it lacks the subcommand `args`
@@ -745,6 +860,9 @@ pub struct Mounted {
     label: &'static str,
     mnt: PathBuf,
     server: Option<Server>,
+    /// nbdkit serving the image, for a system over NBD: stopped after the
+    /// mount's server has exited.
+    nbd: Option<std::process::Child>,
     /// `/dev/loopN`, for a kernel file system.
     loopdev: Option<String>,
     /// The host disk's stat file.
@@ -967,6 +1085,10 @@ impl Mounted {
                 s.log_tail()
             );
         }
+        if let Some(mut n) = self.nbd.take() {
+            let _ = n.kill();
+            let _ = n.wait();
+        }
         r?;
         Ok(c)
     }
@@ -996,6 +1118,10 @@ impl Drop for Mounted {
             .status();
         if let Some(s) = &mut self.server {
             let _ = s.child.wait();
+        }
+        if let Some(n) = &mut self.nbd {
+            let _ = n.kill();
+            let _ = n.wait();
         }
         if let Some(dev) = &self.loopdev {
             let _ = Command::new(tool_path("losetup"))

@@ -42,7 +42,7 @@ pub mod record;
 pub use fault::{FaultDevice, FaultKind};
 pub use file::{wait_for_writer, FileDevice, OpenOptions};
 pub use geometry::Geometry;
-pub use location::{ByteImage, Location};
+pub use location::{io_error, ByteImage, Location};
 pub use mem::MemDevice;
 pub use nbd::{NbdDevice, NbdOptions, NbdStats};
 pub use record::{

@@ -148,9 +148,13 @@ impl ByteImage for File {
     }
 }
 
-fn io_of(e: DevError) -> io::Error {
+/// A block-layer error as an `io::Error`, for callers that report I/O
+/// errors beside the image's name: a refusal keeps its reason alone, so
+/// the name is not said twice.
+pub fn io_error(e: DevError) -> io::Error {
     match e {
         DevError::Io { what, source } => io::Error::new(source.kind(), format!("{what}: {source}")),
+        DevError::Refused { reason, .. } => io::Error::other(reason),
         other => io::Error::other(other.to_string()),
     }
 }
@@ -160,13 +164,13 @@ impl ByteImage for NbdDevice {
         Ok(self.len_bytes())
     }
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.read_bytes(off, buf).map_err(io_of)
+        self.read_bytes(off, buf).map_err(io_error)
     }
     fn write_at(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        self.write_bytes(off, data).map_err(io_of)
+        self.write_bytes(off, data).map_err(io_error)
     }
     fn sync(&self) -> io::Result<()> {
-        crate::BlockDevice::flush(self).map_err(io_of)
+        crate::BlockDevice::flush(self).map_err(io_error)
     }
     fn is_device(&self) -> bool {
         true

@@ -89,6 +89,7 @@ fn opening(at: &Location, e: DevError) -> anyhow::Error {
             "{at} is already mounted (or being checked) by another stitchfs process: \
              unmount it first"
         ),
+        e @ DevError::Refused { .. } => anyhow::Error::new(e),
         e => anyhow::Error::new(e).context(format!("opening {at}")),
     }
 }

@@ -17,7 +17,7 @@
 use crate::error::FsckError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use stitch_blockdev::{ByteImage, Location, NbdDevice, NbdOptions};
+use stitch_blockdev::{io_error, ByteImage, Location, NbdDevice, NbdOptions};
 use stitch_format::BlockNo;
 
 /// Largest single read, so that a run of many blocks has a bounded buffer.
@@ -51,11 +51,9 @@ impl Image {
             Location::Nbd(uri) => {
                 let opts = NbdOptions {
                     read_only: !write,
-                    ..NbdOptions::from_env().map_err(|e| open_err(std::io::Error::other(e)))?
+                    ..NbdOptions::from_env().map_err(|e| open_err(io_error(e)))?
                 };
-                Arc::new(
-                    NbdDevice::open(uri, opts).map_err(|e| open_err(std::io::Error::other(e)))?,
-                )
+                Arc::new(NbdDevice::open(uri, opts).map_err(|e| open_err(io_error(e)))?)
             }
         };
         Image::over(file).map_err(open_err)

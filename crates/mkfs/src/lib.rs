@@ -93,7 +93,8 @@ impl MkfsReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum MkfsError {
-    #[error("{path}: {what}: {source}")]
+    /// Displayed without its source, which error chains print after it.
+    #[error("{path}: {what}")]
     Io {
         path: PathBuf,
         what: &'static str,

@@ -43,7 +43,7 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 }
 
 fn dev_io(e: stitch_blockdev::DevError) -> std::io::Error {
-    std::io::Error::other(e)
+    stitch_blockdev::io_error(e)
 }
 
 impl Target {

@@ -143,16 +143,21 @@ impl Conn {
             return Err(ConnError::Refused(last_error()));
         }
         let raw = Raw(h);
+        let connecting = |e: String| {
+            ConnError::Refused(format!(
+                "cannot connect (is the NBD server running, and the URI right?): {e}"
+            ))
+        };
         // SAFETY: valid handle and C string.
         if unsafe { ffi::nbd_aio_connect_uri(h, c_uri.as_ptr()) } == -1 {
-            return Err(ConnError::Refused(last_error()));
+            return Err(connecting(last_error()));
         }
         let until = Instant::now() + timeout;
         // SAFETY (whole loop): valid handle.
         while unsafe { ffi::nbd_aio_is_ready(h) } != 1 {
             if unsafe { ffi::nbd_aio_is_dead(h) } == 1 || unsafe { ffi::nbd_aio_is_closed(h) } == 1
             {
-                return Err(ConnError::Refused(last_error()));
+                return Err(connecting(last_error()));
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -162,7 +167,7 @@ impl Conn {
                 )));
             }
             if unsafe { ffi::nbd_poll(h, millis(left)) } == -1 {
-                return Err(ConnError::Refused(last_error()));
+                return Err(connecting(last_error()));
             }
         }
         let flag = |v: i32| v == 1;

@@ -132,7 +132,12 @@ struct MountArgs {
     /// Systems to compare, comma-separated, or `all`: stitchfs,
     /// stitchfs-precise (journal, `--order precise`), stitchfs-context
     /// (journal, with the benchmark holding a context on the mount, so
-    /// every request's caller is resolved in full), stitchfs-softupdates,
+    /// every request's caller is resolved in full), stitchfs-nbd and
+    /// stitchfs-nbd-depth1 (journal, the image served by nbdkit's file
+    /// plugin on a Unix socket and mounted by URI, 16 or 1 requests in
+    /// flight), stitchfs-nbd-1ms and stitchfs-nbd-1ms-depth1 (the same with
+    /// nbdkit's delay filter holding every read and write 1 ms, as a
+    /// network's round trip would), stitchfs-softupdates,
     /// stitchfs-writeback, stitchfs-data-journal, stitchfs-async, ext4
     /// (data=ordered), ext4-writeback, ext4-journal,
     /// ext4-sync, ext2, fuse2fs, bindfs, fuse-floor (see `floor-server`).
