@@ -109,4 +109,18 @@ pub trait BlockDevice: Send + Sync {
     fn write_batch(&self, writes: &[BlockWrite<'_>]) -> Result<(), DevError>;
     /// Returns once every write accepted before the call is durable.
     fn flush(&self) -> Result<(), DevError>;
+    /// Tells the device that `count` blocks from `first` hold nothing
+    /// anyone needs (NBD's TRIM), so thin or shared storage can reclaim
+    /// them; what they read afterwards is the device's choice. Returns the
+    /// blocks discarded: 0 where the device has no such notion (the
+    /// default). Advisory: a device that refuses it loses nothing, so a
+    /// refusal is counted, not an error.
+    fn discard(&self, first: BlockNo, count: u64) -> Result<u64, DevError> {
+        let _ = (first, count);
+        Ok(0)
+    }
+    /// Whether [`BlockDevice::discard`] may do anything here.
+    fn discards(&self) -> bool {
+        false
+    }
 }

@@ -588,6 +588,34 @@ impl Allocator {
         Ok(patches)
     }
 
+    /// Calls `f(first, count)` for every run of blocks the bitmaps mark
+    /// free, group by group (bits past the file system's end excluded).
+    pub(crate) fn free_runs(
+        &self,
+        m: &mut Modes,
+        f: &mut dyn FnMut(BlockNo, u64) -> Result<()>,
+    ) -> Result<()> {
+        for g in 0..self.gds.len() {
+            let n = self.layout.blocks_in_group(GroupNo(g as u32)) as usize;
+            let bytes = m.read(self.gds[g].block_bitmap)?.to_vec();
+            let map = Bitmap::new(&bytes);
+            let first = self.group_first(g);
+            let mut bit = 0;
+            while let Some(start) = map.find_clear(bit, n) {
+                let len = 1
+                    + (start + 1..n)
+                        .take_while(|&b| map.get(b) == Some(false))
+                        .count();
+                f(first.plus(start as u64), len as u64)?;
+                bit = start + len;
+                if bit >= n {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether block `block` is marked used in its group's bitmap.
     pub(crate) fn block_marked(&self, m: &mut Modes, block: BlockNo) -> Result<bool> {
         let g = self

@@ -13,7 +13,8 @@
 //!   A journal needing recovery is replayed into the cache behind a held
 //!   patch, and the file system it leaves is what is checked.
 //! - Mount marks the file system not clean and makes that durable before it
-//!   returns; unmount makes everything durable, then marks it clean.
+//!   returns; unmount makes everything durable, then marks it clean, and
+//!   only then discards free blocks (on a device that can).
 
 use crate::alloc::Allocator;
 use crate::diff;
@@ -154,7 +155,29 @@ impl DiskFs {
         self.sb.wtime = now.secs() as u32;
         // `sync` writes the superblock first.
         self.sync()?;
+        self.discard_free()?;
         Ok(self.m.into_cache())
+    }
+
+    /// Tells a device that can discard (NBD's TRIM) that every block the
+    /// bitmaps show free holds nothing; returns how many it took. Only
+    /// once everything is durable (unmount): a block free then is free in
+    /// every state a crash can leave, so no file can come back pointing at
+    /// a trimmed block. While mounted, a freed block may still be named by
+    /// what is on disk until its free commits, so nothing is discarded.
+    fn discard_free(&mut self) -> Result<u64> {
+        let dev = self.m.cache().device().clone();
+        if !dev.discards() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        self.alloc.free_runs(&mut self.m, &mut |first, n| {
+            total += dev
+                .discard(first, n)
+                .map_err(|e| DiskError::Patch(stitch_patch::PatchError::Device(e)))?;
+            Ok(())
+        })?;
+        Ok(total)
     }
 
     /// Writes and flushes everything, the superblock's free totals too (in

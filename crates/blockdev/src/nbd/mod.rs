@@ -26,6 +26,9 @@
 //!   connection could not know what the old one had in flight. A read the
 //!   server answers with an error is reported without latching, as for an
 //!   image file; a read that loses the connection latches.
+//! - TRIM: [`BlockDevice::discard`] trims where the server offers it
+//!   (diskfs discards every free block at a clean unmount); a server's
+//!   error to a trim is counted, not latched, since it loses nothing.
 //! - Locking: there is none across the network; a server that takes one
 //!   client at a time (qemu-nbd's default) keeps a second mount out.
 
@@ -121,6 +124,10 @@ pub struct NbdStats {
     /// Flushes answered by one FUA write instead.
     pub fua_writes: u64,
     pub reads: u64,
+    /// Blocks trimmed ([`BlockDevice::discard`]).
+    pub trimmed_blocks: u64,
+    /// Trims the server answered with an error (nothing is lost by one).
+    pub trim_failures: u64,
 }
 
 /// What the device holds between calls.
@@ -148,6 +155,8 @@ pub struct NbdDevice {
     flushes: AtomicU64,
     fua_writes: AtomicU64,
     reads: AtomicU64,
+    trimmed_blocks: AtomicU64,
+    trim_failures: AtomicU64,
 }
 
 impl std::fmt::Debug for NbdDevice {
@@ -198,6 +207,8 @@ impl NbdDevice {
             flushes: AtomicU64::new(0),
             fua_writes: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            trimmed_blocks: AtomicU64::new(0),
+            trim_failures: AtomicU64::new(0),
         })
     }
 
@@ -244,6 +255,8 @@ impl NbdDevice {
             flushes: get(&self.flushes),
             fua_writes: get(&self.fua_writes),
             reads: get(&self.reads),
+            trimmed_blocks: get(&self.trimmed_blocks),
+            trim_failures: get(&self.trim_failures),
         }
     }
 
@@ -470,6 +483,40 @@ impl BlockDevice for NbdDevice {
         p.unflushed = false;
         self.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn discards(&self) -> bool {
+        self.conn.caps().trim && !self.opts.read_only
+    }
+
+    fn discard(&self, first: BlockNo, count: u64) -> Result<u64, DevError> {
+        if count == 0 || !self.conn.caps().trim {
+            return Ok(0);
+        }
+        self.writable()?;
+        self.geometry.check(first, self.geometry.block_size())?;
+        self.geometry
+            .check(first.plus(count - 1), self.geometry.block_size())?;
+        let mut p = self.pending_lock();
+        self.send_held(&mut p)?;
+        let bs = self.geometry.block_size() as u64;
+        // NBD lengths are 32 bits: at most 1 GiB a request.
+        let step = (1u64 << 30) / bs;
+        let mut done = 0;
+        while done < count {
+            let n = step.min(count - done);
+            let off = self.geometry.offset(first.plus(done));
+            match self.conn.trim(off, n * bs) {
+                Ok(()) => done += n,
+                Err(ConnError::Command { .. }) => {
+                    self.trim_failures.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => return Err(self.failed(format!("trim at {first}"), e, true)),
+            }
+        }
+        self.trimmed_blocks.fetch_add(done, Ordering::Relaxed);
+        Ok(done)
     }
 }
 

@@ -288,3 +288,39 @@ fn servers_that_cannot_hold_an_image_are_refused_with_the_reason() {
     let err = NbdDevice::open("nbd+unix:///?socket=/nonexistent/stitch.sock", opts()).unwrap_err();
     assert!(matches!(err, DevError::Refused { .. }), "{err}");
 }
+
+#[test]
+fn discard_trims_where_the_server_offers_it() {
+    let server = NbdServer::memory("trim", "16M");
+    let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
+    assert!(dev.caps().trim && dev.discards());
+    let d = block(9);
+    let writes: Vec<BlockWrite<'_>> = (10..20)
+        .map(|b| BlockWrite {
+            block: BlockNo(b),
+            data: &d,
+        })
+        .collect();
+    dev.write_batch(&writes).unwrap();
+    dev.flush().unwrap();
+    assert_eq!(dev.discard(BlockNo(12), 5).unwrap(), 5);
+    // nbdkit's memory plugin reads trimmed blocks as zeros.
+    assert_eq!(read(&dev, 12), block(0));
+    assert_eq!(read(&dev, 16), block(0));
+    assert_eq!(read(&dev, 17), d, "past the range: kept");
+    assert_eq!(dev.stats().trimmed_blocks, 5);
+    assert!(matches!(
+        dev.discard(BlockNo(dev.num_blocks() - 1), 2),
+        Err(DevError::OutOfRange { .. })
+    ));
+
+    let dev = NbdDevice::open(
+        &server.uri(),
+        NbdOptions {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+    assert!(!dev.discards(), "a read-only open never discards");
+}

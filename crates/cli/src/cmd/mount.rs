@@ -210,8 +210,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let s = nbd.stats();
         diag::info(&format!(
             "{}: {} write requests ({} blocks), {} flushes, {} FUA writes in place of a flush, \
-             {} reads",
-            plan.image, s.write_requests, s.blocks_written, s.flushes, s.fua_writes, s.reads
+             {} reads, {} free blocks trimmed at unmount{}",
+            plan.image,
+            s.write_requests,
+            s.blocks_written,
+            s.flushes,
+            s.fua_writes,
+            s.reads,
+            s.trimmed_blocks,
+            match s.trim_failures {
+                0 => String::new(),
+                n => format!(" ({n} trims refused by the server)"),
+            }
         ));
     }
     if let (true, Err(e)) = (daemonized, &res) {
