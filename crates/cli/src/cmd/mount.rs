@@ -358,9 +358,22 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         }
         make_default_image(&image)?;
     }
-    let (opened, sb) = crate::image::open(&image, &refusal)?;
+    // A file's superblock is read without opening it for writing, so that
+    // what the options say wrong (another user's allow_other) is said
+    // first; an export's needs the connection, which is kept.
+    let (opened, sb) = match &image {
+        Location::Path(p) => (None, read_superblock(p)?),
+        Location::Nbd(_) => {
+            let (o, sb) = crate::image::open(&image, &refusal)?;
+            (Some(o), sb)
+        }
+    };
     let mode = choose_mode(args, sb.has_journal(), &image)?;
     let config = fuse_config(args, &image)?;
+    let opened = match opened {
+        Some(o) => o,
+        None => crate::image::open(&image, &refusal)?.0,
+    };
     Ok(Plan {
         image,
         opened,
