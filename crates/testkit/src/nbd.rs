@@ -25,6 +25,31 @@ impl NbdServer {
         NbdServer::start("nbdkit", name, &all)
     }
 
+    /// `nbdkit` serving `args` on TCP `port` of 127.0.0.1 (ready once the
+    /// port answers).
+    pub fn nbdkit_tcp(name: &str, port: &str, args: &[&str]) -> NbdServer {
+        let mut all = vec![
+            "--foreground",
+            "--exit-with-parent",
+            "--ipaddr",
+            "127.0.0.1",
+            "--port",
+            port,
+        ];
+        all.extend_from_slice(args);
+        let server = NbdServer::spawn("nbdkit", name, &all);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nbdkit did not listen on port {port}: {}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
     /// `qemu-nbd` serving the raw file `image`, for one client at a time
     /// (its default) but staying up between clients.
     pub fn qemu_nbd(name: &str, image: &Path) -> NbdServer {
@@ -43,8 +68,15 @@ impl NbdServer {
         )
     }
 
-    /// Runs `program` with `args`, `{socket}` replaced by the socket path.
+    /// Runs `program` with `args`, `{socket}` replaced by the socket path,
+    /// and waits for the socket.
     fn start(program: &str, name: &str, args: &[&str]) -> NbdServer {
+        let server = NbdServer::spawn(program, name, args);
+        server.wait_for_socket();
+        server
+    }
+
+    fn spawn(program: &str, name: &str, args: &[&str]) -> NbdServer {
         let dir = tempfile::Builder::new()
             .prefix("stitch-nbd")
             .tempdir_in("/tmp")
@@ -61,14 +93,12 @@ impl NbdServer {
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {program} (scripts/setup.sh installs it): {e}"));
-        let server = NbdServer {
+        NbdServer {
             child: Some(child),
             socket,
             log,
             _dir: dir,
-        };
-        server.wait_for_socket();
-        server
+        }
     }
 
     /// An empty export of `size` (e.g. "256M") in the server's memory.
@@ -95,7 +125,8 @@ impl NbdServer {
         }
     }
 
-    /// The URI that reaches the default export.
+    /// The URI that reaches the default export on the Unix socket (a
+    /// server on TCP is reached as `nbd://127.0.0.1:PORT/`).
     pub fn uri(&self) -> String {
         format!("nbd+unix:///?socket={}", self.socket.display())
     }

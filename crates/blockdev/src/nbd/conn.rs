@@ -148,6 +148,13 @@ impl Conn {
                 "cannot connect (is the NBD server running, and the URI right?): {e}"
             ))
         };
+        // The URI is the user's own, from the command line: let it name
+        // local files (`tls-psk-file`, `tls-certificates`), as libnbd's own
+        // tools do.
+        // SAFETY: valid handle.
+        if unsafe { ffi::nbd_set_uri_allow_local_file(h, true) } == -1 {
+            return Err(ConnError::Refused(last_error()));
+        }
         // SAFETY: valid handle and C string.
         if unsafe { ffi::nbd_aio_connect_uri(h, c_uri.as_ptr()) } == -1 {
             return Err(connecting(last_error()));

@@ -45,6 +45,7 @@ extern "C" {
     pub fn nbd_close(h: *mut Handle);
     pub fn nbd_get_error() -> *const c_char;
     pub fn nbd_get_errno() -> c_int;
+    pub fn nbd_set_uri_allow_local_file(h: *mut Handle, allow: bool) -> c_int;
     pub fn nbd_aio_connect_uri(h: *mut Handle, uri: *const c_char) -> c_int;
     pub fn nbd_poll(h: *mut Handle, timeout: c_int) -> c_int;
     pub fn nbd_aio_is_ready(h: *mut Handle) -> c_int;

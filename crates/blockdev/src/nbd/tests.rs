@@ -324,3 +324,56 @@ fn discard_trims_where_the_server_offers_it() {
     .unwrap();
     assert!(!dev.discards(), "a read-only open never discards");
 }
+
+/// A TCP port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn round_trip(uri: &str) {
+    let dev = NbdDevice::open(uri, opts()).unwrap();
+    let d = block(3);
+    dev.write_batch(&[
+        BlockWrite {
+            block: BlockNo(8),
+            data: &d,
+        },
+        BlockWrite {
+            block: BlockNo(9),
+            data: &d,
+        },
+    ])
+    .unwrap();
+    dev.flush().unwrap();
+    assert_eq!(read(&dev, 9), d);
+}
+
+#[test]
+fn tcp_and_tls_reach_the_server() {
+    let port = free_port().to_string();
+    let tcp = NbdServer::nbdkit_tcp("tcp", &port, &["memory", "16M"]);
+    round_trip(&format!("nbd://127.0.0.1:{port}/"));
+    drop(tcp);
+
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.psk");
+    std::fs::write(
+        &keys,
+        "alice:5d3a7f0e9b1c2d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6\n",
+    )
+    .unwrap();
+    let psk = format!("--tls-psk={}", keys.display());
+    let tls = NbdServer::nbdkit("tls", &["--tls=require", &psk, "memory", "16M"]);
+    let socket = tls.uri().replacen("nbd+unix:///?socket=", "", 1);
+    // In the clear, the server refuses: said, not hung.
+    let err = NbdDevice::open(&tls.uri(), opts()).unwrap_err();
+    assert!(err.to_string().contains("TLS"), "{err}");
+    round_trip(&format!(
+        "nbds+unix://alice@/?socket={socket}&tls-psk-file={}",
+        keys.display()
+    ));
+}
