@@ -297,7 +297,7 @@ fn fault(f: Fault) {
             match f {
                 Fault::KillMidRun => server.kill(),
                 Fault::Errors => fs::write(&trigger, b"").unwrap(),
-                _ => server.signal(libc::SIGSTOP),
+                _ => server.pause(),
             }
             let err = worker.join().unwrap().expect("the loop ends with an error");
             assert!(

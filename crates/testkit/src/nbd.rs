@@ -141,6 +141,33 @@ impl NbdServer {
         unsafe { libc::kill(self.pid(), sig) };
     }
 
+    /// Stops the server (SIGSTOP) and returns once every thread of it is
+    /// stopped: a signal is delivered asynchronously, and a server still
+    /// answering for a moment would let a test's next call through.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.pid());
+        let start = Instant::now();
+        let stopped = || {
+            std::fs::read_dir(&tasks).is_ok_and(|d| {
+                d.flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                        st.rsplit_once(')')
+                            .and_then(|(_, rest)| rest.split_whitespace().next())
+                            == Some("T")
+                    })
+                })
+            })
+        };
+        while !stopped() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Kills the server now (SIGKILL), as a crash of its machine would.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -162,7 +162,7 @@ fn a_silent_server_latches_after_the_timeout_instead_of_hanging() {
         },
     )
     .unwrap();
-    server.signal(libc::SIGSTOP);
+    server.pause();
     let d = block(1);
     let started = std::time::Instant::now();
     let err = dev
