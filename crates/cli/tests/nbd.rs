@@ -12,6 +12,9 @@
 //!   then the server is started again on the same file, the image mounted
 //!   again (the journal replayed), and every file whose fsync returned 0 is
 //!   there, whole; `e2fsck -fn` finds the file behind the server clean.
+//! - A server slower than the timeout (the delay filter): the mount is
+//!   refused within seconds, with the reason, not waited for.
+//! - TRIM at a clean unmount, and `crashtest --recover-over nbd`.
 //!
 //! The real programs (git, sqlite3) over nbdkit and qemu-nbd are in
 //! programs.rs.
@@ -439,4 +442,23 @@ fn free_blocks_are_trimmed_at_unmount() {
     assert!(ok, "{log}");
     drop(server);
     assert_e2fsck_clean(&img);
+}
+
+/// A server slower than the timeout (nbdkit's delay filter holding every
+/// write 5 s, the timeout 2 s): the mount is refused with the reason within
+/// seconds instead of hanging; through a prompt server the image mounts
+/// and unmounts clean.
+#[test]
+fn a_server_slower_than_the_timeout_is_refused_not_waited_for() {
+    set_timeout();
+    let dir = scratch();
+    let img = image_file(dir.path());
+    let mnt = mountpoint(dir.path(), "mnt");
+    let slow = serve("slow", &img, &["--filter=delay"], &["delay-write=5"]);
+    let t0 = Instant::now();
+    let err = mount_support::mount_refused(Path::new(&slow.uri()), &mnt, &[]);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert!(err.contains("answered nothing"), "{err}");
+    drop(slow);
+    recover_and_check(&img, &mnt, &[]);
 }
