@@ -319,16 +319,21 @@ fn xsync_refuses_a_path_off_the_mount() {
 /// unmounted meanwhile, and then leaves the group (a clean unmount made
 /// everything durable). One whose server dies and is taken away holds
 /// CMD's output from then on, and xsync fails: what CMD changed there
-/// may be lost.
+/// may be lost. The same for a mount of an image on an NBD server, whose
+/// superblock xsync reads through a connection of its own.
 #[test]
 fn a_joined_mount_may_go_away_cleanly_but_not_by_a_crash() {
     let a = scratch(JOURNAL_ORDERED);
     let _ma = a.mount();
-    for clean in [true, false] {
-        let b = scratch(SOFTUPDATES);
+    for (clean, nbd) in [(true, false), (false, false), (true, true), (false, true)] {
+        let mut b = match nbd {
+            false => scratch(SOFTUPDATES),
+            true => Scratch::over_nbd(SOFTUPDATES, 64, posix_support::Nbd::Nbdkit),
+        };
+        b.mount_args = vec!["--flush-interval".into(), "0".into()];
         let mb = b.mount();
         // A go-file of this round's own (the first round's stays on a).
-        let go = format!("go-{clean}");
+        let go = format!("go-{clean}-{nbd}");
         let script = format!(
             "echo x > {}/f; echo started; while [ ! -e {go} ]; do sleep 0.05; done; echo after",
             b.mnt.display()

@@ -135,10 +135,29 @@ impl Joined {
     }
 }
 
-/// Whether `image` is an ext2/3 image whose superblock says it was
-/// unmounted cleanly.
+/// Whether `image` (a file, or an NBD URI, read through a connection of
+/// our own) is an ext2/3 image whose superblock says it was unmounted
+/// cleanly.
 fn image_left_clean(image: &Path) -> bool {
-    super::mount::read_superblock(image).is_ok_and(|sb| sb.cleanly_unmounted())
+    use stitch_blockdev::{Location, NbdDevice, NbdOptions};
+    match Location::parse(&image.to_string_lossy()) {
+        Location::Path(p) => {
+            super::mount::read_superblock(&p).is_ok_and(|sb| sb.cleanly_unmounted())
+        }
+        Location::Nbd(uri) => {
+            let read_only = NbdOptions::from_env().map(|o| NbdOptions {
+                read_only: true,
+                ..o
+            });
+            let mut head = vec![0u8; 2048];
+            read_only
+                .and_then(|o| NbdDevice::open(&uri, o))
+                .and_then(|d| d.read_bytes(0, &mut head))
+                .is_ok()
+                && stitch_format::Superblock::decode(&head[1024..])
+                    .is_ok_and(|sb| sb.cleanly_unmounted())
+        }
+    }
 }
 
 fn dev_of(f: &File) -> io::Result<u64> {
