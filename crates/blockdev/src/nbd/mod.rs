@@ -108,8 +108,9 @@ impl NbdOptions {
 }
 
 fn bad_env(name: &str, value: &str, want: &str) -> DevError {
-    DevError::BadGeometry {
-        reason: format!("{name}={value:?}: want {want}"),
+    DevError::Refused {
+        target: "the environment".to_string(),
+        reason: format!("{name}={value:?} is not {want}"),
     }
 }
 

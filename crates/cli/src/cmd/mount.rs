@@ -42,7 +42,10 @@ pub struct Args {
     /// [IMAGE] MOUNTPOINT: the image (default ./stitchfs.img, made if
     /// missing; a file, a block device, or an NBD URI such as
     /// nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH) and the
-    /// directory to mount it on.
+    /// directory to mount it on. Over NBD, STITCHFS_NBD_TIMEOUT (seconds,
+    /// default 30) bounds how long the server may stay silent before the
+    /// mount turns read-only, and STITCHFS_NBD_DEPTH (default 16) how many
+    /// requests are in flight.
     #[arg(value_name = "PATH", num_args = 1..=2, required = true)]
     pub paths: Vec<String>,
     /// async | softupdates | journal (default: journal, or softupdates for
