@@ -247,9 +247,17 @@ impl Conn {
         self.run(&[Cmd::Zero { len, off }])
     }
 
-    /// Tells the server `len` bytes at `off` are unused (NBD_CMD_TRIM).
+    /// Tells the server `len` bytes at `off` are unused (NBD_CMD_TRIM), in
+    /// requests of at most 1 GiB (NBD lengths are 32 bits).
     pub fn trim(&self, off: u64, len: u64) -> Result<(), ConnError> {
-        self.run(&[Cmd::Trim { len, off }])
+        const STEP: u64 = 1 << 30;
+        let cmds: Vec<Cmd> = (0..len.div_ceil(STEP))
+            .map(|i| Cmd::Trim {
+                off: off + i * STEP,
+                len: STEP.min(len - i * STEP),
+            })
+            .collect();
+        self.run(&cmds)
     }
 
     /// Issues `cmds`, at most `depth` unanswered at a time, and waits for

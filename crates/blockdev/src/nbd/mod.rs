@@ -322,15 +322,9 @@ impl NbdDevice {
         self.send_held(&mut p)?;
         p.unflushed = true;
         let size = self.len_bytes();
-        let step = 1u64 << 30;
-        let mut off = 0;
-        while off < size {
-            let len = step.min(size - off);
-            self.conn
-                .trim(off, len)
-                .map_err(|e| self.failed(format!("trim of {len} bytes at {off}"), e, true))?;
-            off += len;
-        }
+        self.conn
+            .trim(0, size)
+            .map_err(|e| self.failed(format!("trim of {size} bytes"), e, true))?;
         Ok(true)
     }
 
@@ -501,21 +495,14 @@ impl BlockDevice for NbdDevice {
         let mut p = self.pending_lock();
         self.send_held(&mut p)?;
         let bs = self.geometry.block_size() as u64;
-        // NBD lengths are 32 bits: at most 1 GiB a request.
-        let step = (1u64 << 30) / bs;
-        let mut done = 0;
-        while done < count {
-            let n = step.min(count - done);
-            let off = self.geometry.offset(first.plus(done));
-            match self.conn.trim(off, n * bs) {
-                Ok(()) => done += n,
-                Err(ConnError::Command { .. }) => {
-                    self.trim_failures.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                Err(e) => return Err(self.failed(format!("trim at {first}"), e, true)),
+        let done = match self.conn.trim(self.geometry.offset(first), count * bs) {
+            Ok(()) => count,
+            Err(ConnError::Command { .. }) => {
+                self.trim_failures.fetch_add(1, Ordering::Relaxed);
+                0
             }
-        }
+            Err(e) => return Err(self.failed(format!("trim at {first}"), e, true)),
+        };
         self.trimmed_blocks.fetch_add(done, Ordering::Relaxed);
         Ok(done)
     }

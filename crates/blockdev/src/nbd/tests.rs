@@ -24,6 +24,18 @@ fn read(dev: &NbdDevice, b: u64) -> Vec<u8> {
     buf
 }
 
+/// Writes `data` to each of `blocks` in one batch.
+fn write(dev: &NbdDevice, blocks: &[u64], data: &[u8]) -> Result<(), DevError> {
+    let writes: Vec<BlockWrite<'_>> = blocks
+        .iter()
+        .map(|&b| BlockWrite {
+            block: BlockNo(b),
+            data,
+        })
+        .collect();
+    dev.write_batch(&writes)
+}
+
 fn assert_latched(dev: &NbdDevice) {
     let mut buf = block(0);
     assert!(matches!(
@@ -72,11 +84,7 @@ fn a_lone_block_goes_with_fua_instead_of_a_flush() {
     let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
     assert!(dev.caps().fua, "nbdkit's memory plugin offers FUA");
     let one = block(7);
-    dev.write_batch(&[BlockWrite {
-        block: BlockNo(3),
-        data: &one,
-    }])
-    .unwrap();
+    write(&dev, &[3], &one).unwrap();
     assert_eq!(read(&dev, 3), one, "a held block reads back");
     dev.flush().unwrap();
     let s = dev.stats();
@@ -84,22 +92,8 @@ fn a_lone_block_goes_with_fua_instead_of_a_flush() {
     // With another write unflushed, the lone block cannot stand for the
     // flush: it is sent plain and the flush is sent.
     let two = block(8);
-    dev.write_batch(&[
-        BlockWrite {
-            block: BlockNo(4),
-            data: &two,
-        },
-        BlockWrite {
-            block: BlockNo(9),
-            data: &two,
-        },
-    ])
-    .unwrap();
-    dev.write_batch(&[BlockWrite {
-        block: BlockNo(5),
-        data: &two,
-    }])
-    .unwrap();
+    write(&dev, &[4, 9], &two).unwrap();
+    write(&dev, &[5], &two).unwrap();
     dev.flush().unwrap();
     let s = dev.stats();
     assert_eq!((s.fua_writes, s.flushes), (1, 1));
@@ -134,17 +128,7 @@ fn a_server_killed_between_write_and_flush_latches_the_device() {
     let mut server = NbdServer::memory("killed", "16M");
     let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
     let d = block(1);
-    dev.write_batch(&[
-        BlockWrite {
-            block: BlockNo(1),
-            data: &d,
-        },
-        BlockWrite {
-            block: BlockNo(2),
-            data: &d,
-        },
-    ])
-    .unwrap();
+    write(&dev, &[1, 2], &d).unwrap();
     server.kill();
     let err = dev.flush().unwrap_err();
     assert!(matches!(err, DevError::Io { .. }), "{err}");
@@ -165,17 +149,7 @@ fn a_silent_server_latches_after_the_timeout_instead_of_hanging() {
     server.pause();
     let d = block(1);
     let started = std::time::Instant::now();
-    let err = dev
-        .write_batch(&[
-            BlockWrite {
-                block: BlockNo(1),
-                data: &d,
-            },
-            BlockWrite {
-                block: BlockNo(2),
-                data: &d,
-            },
-        ])
+    let err = write(&dev, &[1, 2], &d)
         .and_then(|()| dev.flush())
         .unwrap_err();
     assert!(
@@ -208,35 +182,14 @@ fn a_write_error_latches_and_a_read_error_does_not() {
     );
     let dev = NbdDevice::open(&server.uri(), opts()).unwrap();
     let d = block(5);
-    dev.write_batch(&[
-        BlockWrite {
-            block: BlockNo(0),
-            data: &d,
-        },
-        BlockWrite {
-            block: BlockNo(1),
-            data: &d,
-        },
-    ])
-    .unwrap();
+    write(&dev, &[0, 1], &d).unwrap();
     dev.flush().unwrap();
     std::fs::write(&trigger, b"").unwrap();
     let mut buf = block(0);
     let err = dev.read(BlockNo(0), &mut buf).unwrap_err();
     assert!(matches!(err, DevError::Io { .. }), "{err}");
     assert!(dev.failure().is_none(), "a read error does not latch");
-    let err = dev
-        .write_batch(&[
-            BlockWrite {
-                block: BlockNo(0),
-                data: &d,
-            },
-            BlockWrite {
-                block: BlockNo(7),
-                data: &d,
-            },
-        ])
-        .unwrap_err();
+    let err = write(&dev, &[0, 7], &d).unwrap_err();
     assert!(err.to_string().contains("Input/output error"), "{err}");
     std::fs::remove_file(&trigger).unwrap();
     // The server works again, but nothing is retried.
@@ -337,17 +290,7 @@ fn free_port() -> u16 {
 fn round_trip(uri: &str) {
     let dev = NbdDevice::open(uri, opts()).unwrap();
     let d = block(3);
-    dev.write_batch(&[
-        BlockWrite {
-            block: BlockNo(8),
-            data: &d,
-        },
-        BlockWrite {
-            block: BlockNo(9),
-            data: &d,
-        },
-    ])
-    .unwrap();
+    write(&dev, &[8, 9], &d).unwrap();
     dev.flush().unwrap();
     assert_eq!(read(&dev, 9), d);
 }
