@@ -152,6 +152,26 @@ fn refusals_name_the_reason_and_write_nothing() {
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert!(fs::read(&img).unwrap() == before, "nothing was written");
 
+    drop(ro);
+
+    // A damaged image (a group's inode table moved onto the superblock's
+    // block, by debugfs) is refused unchanged, pointed to the tools that
+    // can reach an export.
+    let out = Command::new("debugfs")
+        .args(["-w", "-R", "set_bg 0 inode_table 5"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs: {}", text(&out.stderr));
+    let damaged = fs::read(&img).unwrap();
+    let rw = NbdServer::nbdkit("damaged", &["file", &file_arg]);
+    let err = mount_support::mount_refused(Path::new(&rw.uri()), &mnt, &[]);
+    assert!(
+        err.contains("is damaged") && err.contains("nbdcopy"),
+        "{err}"
+    );
+    assert!(fs::read(&img).unwrap() == damaged, "nothing was written");
+
     let gone = "nbd+unix:///?socket=/nonexistent/stitch.sock";
     let err = mount_support::mount_refused(Path::new(gone), &mnt, &[]);
     assert!(err.contains(gone), "{err}");

@@ -574,11 +574,26 @@ fn refusal(image: &Location, e: stitch_diskfs::DiskError) -> anyhow::Error {
         };
         anyhow::anyhow!(
             "{image} is damaged, so it was not mounted and nothing was written: {what}\n\
-             check it with `e2fsck -fn {image}` or `stitchfs fsck {image}`; `e2fsck -f {image}` \
-             repairs it"
+             check it with {}",
+            repair_advice(image)
         )
     } else {
         anyhow::Error::new(e).context(format!("{image} cannot be mounted; nothing was written"))
+    }
+}
+
+/// The tools that check and repair `image`: e2fsck reads files and block
+/// devices only, so for an image on an NBD server it is pointed at a copy.
+fn repair_advice(image: &Location) -> String {
+    match image {
+        Location::Path(_) => format!(
+            "`e2fsck -fn {image}` or `stitchfs fsck {image}`; `e2fsck -f {image}` repairs it"
+        ),
+        Location::Nbd(_) => format!(
+            "`stitchfs fsck '{image}'`; e2fsck reads the file behind the server, or a copy \
+             (`nbdcopy '{image}' copy.img`), and `e2fsck -f` on the file behind the server \
+             (with the server stopped) repairs it"
+        ),
     }
 }
 
@@ -614,10 +629,11 @@ fn reclaim(image: &Location, opened: &Opened) -> anyhow::Result<()> {
                 .collect();
             bail!(
                 "{shown} was not unmounted cleanly and is damaged, not only leaking, so it was \
-                 not mounted and nothing was written:\n{}\n({} problem(s) in all: see \
-                 `stitchfs fsck {shown}`; `e2fsck -f {shown}` repairs it)",
+                 not mounted and nothing was written:\n{}\n({} problem(s) in all: check it \
+                 with {})",
                 found.join("\n"),
-                report.summary.corruptions
+                report.summary.corruptions,
+                repair_advice(shown)
             )
         }
     }
