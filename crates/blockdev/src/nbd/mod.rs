@@ -518,6 +518,3 @@ impl Drop for NbdDevice {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

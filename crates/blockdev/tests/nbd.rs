@@ -1,8 +1,13 @@
 //! The NBD device against real `nbdkit` servers: data round trips, requests
 //! in flight, FUA in place of a flush, and every failure the module promises
 //! to latch or refuse.
+//!
+//! A test binary of its own: starting a server forks, and a child holds
+//! the parent's descriptors until it execs, which would keep the image
+//! lock of a unit test beside it (file/tests.rs reopens its image).
 
-use super::*;
+use std::time::Duration;
+use stitch_blockdev::{BlockDevice, BlockNo, BlockWrite, DevError, NbdDevice, NbdOptions};
 use stitch_testkit::nbd::NbdServer;
 
 const BS: usize = 4096;
