@@ -160,9 +160,10 @@ enum Kind {
     },
     Fuse2fs,
     Bindfs,
-    /// The FUSE floor server; `spin` as for stitchfs.
+    /// The FUSE floor server; `spin` and `open_requests` as for stitchfs.
     Floor {
         spin: bool,
+        open_requests: bool,
     },
     Stitchfs {
         consistency: &'static str,
@@ -176,6 +177,9 @@ enum Kind {
         context: bool,
         /// Spinning on the device during bursts (`--spin`, on by default).
         spin: bool,
+        /// OPEN and RELEASE sent for every file opened (`--open-requests`,
+        /// off by default).
+        open_requests: bool,
         /// The image served by nbdkit's file plugin on a Unix socket and
         /// mounted by URI; `None`: the image file itself.
         nbd: Option<Nbd>,
@@ -211,6 +215,7 @@ const fn stitchfs(
             order: None,
             context: false,
             spin: true,
+            open_requests: false,
             nbd: None,
         },
         launch: Launch::Direct,
@@ -227,7 +232,10 @@ const fn floor(id: &'static str, label: &'static str) -> System {
     System {
         id,
         label,
-        kind: Kind::Floor { spin: true },
+        kind: Kind::Floor {
+            spin: true,
+            open_requests: false,
+        },
         launch: Launch::Direct,
     }
 }
@@ -253,6 +261,7 @@ const fn over_nbd(id: &'static str, label: &'static str, depth: usize, delay_ms:
             order: None,
             context: false,
             spin: true,
+            open_requests: false,
             nbd: Some(Nbd { depth, delay_ms }),
         },
         launch: Launch::Direct,
@@ -260,7 +269,7 @@ const fn over_nbd(id: &'static str, label: &'static str, depth: usize, delay_ms:
 }
 
 /// Every system `--systems` can name.
-pub const SYSTEMS: [System; 26] = [
+pub const SYSTEMS: [System; 28] = [
     stitchfs("stitchfs", "stitchfs journal", "journal", Some("ordered")),
     over_nbd(
         "stitchfs-nbd",
@@ -295,6 +304,7 @@ pub const SYSTEMS: [System; 26] = [
             order: Some("precise"),
             context: false,
             spin: true,
+            open_requests: false,
             nbd: None,
         },
         launch: Launch::Direct,
@@ -308,6 +318,7 @@ pub const SYSTEMS: [System; 26] = [
             order: None,
             context: true,
             spin: true,
+            open_requests: false,
             nbd: None,
         },
         launch: Launch::Direct,
@@ -321,6 +332,21 @@ pub const SYSTEMS: [System; 26] = [
             order: None,
             context: false,
             spin: false,
+            open_requests: false,
+            nbd: None,
+        },
+        launch: Launch::Direct,
+    },
+    System {
+        id: "stitchfs-open",
+        label: "stitchfs journal, sent opens and releases",
+        kind: Kind::Stitchfs {
+            consistency: "journal",
+            data: Some("ordered"),
+            order: None,
+            context: false,
+            spin: true,
+            open_requests: true,
             nbd: None,
         },
         launch: Launch::Direct,
@@ -406,7 +432,19 @@ pub const SYSTEMS: [System; 26] = [
     System {
         id: "fuse-floor-nospin",
         label: "FUSE floor, never spinning",
-        kind: Kind::Floor { spin: false },
+        kind: Kind::Floor {
+            spin: false,
+            open_requests: false,
+        },
+        launch: Launch::Direct,
+    },
+    System {
+        id: "fuse-floor-open",
+        label: "FUSE floor, sent opens and releases",
+        kind: Kind::Floor {
+            spin: true,
+            open_requests: true,
+        },
         launch: Launch::Direct,
     },
     launched(
@@ -618,7 +656,10 @@ impl System {
                 cmd.arg("-f").arg(place.src()).arg(&mnt);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
-            Kind::Floor { spin } => {
+            Kind::Floor {
+                spin,
+                open_requests,
+            } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.args(["bench", "floor-server"])
                     .arg(&img)
@@ -626,6 +667,9 @@ impl System {
                     .args(["-o", "allow_other"]);
                 if !spin {
                     cmd.args(["--spin", "off"]);
+                }
+                if open_requests {
+                    cmd.args(["--open-requests", "on"]);
                 }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
@@ -635,6 +679,7 @@ impl System {
                 order,
                 context,
                 spin,
+                open_requests,
                 nbd,
             } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
@@ -662,6 +707,9 @@ impl System {
                 }
                 if !spin {
                     cmd.args(["--spin", "off"]);
+                }
+                if open_requests {
+                    cmd.args(["--open-requests", "on"]);
                 }
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
                 if context {

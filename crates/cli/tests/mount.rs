@@ -1376,6 +1376,146 @@ fn df_shows_a_removed_files_room_at_once() {
     m.stop(Stop::Umount);
 }
 
+/// A counter of `stitchfs stats --json` (`a.b.c`), 0 if absent.
+fn figure(mnt: &Path, path: &str) -> u64 {
+    let out = stitchfs(&["stats", "--json", mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    path.split('.')
+        .try_fold(&v, |v, k| v.get(k))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// The requests of opcode `op` the mount has served.
+fn served(mnt: &Path, op: &str) -> u64 {
+    figure(mnt, &format!("requests.{op}.count"))
+}
+
+/// The kernel opens and closes files without a round trip (its no-open
+/// support; `--open-requests on` brings OPEN and RELEASE back): reading
+/// ten files sends no `open` and no `release`, and a new file is made by
+/// `mknod`. Either way a file unlinked while open keeps its data for its
+/// handle, through a flush (on disk it is an orphan), read back from the
+/// server rather than the kernel's cache, and is freed once closed, not
+/// at the unmount: the image is clean after.
+#[test]
+fn files_open_and_close_without_a_round_trip_and_an_unlinked_one_lives_while_open() {
+    for open_requests in ["off", "on"] {
+        let (_dir, img, mnt) = fresh(true);
+        let m = Mounted::start(
+            &img,
+            &mnt,
+            &["--open-requests", open_requests, "--flush-interval", "0"],
+        );
+        let sync = || assert!(stitchfs(&["sync", mnt.to_str().unwrap()]).status.success());
+        let made = (served(&mnt, "create"), served(&mnt, "mknod"));
+        for i in 0..10u8 {
+            fs::write(m.path(&format!("f{i}")), pattern(4096, i)).unwrap();
+        }
+        let made = (
+            served(&mnt, "create") - made.0,
+            served(&mnt, "mknod") - made.1,
+        );
+        let opened = (served(&mnt, "open"), served(&mnt, "release"));
+        for i in 0..10u8 {
+            assert_eq!(
+                fs::read(m.path(&format!("f{i}"))).unwrap(),
+                pattern(4096, i)
+            );
+        }
+        let opened = (
+            served(&mnt, "open") - opened.0,
+            served(&mnt, "release") - opened.1,
+        );
+        match open_requests {
+            // The first create is answered ENOSYS (counted), then mknod.
+            "off" => {
+                assert!(made.0 <= 1 && made.1 == 10, "create, mknod: {made:?}");
+                assert!(opened.0 <= 1 && opened.1 == 0, "open, release: {opened:?}");
+            }
+            _ => {
+                assert_eq!(made, (10, 0), "create, mknod");
+                assert_eq!(opened, (10, 10), "open, release");
+            }
+        }
+
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(m.path("held"))
+            .unwrap();
+        f.write_all(&pattern(8 << 20, 9)).unwrap();
+        sync(); // on disk, so that its removal cannot be absorbed
+        fs::remove_file(m.path("held")).unwrap();
+        sync(); // the unlink reaches the disk while the file is open
+        f.write_all_at(b"after", 8 << 20).unwrap();
+        // Not from the kernel's page cache: from the server.
+        // SAFETY: fadvise on a descriptor we own.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        let mut whole = vec![0u8; (8 << 20) + 5];
+        f.read_exact_at(&mut whole, 0).unwrap();
+        let mut want = pattern(8 << 20, 9);
+        want.extend_from_slice(b"after");
+        assert!(whole == want, "{open_requests}: the unlinked file's data");
+        // Closed, it is freed while mounted (the disk releases the orphan),
+        // and the unmount leaves no leak.
+        let released = figure(&mnt, "memfs.applied.release");
+        drop(f);
+        wait_until("the closed file's release", Duration::from_secs(10), || {
+            sync();
+            figure(&mnt, "memfs.applied.release") > released
+        });
+        m.stop(Stop::Umount);
+    }
+}
+
+/// A file unlinked and still open when the mount is detached (`umount
+/// -l`): the server serves its handle until it is closed, then unmounts,
+/// and the image is left clean, the file freed rather than left on the
+/// disk's list of orphans.
+#[test]
+fn a_file_unlinked_and_open_across_a_lazy_unmount_is_freed_when_closed() {
+    let (_dir, img, mnt) = fresh(true);
+    let mut m = Mounted::start(&img, &mnt, &[]);
+    fs::write(m.path("keep"), b"kept").unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(m.path("gone"))
+        .unwrap();
+    f.write_all(&pattern(1 << 20, 5)).unwrap();
+    fs::remove_file(m.path("gone")).unwrap();
+    assert!(stitchfs(&["sync", mnt.to_str().unwrap()]).status.success());
+    let out = Command::new("umount").arg("-l").arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut whole = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut whole, 0).unwrap();
+    assert!(whole == pattern(1 << 20, 5), "served after the detach");
+    drop(f);
+    let mut child = m.child.take().unwrap();
+    wait_until("the server to exit", Duration::from_secs(15), || {
+        child.try_wait().unwrap().is_some()
+    });
+    assert!(child.wait().unwrap().success(), "{}", m.stderr());
+    assert!(m.stderr().contains("unmounted cleanly"), "{}", m.stderr());
+    assert_e2fsck_clean(&img);
+    let sb = Command::new("dumpe2fs")
+        .arg("-h")
+        .arg(&img)
+        .output()
+        .unwrap();
+    let sb = text(&sb.stdout);
+    assert!(!sb.contains("First orphan inode"), "{sb}");
+    let m = Mounted::start(&img, &mnt, &[]);
+    assert_eq!(fs::read(m.path("keep")).unwrap(), b"kept");
+    assert!(!m.path("gone").exists());
+    m.stop(Stop::Fusermount);
+}
+
 /// What editors and git do: write a new version beside the file, rename
 /// it over the old one. The old version's blocks must be freed.
 #[test]

@@ -76,6 +76,12 @@ struct Node {
     /// Open handles (not saved: none are open at unmount).
     #[serde(skip)]
     open: u32,
+    /// Lookups the kernel holds (entries sent, less those forgotten): an
+    /// unlinked file is kept while the kernel holds it, as the kernel
+    /// opens files without asking when the server answers `open` with
+    /// `ENOSYS`. Not saved: the kernel holds nothing at unmount.
+    #[serde(skip)]
+    held: u64,
     /// The entries by name, built from `entries` when loaded.
     #[serde(skip)]
     index: HashMap<Vec<u8>, u64>,
@@ -97,6 +103,7 @@ impl Node {
             entries: Vec::new(),
             chunks: Vec::new(),
             open: 0,
+            held: 0,
             index: HashMap::new(),
         }
     }
@@ -313,12 +320,12 @@ impl State {
         Ok(())
     }
 
-    /// Frees a node no name and no handle holds any more.
+    /// Frees a node no name, no handle and no kernel lookup holds any more.
     fn drop_if_gone(&mut self, ino: u64) {
         let gone = self
             .nodes
             .get(&ino)
-            .is_some_and(|n| n.nlink == 0 && n.open == 0);
+            .is_some_and(|n| n.nlink == 0 && n.open == 0 && n.held == 0);
         if gone {
             if let Some(n) = self.nodes.remove(&ino) {
                 self.free
@@ -435,6 +442,9 @@ pub struct Floor {
     state: Mutex<State>,
     /// Spinning on the device during bursts, as stitchfs's mount does.
     spin: std::sync::Arc<stitch_fusekit::spin::Spin>,
+    /// `open` and `create` are answered `ENOSYS`, as stitchfs's mount
+    /// answers them unless told `--open-requests on`.
+    no_open: bool,
 }
 
 impl Floor {
@@ -465,6 +475,7 @@ impl Floor {
             path,
             state: Mutex::new(state),
             spin: stitch_fusekit::spin::Spin::new(),
+            no_open: true,
         })
     }
 
@@ -490,11 +501,35 @@ impl Floor {
         self.image.sync_data().map_err(|_| Errno::EIO)
     }
 
+    /// Answers with an entry the kernel will hold.
     fn entry(&self, reply: ReplyEntry, ino: u64) {
         match self.state().node(ino) {
-            Ok(n) => reply.entry(&TTL, &n.attr(ino), Generation(0)),
+            Ok(n) => {
+                n.held += 1;
+                reply.entry(&TTL, &n.attr(ino), Generation(0))
+            }
             Err(e) => reply.error(e),
         }
+    }
+
+    /// Makes the file `name` in `parent` for `req`'s caller.
+    fn make_file(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        open: u32,
+    ) -> Result<(u64, FileAttr)> {
+        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut node = Node::new(Kind::File, (mode & 0o7777) as u16, req.uid(), req.gid());
+        node.open = open;
+        node.held = 1;
+        let mut s = self.state();
+        let ino = s.make(parent.0, name.as_bytes(), node)?;
+        Ok((ino, s.nodes[&ino].attr(ino)))
     }
 }
 
@@ -528,6 +563,20 @@ impl fuser::Filesystem for Floor {
     }
 
     fn destroy(&mut self) {
+        // The kernel forgets nothing more: what it held unlinked goes.
+        {
+            let mut s = self.state();
+            let held: Vec<u64> = s
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.held > 0)
+                .map(|(i, _)| *i)
+                .collect();
+            for ino in held {
+                s.nodes.get_mut(&ino).expect("listed").held = 0;
+                s.drop_if_gone(ino);
+            }
+        }
         if let Err(e) = self.save() {
             eprintln!("stitchfs floor-server: saving the namespace: {e:#}");
         }
@@ -644,6 +693,9 @@ impl fuser::Filesystem for Floor {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_open {
+            return reply.error(Errno::ENOSYS);
+        }
         let r = self.state().node(ino.0).map(|n| n.open += 1);
         answer(reply, r, |reply, ()| {
             reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE)
@@ -660,16 +712,13 @@ impl fuser::Filesystem for Floor {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
-            return reply.error(Errno::EINVAL);
+        if self.no_open {
+            return reply.error(Errno::ENOSYS);
         }
-        let mut node = Node::new(Kind::File, (mode & 0o7777) as u16, req.uid(), req.gid());
-        node.open = 1;
-        let mut s = self.state();
-        match s.make(parent.0, name.as_bytes(), node) {
-            Ok(ino) => {
-                let a = s.nodes[&ino].attr(ino);
-                drop(s);
+        answer(
+            reply,
+            self.make_file(req, parent, name, mode, 1),
+            |reply, (_, a)| {
                 reply.created(
                     &TTL,
                     &a,
@@ -677,9 +726,35 @@ impl fuser::Filesystem for Floor {
                     FileHandle(0),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 )
-            }
-            Err(e) => reply.error(e),
+            },
+        );
+    }
+
+    /// Regular files only (the kernel makes them so when `create` is
+    /// answered `ENOSYS`); the floor keeps no other kind.
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        answer(
+            reply,
+            self.make_file(req, parent, name, mode, 0),
+            |reply, (_, a)| reply.entry(&TTL, &a, Generation(0)),
+        );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut s = self.state();
+        if let Ok(n) = s.node(ino.0) {
+            n.held = n.held.saturating_sub(nlookup);
         }
+        s.drop_if_gone(ino.0);
     }
 
     fn read(
@@ -931,15 +1006,19 @@ impl fuser::Filesystem for Floor {
 
 /// Serves `image` at `mountpoint` until unmounted (`fusermount3 -u`),
 /// spinning on the device during bursts of requests if `spin` (as
-/// stitchfs's mount does unless told `--spin off`).
+/// stitchfs's mount does unless told `--spin off`), and sent `open` and
+/// `release` for every file opened if `open_requests` (as stitchfs's
+/// mount is when told `--open-requests on`).
 pub fn serve(
     image: &Path,
     mountpoint: &Path,
     options: &[String],
     spin: bool,
+    open_requests: bool,
 ) -> anyhow::Result<()> {
     use fuser::MountOption as M;
-    let floor = Floor::open(image)?;
+    let mut floor = Floor::open(image)?;
+    floor.no_open = !open_requests;
     let switch = floor.spin.clone();
     let mut config = fuser::Config::default();
     config.mount_options = vec![

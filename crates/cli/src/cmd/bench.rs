@@ -70,6 +70,10 @@ struct FloorArgs {
     /// FUSE server could reach as stitchfs is served).
     #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
     spin: String,
+    /// Be sent OPEN and RELEASE for every file opened, as `stitchfs mount
+    /// --open-requests` (the same default: off).
+    #[arg(long, value_name = "ON|OFF", default_value = "off", value_parser = ["on", "off"])]
+    open_requests: String,
 }
 
 #[derive(clap::Args)]
@@ -274,9 +278,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Suite::Mount(a) => run_mount(a),
         Suite::Seeds(a) => run_seeds(a),
         Suite::Fsck(a) => stitch_bench::fsck::run(&a.dir, a.files, a.size_mib << 20),
-        Suite::FloorServer(a) => {
-            stitch_floor::serve(&a.image, &a.mountpoint, &a.options, a.spin == "on")
-        }
+        Suite::FloorServer(a) => stitch_floor::serve(
+            &a.image,
+            &a.mountpoint,
+            &a.options,
+            a.spin == "on",
+            a.open_requests == "on",
+        ),
     }
 }
 

@@ -102,6 +102,12 @@ pub struct Args {
     /// core's time after each burst. `off` always sleeps.
     #[arg(long, value_name = "ON|OFF", default_value = "on", value_parser = ["on", "off"])]
     pub spin: String,
+    /// `off`: files are opened and closed without a round trip to this
+    /// server (the kernel's no-open support; a removed file is kept while
+    /// the kernel holds it). `on`: the kernel sends OPEN and RELEASE for
+    /// every file opened, two more requests a file (for comparison).
+    #[arg(long, value_name = "ON|OFF", default_value = "off", value_parser = ["on", "off"])]
+    pub open_requests: String,
     /// Processes that may hold a context (what the control API keeps per
     /// process) at once; one more asking for one gets EAGAIN until others
     /// exit.
@@ -148,7 +154,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     daemon::block_signals().context("blocking signals")?;
     diag::install_panic_hook();
     let fs = open(&plan, &args)?;
-    let server = StitchFuse::new(fs.clone()).with_contexts(args.contexts);
+    let server = StitchFuse::new(fs.clone())
+        .with_contexts(args.contexts)
+        .with_open_requests(args.open_requests == "on");
     let spin = server.spin();
     if let Some(addr) = &args.metrics {
         match crate::fuse::metrics::serve(addr, server.figure_source()) {

@@ -76,6 +76,10 @@ pub struct StitchFuse {
     /// Spinning on the device during bursts of requests (attached by the
     /// mount command to its session; idle otherwise).
     spin: Arc<stitch_fusekit::spin::Spin>,
+    /// Files are opened and closed in the kernel alone (its no-open
+    /// support): `open` is answered `ENOSYS` once, and memfs holds a file
+    /// open while the kernel holds its node (`nodes.rs`).
+    no_open: bool,
 }
 
 /// Processes that may hold a context at once, unless the mount says.
@@ -93,7 +97,16 @@ impl StitchFuse {
             requests: Arc::default(),
             xsync: Arc::default(),
             spin: stitch_fusekit::spin::Spin::new(),
+            no_open: true,
         }
+    }
+
+    /// `true`: the kernel sends `open` and `release` for every file
+    /// opened, and memfs counts those (the mount's `--open-requests on`,
+    /// for comparison); `false`, the default: it sends neither.
+    pub fn with_open_requests(mut self, on: bool) -> Self {
+        self.no_open = !on;
+        self
     }
 
     /// The switch that spins on the session's device during bursts of

@@ -123,8 +123,30 @@ fn perm(mode: u32) -> u16 {
 impl StitchFuse {
     /// Answers with an entry the kernel will hold (`fresh`: a new inode).
     fn entry(&self, reply: ReplyEntry, a: Attr, fresh: bool) {
-        let g = self.nodes.hold(ids::node_of(a.ino).0, fresh);
+        let g = self.hold(ids::node_of(a.ino), a.kind == Kind::Dir, fresh);
         reply.entry(&self.ttl(a.ino), &entry_attr(&a), Generation(g));
+    }
+
+    /// One more lookup of `node` for the kernel to hold (`nodes.rs`);
+    /// returns the generation to send. When the kernel opens files
+    /// without asking, the first pins a file (not a directory: memfs
+    /// keeps no removed directory for its handles) with a memfs open.
+    fn hold(&self, node: INodeNo, dir: bool, fresh: bool) -> u64 {
+        let pin =
+            || self.no_open && !dir && ids::ino_of(node).is_ok_and(|i| self.fs.open(i).is_ok());
+        self.nodes.hold(node.0, fresh, pin)
+    }
+
+    /// The kernel dropped `n` lookups of `node`; after the last, a pinned
+    /// file's memfs open goes (and with it an unlinked file).
+    fn let_go(&self, node: INodeNo, n: u64) {
+        self.nodes.forget(node.0, n, || self.unpin(node.0));
+    }
+
+    fn unpin(&self, node: u64) {
+        if let Ok(i) = ids::ino_of(INodeNo(node)) {
+            let _ = self.fs.release(i);
+        }
     }
 
     /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
@@ -335,7 +357,15 @@ impl fuser::Filesystem for StitchFuse {
 
     /// The kernel dropped `nlookup` of the entries it was sent for `ino`.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.nodes.forget(ino.0, nlookup);
+        self.let_go(ino, nlookup);
+    }
+
+    /// The session is over: the kernel sends no forgets for what it still
+    /// holds as its mount goes, so every pin goes here, and a file that
+    /// is unlinked and still pinned (its forget never read) is freed by
+    /// the unmount's last flush rather than left on the disk's orphans.
+    fn destroy(&mut self) {
+        self.nodes.drain(|node| self.unpin(node));
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -542,15 +572,21 @@ impl fuser::Filesystem for StitchFuse {
         });
     }
 
+    /// Unless the mount counts opens (`--open-requests on`), `ENOSYS`:
+    /// the kernel then opens and closes files without a round trip (no
+    /// `open`, no `release`), with `FOPEN_KEEP_CACHE` as we would answer,
+    /// and a file is held open in memfs by its lookups instead
+    /// (`nodes.rs`).
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.on_inode(
-            req,
-            "open",
-            ino,
-            reply,
-            |i| self.fs.open(i),
-            |r, ()| r.opened(FileHandle(0), OPEN_FLAGS),
-        );
+        let work = |i| -> OpResult<()> {
+            if self.no_open {
+                return Err(Errno::ENOSYS.into());
+            }
+            Ok(self.fs.open(i)?)
+        };
+        self.on_inode(req, "open", ino, reply, work, |r, ()| {
+            r.opened(FileHandle(0), OPEN_FLAGS)
+        });
     }
 
     fn read(
@@ -619,7 +655,15 @@ impl fuser::Filesystem for StitchFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.on_inode(req, "release", ino, reply, |i| self.fs.release(i), ok);
+        // Without opens no `create` is served, so no `release` is sent
+        // (none can reach here but from a kernel that breaks that).
+        let work = |i| -> OpResult<()> {
+            if self.no_open {
+                return Ok(());
+            }
+            Ok(self.fs.release(i)?)
+        };
+        self.on_inode(req, "release", ino, reply, work, ok);
     }
 
     fn fsync(
@@ -720,15 +764,16 @@ impl fuser::Filesystem for StitchFuse {
                 let name = OsStr::from_bytes(&s.name);
                 // The kernel holds every entry it is sent but `.` and `..`.
                 let counted = !matches!(s.name.as_slice(), b"." | b"..");
+                let dir = attr.kind == FileType::Directory;
                 let g = if counted {
-                    self.nodes.hold(attr.ino.0, false)
+                    self.hold(attr.ino, dir, false)
                 } else {
                     self.nodes.generation(attr.ino.0)
                 };
                 let ttl = self.ttl(s.ino);
                 if r.add(attr.ino, next, name, &ttl, &attr, Generation(g)) {
                     if counted {
-                        self.nodes.forget(attr.ino.0, 1); // not sent
+                        self.let_go(attr.ino, 1); // not sent
                     }
                     break;
                 }
@@ -797,6 +842,10 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
+    /// Unless the mount counts opens, `ENOSYS`: the kernel then makes
+    /// every new file with `mknod` and opens it as any other, without a
+    /// round trip. A `create` opens the file in the kernel's eyes, so a
+    /// `release` would follow every one; `mknod` needs none.
     fn create(
         &self,
         req: &Request,
@@ -809,6 +858,9 @@ impl fuser::Filesystem for StitchFuse {
     ) {
         let (uid, gid) = (req.uid(), req.gid());
         let work = |d, n: &[u8]| -> OpResult<Attr> {
+            if self.no_open {
+                return Err(Errno::ENOSYS.into());
+            }
             if node_kind(mode)? != Kind::File {
                 return Err(Errno::EINVAL.into());
             }
@@ -819,7 +871,7 @@ impl fuser::Filesystem for StitchFuse {
             Ok(a)
         };
         self.on_name(req, "create", parent, name, reply, work, |r, a| {
-            let g = self.nodes.hold(ids::node_of(a.ino).0, true);
+            let g = self.hold(ids::node_of(a.ino), false, true);
             r.created(
                 &self.ttl(a.ino),
                 &entry_attr(&a),
