@@ -1397,8 +1397,9 @@ fn served(mnt: &Path, op: &str) -> u64 {
 /// ten files sends no `open` and no `release`, and a new file is made by
 /// `mknod`. Either way a file unlinked while open keeps its data for its
 /// handle, through a flush (on disk it is an orphan), read back from the
-/// server rather than the kernel's cache, and is freed once closed, not
-/// at the unmount: the image is clean after.
+/// server rather than the kernel's cache; its room stays taken while it
+/// is open, and it is freed once closed, not at the unmount: the image is
+/// clean after.
 #[test]
 fn files_open_and_close_without_a_round_trip_and_an_unlinked_one_lives_while_open() {
     for open_requests in ["off", "on"] {
@@ -1440,6 +1441,8 @@ fn files_open_and_close_without_a_round_trip_and_an_unlinked_one_lives_while_ope
             }
         }
 
+        sync();
+        let free = bfree(&mnt);
         let mut f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -1450,6 +1453,9 @@ fn files_open_and_close_without_a_round_trip_and_an_unlinked_one_lives_while_ope
         sync(); // on disk, so that its removal cannot be absorbed
         fs::remove_file(m.path("held")).unwrap();
         sync(); // the unlink reaches the disk while the file is open
+                // Its blocks are still its own, as `df` says.
+        let held = bfree(&mnt);
+        assert!(free - held >= 2048, "{open_requests}: {free} -> {held}");
         f.write_all_at(b"after", 8 << 20).unwrap();
         // Not from the kernel's page cache: from the server.
         // SAFETY: fadvise on a descriptor we own.
@@ -1468,6 +1474,7 @@ fn files_open_and_close_without_a_round_trip_and_an_unlinked_one_lives_while_ope
             sync();
             figure(&mnt, "memfs.applied.release") > released
         });
+        assert!(bfree(&mnt) >= free, "{open_requests}: the room came back");
         m.stop(Stop::Umount);
     }
 }
