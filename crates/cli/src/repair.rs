@@ -6,7 +6,7 @@
 //! the image is left as it is.
 
 use crate::image::Opened;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -129,19 +129,22 @@ pub fn reclaim(
 pub fn run(at: &Location) -> anyhow::Result<i32> {
     let opened = match at {
         Location::Path(image) => {
-            let dev = FileDevice::open(
-                image,
-                OpenOptions {
-                    read_only: false,
-                    direct: false,
-                    block_size: block_size(image)?,
-                },
-            )?;
-            Opened {
-                dev: Arc::new(dev),
-                bytes: Arc::new(std::fs::File::open(image)?),
-                nbd: None,
-            }
+            let open = || -> anyhow::Result<Opened> {
+                let dev = FileDevice::open(
+                    image,
+                    OpenOptions {
+                        read_only: false,
+                        direct: false,
+                        block_size: block_size(image)?,
+                    },
+                )?;
+                Ok(Opened {
+                    dev: Arc::new(dev),
+                    bytes: Arc::new(std::fs::File::open(image)?),
+                    nbd: None,
+                })
+            };
+            open().with_context(|| format!("{}: cannot open", image.display()))?
         }
         Location::Nbd(_) => crate::image::open(at, &|at, e| anyhow::anyhow!("{at}: {e}"))?.0,
     };

@@ -121,6 +121,20 @@ fn fsck_of_a_missing_or_garbage_image_is_an_error_not_a_panic() {
         );
         assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     }
+    // A missing image is named once, by every way of checking it, and
+    // exits 8 (the check could not run).
+    let missing = "/nonexistent/image";
+    for args in [
+        &["fsck", missing][..],
+        &["fsck", "--recover", missing],
+        &["fsck", "--repair-leaks", missing],
+    ] {
+        let out = stitchfs(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(8), "{args:?}: {err}");
+        assert_eq!(err.matches(missing).count(), 1, "{args:?}: {err}");
+        assert!(err.contains("No such file or directory"), "{args:?}: {err}");
+    }
 }
 
 #[test]

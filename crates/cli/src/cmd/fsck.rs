@@ -43,7 +43,11 @@ pub struct Args {
 /// Runs the check and returns the exit code for `main` to use.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.repair_leaks {
-        return crate::repair::run(&args.image);
+        // What stops the repair is, as for a check, exit code 8.
+        return Ok(crate::repair::run(&args.image).unwrap_or_else(|e| {
+            eprintln!("stitchfs fsck: {e:#}");
+            stitch_fsck::EXIT_ERROR
+        }));
     }
     let bar = progress::bar()?;
     let opts = CheckOptions {
@@ -56,7 +60,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("stitchfs fsck: {}: {e}", args.image);
+            match e {
+                // It names the image itself.
+                stitch_fsck::FsckError::Open { .. } => eprintln!("stitchfs fsck: {e}"),
+                _ => eprintln!("stitchfs fsck: {}: {e}", args.image),
+            }
             return Ok(e.exit_code());
         }
     };
