@@ -360,10 +360,10 @@ impl fuser::Filesystem for StitchFuse {
         self.let_go(ino, nlookup);
     }
 
-    /// The session is over: the kernel sends no forgets for what it still
-    /// holds as its mount goes, so every pin goes here, and a file that
-    /// is unlinked and still pinned (its forget never read) is freed by
-    /// the unmount's last flush rather than left on the disk's orphans.
+    /// The session is over: the kernel need not send forgets for what it
+    /// still holds as its mount goes, so every pin goes here, and a file
+    /// that is unlinked and still pinned (its forget never read) is freed
+    /// by the unmount's last flush rather than left on the disk's orphans.
     fn destroy(&mut self) {
         self.nodes.drain(|node| self.unpin(node));
     }
