@@ -160,10 +160,9 @@ enum Kind {
     },
     Fuse2fs,
     Bindfs,
-    /// The FUSE floor server; `spin` and `open_requests` as for stitchfs.
+    /// The FUSE floor server.
     Floor {
-        spin: bool,
-        open_requests: bool,
+        serving: Serving,
     },
     Stitchfs {
         consistency: &'static str,
@@ -175,11 +174,7 @@ enum Kind {
         /// workloads make in full (thread, process, context) instead of
         /// one atomic load: what the lookup costs when contexts are held.
         context: bool,
-        /// Spinning on the device during bursts (`--spin`, on by default).
-        spin: bool,
-        /// OPEN and RELEASE sent for every file opened (`--open-requests`,
-        /// off by default).
-        open_requests: bool,
+        serving: Serving,
         /// The image served by nbdkit's file plugin on a Unix socket and
         /// mounted by URI; `None`: the image file itself.
         nbd: Option<Nbd>,
@@ -214,12 +209,64 @@ const fn stitchfs(
             data,
             order: None,
             context: false,
-            spin: true,
-            open_requests: false,
+            serving: SERVING,
             nbd: None,
         },
         launch: Launch::Direct,
     }
+}
+
+/// How a FUSE server, stitchfs's or the floor's, takes its requests.
+#[derive(Clone, Copy, Debug)]
+struct Serving {
+    /// Spinning on the device during bursts (`--spin`, on by default).
+    spin: bool,
+    /// OPEN and RELEASE sent for every file opened (`--open-requests`,
+    /// off by default).
+    open_requests: bool,
+}
+
+/// Both servers' defaults.
+const SERVING: Serving = Serving {
+    spin: true,
+    open_requests: false,
+};
+
+impl Serving {
+    /// The flags asking `stitchfs mount` or `stitchfs bench floor-server`
+    /// for this.
+    fn add_args(self, cmd: &mut Command) {
+        if !self.spin {
+            cmd.args(["--spin", "off"]);
+        }
+        if self.open_requests {
+            cmd.args(["--open-requests", "on"]);
+        }
+    }
+}
+
+/// `system` (stitchfs or the floor) served as `serving` says.
+const fn served(system: System, serving: Serving) -> System {
+    let kind = match system.kind {
+        Kind::Floor { .. } => Kind::Floor { serving },
+        Kind::Stitchfs {
+            consistency,
+            data,
+            order,
+            context,
+            nbd,
+            ..
+        } => Kind::Stitchfs {
+            consistency,
+            data,
+            order,
+            context,
+            serving,
+            nbd,
+        },
+        other => other,
+    };
+    System { kind, ..system }
 }
 
 /// `system` with its programs run as `launch` runs them.
@@ -232,10 +279,7 @@ const fn floor(id: &'static str, label: &'static str) -> System {
     System {
         id,
         label,
-        kind: Kind::Floor {
-            spin: true,
-            open_requests: false,
-        },
+        kind: Kind::Floor { serving: SERVING },
         launch: Launch::Direct,
     }
 }
@@ -260,8 +304,7 @@ const fn over_nbd(id: &'static str, label: &'static str, depth: usize, delay_ms:
             data: Some("ordered"),
             order: None,
             context: false,
-            spin: true,
-            open_requests: false,
+            serving: SERVING,
             nbd: Some(Nbd { depth, delay_ms }),
         },
         launch: Launch::Direct,
@@ -303,8 +346,7 @@ pub const SYSTEMS: [System; 28] = [
             data: Some("ordered"),
             order: Some("precise"),
             context: false,
-            spin: true,
-            open_requests: false,
+            serving: SERVING,
             nbd: None,
         },
         launch: Launch::Direct,
@@ -317,40 +359,35 @@ pub const SYSTEMS: [System; 28] = [
             data: Some("ordered"),
             order: None,
             context: true,
-            spin: true,
-            open_requests: false,
+            serving: SERVING,
             nbd: None,
         },
         launch: Launch::Direct,
     },
-    System {
-        id: "stitchfs-nospin",
-        label: "stitchfs journal, never spinning",
-        kind: Kind::Stitchfs {
-            consistency: "journal",
-            data: Some("ordered"),
-            order: None,
-            context: false,
+    served(
+        stitchfs(
+            "stitchfs-nospin",
+            "stitchfs journal, never spinning",
+            "journal",
+            Some("ordered"),
+        ),
+        Serving {
             spin: false,
-            open_requests: false,
-            nbd: None,
+            ..SERVING
         },
-        launch: Launch::Direct,
-    },
-    System {
-        id: "stitchfs-open",
-        label: "stitchfs journal, sent opens and releases",
-        kind: Kind::Stitchfs {
-            consistency: "journal",
-            data: Some("ordered"),
-            order: None,
-            context: false,
-            spin: true,
+    ),
+    served(
+        stitchfs(
+            "stitchfs-open",
+            "stitchfs journal, sent opens and releases",
+            "journal",
+            Some("ordered"),
+        ),
+        Serving {
             open_requests: true,
-            nbd: None,
+            ..SERVING
         },
-        launch: Launch::Direct,
-    },
+    ),
     launched(
         stitchfs(
             "stitchfs-stream",
@@ -429,24 +466,20 @@ pub const SYSTEMS: [System; 28] = [
         launch: Launch::Direct,
     },
     floor("fuse-floor", "FUSE floor"),
-    System {
-        id: "fuse-floor-nospin",
-        label: "FUSE floor, never spinning",
-        kind: Kind::Floor {
+    served(
+        floor("fuse-floor-nospin", "FUSE floor, never spinning"),
+        Serving {
             spin: false,
-            open_requests: false,
+            ..SERVING
         },
-        launch: Launch::Direct,
-    },
-    System {
-        id: "fuse-floor-open",
-        label: "FUSE floor, sent opens and releases",
-        kind: Kind::Floor {
-            spin: true,
+    ),
+    served(
+        floor("fuse-floor-open", "FUSE floor, sent opens and releases"),
+        Serving {
             open_requests: true,
+            ..SERVING
         },
-        launch: Launch::Direct,
-    },
+    ),
     launched(
         floor("fuse-floor-nofsync", "FUSE floor, fsyncs dropped"),
         Launch::NoFsync,
@@ -656,21 +689,13 @@ impl System {
                 cmd.arg("-f").arg(place.src()).arg(&mnt);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
-            Kind::Floor {
-                spin,
-                open_requests,
-            } => {
+            Kind::Floor { serving } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.args(["bench", "floor-server"])
                     .arg(&img)
                     .arg(&mnt)
                     .args(["-o", "allow_other"]);
-                if !spin {
-                    cmd.args(["--spin", "off"]);
-                }
-                if open_requests {
-                    cmd.args(["--open-requests", "on"]);
-                }
+                serving.add_args(&mut cmd);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
             }
             Kind::Stitchfs {
@@ -678,8 +703,7 @@ impl System {
                 data,
                 order,
                 context,
-                spin,
-                open_requests,
+                serving,
                 nbd,
             } => {
                 let mut cmd = Command::new(std::env::current_exe()?);
@@ -705,12 +729,7 @@ impl System {
                 if let Some(o) = order {
                     cmd.args(["--order", o]);
                 }
-                if !spin {
-                    cmd.args(["--spin", "off"]);
-                }
-                if open_requests {
-                    cmd.args(["--open-requests", "on"]);
-                }
+                serving.add_args(&mut cmd);
                 m.server = Some(Server::start(cmd, place.log(self.id), &mnt)?);
                 if context {
                     let root = File::open(&mnt)?;
@@ -1493,6 +1512,43 @@ fn host_fs(dir: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flags each FUSE server is started with, for its systems.
+    fn serving_flags(id: &str) -> Vec<String> {
+        let system = select(id).unwrap()[0];
+        let serving = match system.kind {
+            Kind::Floor { serving } | Kind::Stitchfs { serving, .. } => serving,
+            _ => panic!("{id} is not a FUSE server of ours"),
+        };
+        let mut cmd = Command::new("true");
+        serving.add_args(&mut cmd);
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The variants of stitchfs and the floor ask for what their names
+    /// say, and keep everything else of the system they vary.
+    #[test]
+    fn served_variants_change_only_how_requests_are_taken() {
+        for (id, want) in [
+            ("stitchfs", &[][..]),
+            ("fuse-floor", &[]),
+            ("stitchfs-nospin", &["--spin", "off"]),
+            ("fuse-floor-nospin", &["--spin", "off"]),
+            ("stitchfs-open", &["--open-requests", "on"]),
+            ("fuse-floor-open", &["--open-requests", "on"]),
+        ] {
+            assert_eq!(serving_flags(id), want, "{id}");
+        }
+        let Kind::Stitchfs {
+            consistency, data, ..
+        } = select("stitchfs-open").unwrap()[0].kind
+        else {
+            panic!("stitchfs-open is stitchfs");
+        };
+        assert_eq!((consistency, data), ("journal", Some("ordered")));
+    }
 
     /// A process with its working directory or an open file under a
     /// directory is found; one elsewhere is not.

@@ -520,7 +520,7 @@ impl Floor {
         name: &OsStr,
         mode: u32,
         open: u32,
-    ) -> Result<(u64, FileAttr)> {
+    ) -> Result<FileAttr> {
         if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
             return Err(Errno::EINVAL);
         }
@@ -529,7 +529,7 @@ impl Floor {
         node.held = 1;
         let mut s = self.state();
         let ino = s.make(parent.0, name.as_bytes(), node)?;
-        Ok((ino, s.nodes[&ino].attr(ino)))
+        Ok(s.nodes[&ino].attr(ino))
     }
 }
 
@@ -568,12 +568,14 @@ impl fuser::Filesystem for Floor {
             let mut s = self.state();
             let held: Vec<u64> = s
                 .nodes
-                .iter()
+                .iter_mut()
                 .filter(|(_, n)| n.held > 0)
-                .map(|(i, _)| *i)
+                .map(|(ino, n)| {
+                    n.held = 0;
+                    *ino
+                })
                 .collect();
             for ino in held {
-                s.nodes.get_mut(&ino).expect("listed").held = 0;
                 s.drop_if_gone(ino);
             }
         }
@@ -718,7 +720,7 @@ impl fuser::Filesystem for Floor {
         answer(
             reply,
             self.make_file(req, parent, name, mode, 1),
-            |reply, (_, a)| {
+            |reply, a| {
                 reply.created(
                     &TTL,
                     &a,
@@ -745,7 +747,7 @@ impl fuser::Filesystem for Floor {
         answer(
             reply,
             self.make_file(req, parent, name, mode, 0),
-            |reply, (_, a)| reply.entry(&TTL, &a, Generation(0)),
+            |reply, a| reply.entry(&TTL, &a, Generation(0)),
         );
     }
 
