@@ -1651,6 +1651,55 @@ fn fsynced_data_survives_a_killed_daemon() {
     m.stop(Stop::Sigterm);
 }
 
+/// A file unlinked while open reaches the disk unlinked and still held;
+/// the daemon is killed with it still open. In journal mode it is on
+/// ext3's orphan list, and the next mount finishes it: gone, its room
+/// back. Soft updates keep no orphan list (as the kernel's ext2): the
+/// check before the next mount finds an inode no name reaches and
+/// reconnects it to lost+found whole, as e2fsck would. Either way what
+/// was synced beside it is there and e2fsck finds the image clean after.
+#[test]
+fn a_file_unlinked_while_open_is_finished_after_a_killed_daemon() {
+    for journal in [true, false] {
+        let (_dir, img, mnt) = fresh(journal);
+        let mut m = Mounted::start(&img, &mnt, &["--flush-interval", "0"]);
+        let sync = || assert!(stitchfs(&["sync", mnt.to_str().unwrap()]).status.success());
+        fs::write(m.path("kept"), b"kept").unwrap();
+        sync();
+        let free = bfree(&mnt);
+        fs::write(m.path("big"), pattern(8 << 20, 4)).unwrap();
+        sync();
+        let held = File::open(m.path("big")).unwrap();
+        fs::remove_file(m.path("big")).unwrap();
+        sync();
+        assert!(
+            free - bfree(&mnt) >= 2048,
+            "journal {journal}: held while open"
+        );
+        let mut child = m.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop(held);
+        fusermount_u(&mnt);
+        let m = Mounted::start(&img, &mnt, &[]);
+        assert_eq!(fs::read(m.path("kept")).unwrap(), b"kept");
+        assert!(!m.path("big").exists());
+        let found: Vec<PathBuf> = fs::read_dir(m.path("lost+found"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        if journal {
+            assert!(found.is_empty(), "{found:?}");
+            let back = bfree(&mnt);
+            assert!(back >= free, "the room came back: {free} then {back}");
+        } else {
+            assert_eq!(found.len(), 1, "{found:?}\n{}", m.stderr());
+            assert!(fs::read(&found[0]).unwrap() == pattern(8 << 20, 4));
+        }
+        m.stop(Stop::Umount);
+    }
+}
+
 /// Write-behind: a file past the bound reaches the image while it is still
 /// open and unsynced, so a daemon killed then leaves a whole prefix of it,
 /// never bytes it did not write, on an image e2fsck passes.
