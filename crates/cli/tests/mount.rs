@@ -1353,7 +1353,9 @@ fn bfree(p: &Path) -> u64 {
 
 /// `df` shows a removed file's room at once, not at the next flush, and
 /// the flush that frees it leaves the figure where it was (a file without
-/// holes: its data and indirect blocks are counted exactly).
+/// holes: its data and indirect blocks are counted exactly). The kernel's
+/// forget, which frees a file nobody has open, may be served by the other
+/// thread after the `statfs`: the mount waits for it.
 #[test]
 fn df_shows_a_removed_files_room_at_once() {
     let (_dir, img, mnt) = fresh(true);
@@ -1373,6 +1375,14 @@ fn df_shows_a_removed_files_room_at_once() {
     assert_eq!(at_once - before, blocks);
     sync();
     assert_eq!(bfree(&mnt), at_once, "after the flush");
+    // A version renamed over is removed too, and its room shows at once.
+    fs::write(m.path("old"), pattern(4 << 20, 5)).unwrap();
+    fs::write(m.path("new"), b"new version").unwrap();
+    sync();
+    let old = fs::metadata(m.path("old")).unwrap().blocks() / 8;
+    let before = bfree(&mnt);
+    fs::rename(m.path("new"), m.path("old")).unwrap();
+    assert_eq!(bfree(&mnt) - before, old, "renamed over");
     m.stop(Stop::Umount);
 }
 

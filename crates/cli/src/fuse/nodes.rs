@@ -25,9 +25,28 @@
 //! in memfs (one memfs open) from its first lookup the kernel holds to
 //! the forget that drops the last, and memfs keeps an unlinked file's
 //! data, in memory and on disk, until then.
+//!
+//! So a file nobody has open is freed by the forget, not by the `unlink`
+//! that took its last name. The kernel queues that forget before the
+//! `unlink` returns, but it is one request among others, served by
+//! whichever thread reads it: a `statfs` asked right after can be served
+//! by the other thread first, and `df` would not yet count the room (a
+//! script that removes files until `df` shows enough would remove one too
+//! many). So a removal that leaves a pinned file without a name marks it
+//! *awaited*, and [`Nodes::settle`], which `statfs` calls first, waits
+//! until the forget has freed it, or, should the file be open somewhere
+//! (no forget comes until it is closed), until [`GRACE`] has passed since
+//! the removal.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long [`Nodes::settle`] waits after a removal for its forget: far
+/// longer than the kernel takes to send it and a thread to begin it, and
+/// short enough not to be noticed where the file was open after all.
+pub(crate) const GRACE: Duration = Duration::from_millis(20);
 
 const SHARDS: usize = 16;
 
@@ -43,6 +62,11 @@ struct Held {
 #[derive(Default)]
 pub(crate) struct Nodes {
     shards: [Mutex<HashMap<u64, Held>>; SHARDS],
+    /// Pinned ids left without a name, and when (see the module's doc).
+    /// Taken after a shard's lock where both are held.
+    awaited: Mutex<HashMap<u64, Instant>>,
+    /// How many `awaited` holds, so that most calls need not lock it.
+    awaiting: AtomicUsize,
 }
 
 impl Nodes {
@@ -86,9 +110,50 @@ impl Nodes {
             if h.lookups == 0 {
                 if h.pinned {
                     unpin();
+                    self.arrived(id);
                 }
                 m.remove(&id);
             }
+        }
+    }
+
+    fn lock_awaited(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
+        self.awaited.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A removal left `id` without a name: if it is pinned, its forget
+    /// frees it, and [`Nodes::settle`] waits for that forget.
+    pub(crate) fn await_forget(&self, id: u64) {
+        let m = self.shard(id);
+        if m.get(&id).is_some_and(|h| h.pinned) {
+            let mut a = self.lock_awaited();
+            a.insert(id, Instant::now());
+            self.awaiting.store(a.len(), Ordering::Release);
+        }
+    }
+
+    /// `id`'s forget came and freed what it pinned.
+    fn arrived(&self, id: u64) {
+        if self.awaiting.load(Ordering::Acquire) > 0 {
+            let mut a = self.lock_awaited();
+            a.remove(&id);
+            self.awaiting.store(a.len(), Ordering::Release);
+        }
+    }
+
+    /// Returns once every awaited forget has come, or its file has had
+    /// [`GRACE`] since its removal to be let go of (it is open somewhere).
+    pub(crate) fn settle(&self) {
+        while self.awaiting.load(Ordering::Acquire) > 0 {
+            {
+                let mut a = self.lock_awaited();
+                a.retain(|_, since| since.elapsed() < GRACE);
+                self.awaiting.store(a.len(), Ordering::Release);
+                if a.is_empty() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
@@ -103,6 +168,8 @@ impl Nodes {
                 }
             }
         }
+        self.lock_awaited().clear();
+        self.awaiting.store(0, Ordering::Release);
     }
 
     #[cfg(test)]
@@ -168,5 +235,38 @@ mod tests {
         n.drain(|id| drained.push(id));
         assert_eq!(drained, vec![31]);
         assert_eq!(n.held(31), None);
+    }
+
+    #[test]
+    fn settling_waits_for_the_forget_of_a_removed_pinned_file() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Barrier;
+        let n = Nodes::default();
+        n.hold(40, true, || true);
+        n.hold(41, true, || false);
+        n.await_forget(41); // not pinned: no forget frees it
+        n.await_forget(42); // not held at all
+        assert_eq!(n.awaiting.load(Ordering::Acquire), 0);
+        n.await_forget(40);
+        let (go, freed) = (Barrier::new(2), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                go.wait();
+                // Slower than a settle that did not wait would take.
+                std::thread::sleep(Duration::from_millis(5));
+                n.forget(40, 1, || freed.store(true, Ordering::SeqCst));
+            });
+            go.wait();
+            n.settle();
+            assert!(freed.load(Ordering::SeqCst), "settled before the forget");
+        });
+        assert_eq!(n.awaiting.load(Ordering::Acquire), 0);
+        // A removed file held open sends no forget: settling gives up
+        // after the grace, and forgets the wait.
+        n.hold(43, true, || true);
+        n.await_forget(43);
+        n.settle();
+        assert_eq!(n.awaiting.load(Ordering::Acquire), 0);
+        assert!(n.pinned(43), "still open, still pinned");
     }
 }

@@ -149,6 +149,21 @@ impl StitchFuse {
         }
     }
 
+    /// The file `name` in `dir` names before a removal, where its pin may
+    /// outlast the name (`nodes.rs`: the forget frees it).
+    fn named(&self, dir: InodeNo, name: &[u8]) -> Option<InodeNo> {
+        let a = self.no_open.then(|| self.fs.lookup(dir, name).ok())??;
+        (a.kind != Kind::Dir).then_some(a.ino)
+    }
+
+    /// After a removal of `named`: left without a name, its room is freed
+    /// by the kernel's forget, which `statfs` waits for.
+    fn removed(&self, named: Option<InodeNo>) {
+        if let Some(i) = named.filter(|&i| self.fs.getattr(i).is_ok_and(|a| a.nlink == 0)) {
+            self.nodes.await_forget(ids::node_of(i).0);
+        }
+    }
+
     /// The attributes of `name` in `dir`; `.` and `..` too (the kernel
     /// resolves them itself, but an exported or stacked mount may ask).
     fn lookup_name(&self, dir: InodeNo, name: &[u8]) -> OpResult<Attr> {
@@ -487,7 +502,12 @@ impl fuser::Filesystem for StitchFuse {
             parent,
             name,
             reply,
-            |d, n| self.fs.unlink(d, n),
+            |d, n| -> OpResult<()> {
+                let named = self.named(d, n);
+                self.fs.unlink(d, n)?;
+                self.removed(named);
+                Ok(())
+            },
             ok,
         );
     }
@@ -551,7 +571,9 @@ impl fuser::Filesystem for StitchFuse {
                 Vec::new()
             };
             self.xsync_observe(req, "rename", xsync::current(), true, &other)?;
+            let named = (!flags.exchange).then(|| self.named(to, newname)).flatten();
             self.fs.rename(from, name, to, newname, flags)?;
+            self.removed(named);
             self.xsync_touch(&other);
             Ok(())
         };
@@ -814,13 +836,19 @@ impl fuser::Filesystem for StitchFuse {
         );
     }
 
+    /// The room counts every file removed before it was asked for that
+    /// nothing holds open: its forget, which frees it, is waited for
+    /// (`Nodes::settle`).
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         self.on_inode(
             req,
             "statfs",
             ino,
             reply,
-            |_| self.fs.statfs(),
+            |_| {
+                self.nodes.settle();
+                self.fs.statfs()
+            },
             |r, s| {
                 r.statfs(
                     s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
