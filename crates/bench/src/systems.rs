@@ -246,27 +246,12 @@ impl Serving {
 }
 
 /// `system` (stitchfs or the floor) served as `serving` says.
-const fn served(system: System, serving: Serving) -> System {
-    let kind = match system.kind {
-        Kind::Floor { .. } => Kind::Floor { serving },
-        Kind::Stitchfs {
-            consistency,
-            data,
-            order,
-            context,
-            nbd,
-            ..
-        } => Kind::Stitchfs {
-            consistency,
-            data,
-            order,
-            context,
-            serving,
-            nbd,
-        },
-        other => other,
-    };
-    System { kind, ..system }
+const fn served(mut system: System, serving: Serving) -> System {
+    match &mut system.kind {
+        Kind::Floor { serving: s } | Kind::Stitchfs { serving: s, .. } => *s = serving,
+        _ => {}
+    }
+    system
 }
 
 /// `system` with its programs run as `launch` runs them.
