@@ -149,18 +149,19 @@ impl StitchFuse {
         }
     }
 
-    /// The file `name` in `dir` names before a removal, where its pin may
-    /// outlast the name (`nodes.rs`: the forget frees it).
-    fn named(&self, dir: InodeNo, name: &[u8]) -> Option<InodeNo> {
-        let a = self.no_open.then(|| self.fs.lookup(dir, name).ok())??;
-        (a.kind != Kind::Dir).then_some(a.ino)
+    /// What `name` in `dir` names before a removal, looked up where
+    /// [`Self::removed`] needs it (or `also`, for a caller's own use).
+    fn named(&self, dir: InodeNo, name: &[u8], also: bool) -> Option<Attr> {
+        (self.no_open || also).then(|| self.fs.lookup(dir, name).ok())?
     }
 
-    /// After a removal of `named`: left without a name, its room is freed
-    /// by the kernel's forget, which `statfs` waits for.
-    fn removed(&self, named: Option<InodeNo>) {
-        if let Some(i) = named.filter(|&i| self.fs.getattr(i).is_ok_and(|a| a.nlink == 0)) {
-            self.nodes.await_forget(ids::node_of(i).0);
+    /// After a removal of what was `named`: a file whose pin outlasts its
+    /// last name is freed by the kernel's forget, which `statfs` waits
+    /// for (`nodes.rs`).
+    fn removed(&self, named: Option<Attr>) {
+        let file = named.filter(|a| self.no_open && a.kind != Kind::Dir);
+        if let Some(a) = file.filter(|a| self.fs.getattr(a.ino).is_ok_and(|now| now.nlink == 0)) {
+            self.nodes.await_forget(ids::node_of(a.ino).0);
         }
     }
 
@@ -503,7 +504,7 @@ impl fuser::Filesystem for StitchFuse {
             name,
             reply,
             |d, n| -> OpResult<()> {
-                let named = self.named(d, n);
+                let named = self.named(d, n, false);
                 self.fs.unlink(d, n)?;
                 self.removed(named);
                 Ok(())
@@ -562,18 +563,20 @@ impl fuser::Filesystem for StitchFuse {
                 noreplace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
             };
-            // The other side of the move, for external synchrony.
-            let target = || self.fs.lookup(to, newname).ok().map(|a| a.ino);
+            // What the new name names: the other side of the move, for
+            // external synchrony, and what the move may leave nameless.
             let watched = xsync::current().is_some() || self.xsync_watching();
+            let target = self.named(to, newname, watched);
             let other: Vec<InodeNo> = if watched {
-                std::iter::once(to).chain(target()).collect()
+                std::iter::once(to)
+                    .chain(target.as_ref().map(|a| a.ino))
+                    .collect()
             } else {
                 Vec::new()
             };
             self.xsync_observe(req, "rename", xsync::current(), true, &other)?;
-            let named = (!flags.exchange).then(|| self.named(to, newname)).flatten();
             self.fs.rename(from, name, to, newname, flags)?;
-            self.removed(named);
+            self.removed(target.filter(|_| !flags.exchange));
             self.xsync_touch(&other);
             Ok(())
         };
